@@ -1,0 +1,211 @@
+//! What a response says: stream events (one per SSE `data:` payload) and whole bodies.
+
+use memchr::memmem::Finder;
+use serde_json::Value;
+
+use super::Api;
+
+/// The meaning of one stream event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamEvent {
+    /// Carries generated text (or reasoning or tool-call arguments): counts as a chunk.
+    pub content: bool,
+    /// `[DONE]`.
+    pub done: bool,
+    pub prompt_tokens: Option<u64>,
+    /// Cumulative completion tokens from `usage` (final event, or every event with vLLM's
+    /// `continuous_usage_stats`).
+    pub completion_tokens: Option<u64>,
+    pub error: Option<String>,
+}
+
+/// Pre-built substring searchers for one API (built once per sender thread).
+pub struct EventScanner {
+    api: Api,
+    content_keys: Vec<Finder<'static>>,
+    usage: Finder<'static>,
+    prompt_tokens: Finder<'static>,
+    completion_tokens: Finder<'static>,
+    error_object: Finder<'static>,
+}
+
+impl EventScanner {
+    pub fn new(api: Api) -> Self {
+        let keys: &[&'static [u8]] = match api {
+            Api::OpenaiChat => &[
+                b"\"content\":",
+                b"\"reasoning_content\":",
+                b"\"arguments\":",
+            ],
+            Api::OpenaiCompletions => &[b"\"text\":"],
+        };
+        EventScanner {
+            api,
+            content_keys: keys.iter().map(|k| Finder::new(*k)).collect(),
+            usage: Finder::new(b"\"usage\":"),
+            prompt_tokens: Finder::new(b"\"prompt_tokens\":"),
+            completion_tokens: Finder::new(b"\"completion_tokens\":"),
+            error_object: Finder::new(b"\"object\":\"error\""),
+        }
+    }
+
+    pub fn api(&self) -> Api {
+        self.api
+    }
+
+    pub fn scan(&self, payload: &[u8]) -> StreamEvent {
+        let payload = payload.trim_ascii();
+        let mut ev = StreamEvent::default();
+        if payload == b"[DONE]" {
+            ev.done = true;
+            return ev;
+        }
+        if payload.starts_with(b"{\"error\"") || self.error_object.find(payload).is_some() {
+            ev.error = Some(error_message(payload));
+            return ev;
+        }
+        ev.content = self
+            .content_keys
+            .iter()
+            .any(|k| has_nonempty_string(payload, k));
+        if let Some(at) = self.usage.find(payload) {
+            let rest = skip_ws(&payload[at + self.usage.needle().len()..]);
+            if rest.first() == Some(&b'{') {
+                ev.prompt_tokens = number_after(rest, &self.prompt_tokens);
+                ev.completion_tokens = number_after(rest, &self.completion_tokens);
+            }
+        }
+        ev
+    }
+
+    /// Reads a whole (non-streamed) response body.
+    pub fn parse_body(&self, body: &[u8]) -> FullResponse {
+        let Ok(v) = serde_json::from_slice::<Value>(body) else {
+            return FullResponse {
+                error: Some(excerpt(body)),
+                ..FullResponse::default()
+            };
+        };
+        if v.get("error").is_some() || v.get("object").and_then(Value::as_str) == Some("error") {
+            return FullResponse {
+                error: Some(error_message(body)),
+                ..FullResponse::default()
+            };
+        }
+        let usage = v.get("usage");
+        let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+        FullResponse {
+            prompt_tokens: count("prompt_tokens"),
+            completion_tokens: count("completion_tokens"),
+            error: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FullResponse {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub error: Option<String>,
+}
+
+/// Longest excerpt of a server's error text kept in a record.
+pub const EXCERPT: usize = 512;
+
+/// A bounded, printable excerpt of a body.
+pub fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(EXCERPT)]);
+    text.trim().to_string()
+}
+
+/// The `message` of an OpenAI/vLLM error object, or an excerpt of the payload.
+fn error_message(payload: &[u8]) -> String {
+    let message = serde_json::from_slice::<Value>(payload).ok().and_then(|v| {
+        let e = v.get("error").unwrap_or(&v);
+        match e {
+            Value::String(s) => Some(s.clone()),
+            _ => e.get("message").and_then(Value::as_str).map(str::to_string),
+        }
+    });
+    match message {
+        Some(m) => m.chars().take(EXCERPT).collect(),
+        None => excerpt(payload),
+    }
+}
+
+/// True when some occurrence of `key` is followed by a string value that is not empty.
+fn has_nonempty_string(payload: &[u8], key: &Finder) -> bool {
+    key.find_iter(payload).any(|at| {
+        let rest = skip_ws(&payload[at + key.needle().len()..]);
+        rest.len() >= 2 && rest[0] == b'"' && rest[1] != b'"'
+    })
+}
+
+fn number_after(payload: &[u8], key: &Finder) -> Option<u64> {
+    let at = key.find(payload)?;
+    let rest = skip_ws(&payload[at + key.needle().len()..]);
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    rest[..digits].iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+fn skip_ws(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|b| b.is_ascii_whitespace()).count();
+    &s[n..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_events() {
+        let s = EventScanner::new(Api::OpenaiChat);
+        let role = br#"{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#;
+        assert_eq!(s.scan(role), StreamEvent::default());
+        let tok =
+            br#"{"id":"x","choices":[{"index":0,"delta":{"content":" Hi"},"finish_reason":null}]}"#;
+        assert!(s.scan(tok).content);
+        let spaced = br#"{"choices": [{"delta": {"content": "x"}}]}"#;
+        assert!(s.scan(spaced).content);
+        let reasoning = br#"{"choices":[{"delta":{"reasoning_content":"hm","content":null}}]}"#;
+        assert!(s.scan(reasoning).content);
+        let usage = br#"{"id":"x","choices":[],"usage":{"prompt_tokens":12,"total_tokens":19,"completion_tokens":7,"completion_tokens_details":null}}"#;
+        let ev = s.scan(usage);
+        assert!(!ev.content);
+        assert_eq!(
+            (ev.prompt_tokens, ev.completion_tokens),
+            (Some(12), Some(7))
+        );
+        let null_usage = br#"{"choices":[{"delta":{"content":"a"}}],"usage":null}"#;
+        assert_eq!(s.scan(null_usage).completion_tokens, None);
+        assert!(s.scan(b"[DONE]").done);
+        let err = br#"{"object":"error","message":"boom","type":"BadRequestError","code":400}"#;
+        assert_eq!(s.scan(err).error.as_deref(), Some("boom"));
+        let err = br#"{"error":{"message":"overloaded","code":503}}"#;
+        assert_eq!(s.scan(err).error.as_deref(), Some("overloaded"));
+    }
+
+    #[test]
+    fn completion_events_and_bodies() {
+        let s = EventScanner::new(Api::OpenaiCompletions);
+        assert!(s.scan(br#"{"choices":[{"text":" a","index":0}]}"#).content);
+        assert!(!s.scan(br#"{"choices":[{"text":"","index":0}]}"#).content);
+        let full = s.parse_body(
+            br#"{"choices":[{"text":"abc"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+        );
+        assert_eq!(
+            full,
+            FullResponse {
+                prompt_tokens: Some(3),
+                completion_tokens: Some(2),
+                error: None
+            }
+        );
+        assert_eq!(s.parse_body(b"not json").error.as_deref(), Some("not json"));
+    }
+}

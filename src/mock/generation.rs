@@ -1,0 +1,360 @@
+//! What the mock answers: one generation per request, rendered like vLLM's responses.
+
+use std::io::Write;
+
+use serde_json::{json, Value};
+
+/// Timing and shape of the mock model.
+#[derive(Clone, Debug)]
+pub struct MockConfig {
+    pub ttft_ns: u64,
+    /// Gap between consecutive chunks.
+    pub itl_ns: u64,
+    pub tokens_per_chunk: u32,
+    /// Model name served by `/v1/models`; requests may name any model.
+    pub model: String,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        MockConfig {
+            ttft_ns: 20_000_000,
+            itl_ns: 5_000_000,
+            tokens_per_chunk: 1,
+            model: "mock-model".into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Chat,
+    Completions,
+}
+
+/// One request being answered.
+#[derive(Debug)]
+pub struct Generation {
+    pub dialect: Dialect,
+    pub stream: bool,
+    /// Tokens to generate.
+    pub tokens: u64,
+    pub prompt_tokens: u64,
+    include_usage: bool,
+    continuous_usage: bool,
+    /// Tokens already sent.
+    pub sent: u64,
+    /// Arrival time of the request (mock clock, ns).
+    pub arrival_ns: u64,
+    id: u64,
+    model: String,
+    /// Pre-rendered text of a content event around its token text: the hot path is memcpy.
+    content_prefix: Vec<u8>,
+    content_suffix: &'static [u8],
+}
+
+/// Default `max_tokens` when a request gives none (vLLM's default for completions).
+const DEFAULT_MAX_TOKENS: u64 = 16;
+/// Text of one generated token.
+const TOKEN_TEXT: &str = " tok";
+
+impl Generation {
+    /// Reads a request body. The mock model "emits EOS" at half of `max_tokens`, unless
+    /// `min_tokens` or `ignore_eos` ask for more: so a client that wants exact lengths must
+    /// say so, as with a real model.
+    pub fn from_request(
+        dialect: Dialect,
+        body: &Value,
+        id: u64,
+        arrival_ns: u64,
+    ) -> Result<Generation, String> {
+        let obj = body
+            .as_object()
+            .ok_or("request body must be a JSON object")?;
+        let uint = |k: &str| -> Result<Option<u64>, String> {
+            match obj.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .map(Some)
+                    .ok_or(format!("`{k}` must be a non-negative integer")),
+            }
+        };
+        let max_tokens = uint("max_tokens")?
+            .or(uint("max_completion_tokens")?)
+            .unwrap_or(DEFAULT_MAX_TOKENS);
+        let min_tokens = uint("min_tokens")?.unwrap_or(0);
+        let ignore_eos = obj
+            .get("ignore_eos")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let tokens = if ignore_eos || min_tokens >= max_tokens {
+            max_tokens
+        } else {
+            min_tokens.max(max_tokens.div_ceil(2))
+        };
+        let prompt_tokens = match dialect {
+            Dialect::Chat => {
+                let messages = obj
+                    .get("messages")
+                    .and_then(Value::as_array)
+                    .ok_or("`messages` must be an array")?;
+                messages
+                    .iter()
+                    .map(|m| count_words_in(m.get("content")))
+                    .sum()
+            }
+            Dialect::Completions => {
+                count_words_in(Some(obj.get("prompt").ok_or("`prompt` is required")?))
+            }
+        };
+        let stream = obj.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let opts = obj.get("stream_options");
+        let flag = |k: &str| {
+            opts.and_then(|o| o.get(k))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        };
+        let model = obj
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("mock-model")
+            .to_string();
+        let mut g = Generation {
+            dialect,
+            stream,
+            tokens,
+            prompt_tokens,
+            include_usage: flag("include_usage"),
+            continuous_usage: flag("continuous_usage_stats"),
+            sent: 0,
+            arrival_ns,
+            id,
+            model,
+            content_prefix: Vec::new(),
+            content_suffix: b"",
+        };
+        let (field, suffix): (&str, &'static [u8]) = match dialect {
+            Dialect::Chat => (
+                "\"delta\":{\"content\":\"",
+                b"\"},\"logprobs\":null,\"finish_reason\":null}]",
+            ),
+            Dialect::Completions => (
+                "\"text\":\"",
+                b"\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}]",
+            ),
+        };
+        g.content_prefix = format!(
+            "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[{{\"index\":0,{field}",
+            g.id_text(),
+            g.object(),
+            json!(g.model)
+        )
+        .into_bytes();
+        g.content_suffix = suffix;
+        Ok(g)
+    }
+
+    /// Number of chunks the answer is cut into.
+    pub fn chunks(&self, cfg: &MockConfig) -> u64 {
+        self.tokens
+            .div_ceil(u64::from(cfg.tokens_per_chunk.max(1)))
+            .max(1)
+    }
+
+    /// When chunk `k` (0-based) is due.
+    pub fn chunk_due(&self, cfg: &MockConfig, k: u64) -> u64 {
+        self.arrival_ns + cfg.ttft_ns + k * cfg.itl_ns
+    }
+
+    pub fn done(&self) -> bool {
+        self.sent >= self.tokens
+    }
+
+    /// Appends the SSE events of every chunk due by `now` (and the closing events after the
+    /// last one) to `out`. Returns the number of chunks written.
+    pub fn write_due_events(&mut self, cfg: &MockConfig, now: u64, out: &mut Vec<u8>) -> u64 {
+        let per = u64::from(cfg.tokens_per_chunk.max(1));
+        let mut written = 0;
+        while !self.done() {
+            let k = self.sent / per;
+            if self.chunk_due(cfg, k) > now {
+                break;
+            }
+            if self.sent == 0 && self.dialect == Dialect::Chat {
+                self.write_event(out, "", true, None);
+            }
+            let n = per.min(self.tokens - self.sent);
+            self.sent += n;
+            out.extend_from_slice(&self.content_prefix);
+            for _ in 0..n {
+                out.extend_from_slice(TOKEN_TEXT.as_bytes());
+            }
+            out.extend_from_slice(self.content_suffix);
+            if self.continuous_usage {
+                let (p, c) = (self.prompt_tokens, self.sent);
+                write!(out, ",\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c}}}", p + c).ok();
+            }
+            out.extend_from_slice(b"}\n\n");
+            written += 1;
+        }
+        if self.done() && written > 0 {
+            self.write_event(out, "", false, Some("length"));
+            if self.include_usage {
+                let usage = self.usage();
+                write!(out, "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[],\"usage\":{usage}}}\n\n", self.id_text(), self.object(), json!(self.model)).ok();
+            }
+            out.extend_from_slice(b"data: [DONE]\n\n");
+        }
+        written
+    }
+
+    fn object(&self) -> &'static str {
+        match (self.dialect, self.stream) {
+            (Dialect::Chat, true) => "chat.completion.chunk",
+            (Dialect::Chat, false) => "chat.completion",
+            (Dialect::Completions, _) => "text_completion",
+        }
+    }
+
+    fn id_text(&self) -> String {
+        match self.dialect {
+            Dialect::Chat => format!("chatcmpl-{}", self.id),
+            Dialect::Completions => format!("cmpl-{}", self.id),
+        }
+    }
+
+    fn usage(&self) -> Value {
+        json!({"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.sent, "completion_tokens": self.sent})
+    }
+
+    fn write_event(&self, out: &mut Vec<u8>, text: &str, role: bool, finish: Option<&str>) {
+        let choice = match self.dialect {
+            Dialect::Chat if role => {
+                json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})
+            }
+            Dialect::Chat => {
+                json!({"index": 0, "delta": {"content": text}, "logprobs": null, "finish_reason": finish})
+            }
+            Dialect::Completions => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish, "stop_reason": null})
+            }
+        };
+        let mut event = json!({"id": self.id_text(), "object": self.object(), "created": 0, "model": self.model, "choices": [choice]});
+        if self.continuous_usage {
+            event["usage"] = self.usage();
+        }
+        out.extend_from_slice(b"data: ");
+        serde_json::to_writer(&mut *out, &event).ok();
+        out.extend_from_slice(b"\n\n");
+    }
+
+    /// The whole non-streamed answer.
+    pub fn full_response(&mut self) -> Value {
+        self.sent = self.tokens;
+        let text = TOKEN_TEXT.repeat(self.tokens as usize);
+        let choice = match self.dialect {
+            Dialect::Chat => {
+                json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": "length"})
+            }
+            Dialect::Completions => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"})
+            }
+        };
+        json!({"id": self.id_text(), "object": self.object(), "created": 0, "model": self.model, "choices": [choice], "usage": self.usage()})
+    }
+}
+
+/// Whitespace-separated words of a prompt or message content (string or list of text parts):
+/// the mock's token count without a tokenizer, exact for llmreplay's synthetic prompts.
+fn count_words_in(content: Option<&Value>) -> u64 {
+    match content {
+        Some(Value::String(s)) => s.split_ascii_whitespace().count() as u64,
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(|p| {
+                if p.is_string() {
+                    count_words_in(Some(p))
+                } else {
+                    count_words_in(p.get("text"))
+                }
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Api, EventScanner};
+
+    fn gen(body: Value, dialect: Dialect) -> Generation {
+        Generation::from_request(dialect, &body, 1, 0).unwrap()
+    }
+
+    #[test]
+    fn output_length_rules() {
+        let g = gen(
+            json!({"messages": [{"role": "user", "content": " a b c"}], "max_tokens": 10}),
+            Dialect::Chat,
+        );
+        assert_eq!(
+            (g.tokens, g.prompt_tokens),
+            (5, 3),
+            "EOS at half without min_tokens"
+        );
+        let g = gen(
+            json!({"messages": [], "max_tokens": 10, "min_tokens": 10}),
+            Dialect::Chat,
+        );
+        assert_eq!(g.tokens, 10);
+        let g = gen(
+            json!({"prompt": "x y", "max_tokens": 10, "ignore_eos": true}),
+            Dialect::Completions,
+        );
+        assert_eq!((g.tokens, g.prompt_tokens), (10, 2));
+        assert!(Generation::from_request(Dialect::Chat, &json!({"max_tokens": 1}), 1, 0).is_err());
+        assert!(Generation::from_request(
+            Dialect::Completions,
+            &json!({"prompt": "a", "max_tokens": -1}),
+            1,
+            0
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn stream_is_understood_by_the_client_scanner() {
+        let cfg = MockConfig {
+            ttft_ns: 10,
+            itl_ns: 5,
+            tokens_per_chunk: 2,
+            model: "m".into(),
+        };
+        let mut g = gen(
+            json!({"messages": [{"role": "user", "content": "a b"}], "max_tokens": 5, "min_tokens": 5, "stream": true, "stream_options": {"include_usage": true}}),
+            Dialect::Chat,
+        );
+        let mut out = Vec::new();
+        assert_eq!(g.write_due_events(&cfg, 9, &mut out), 0);
+        assert_eq!(
+            g.write_due_events(&cfg, 15, &mut out),
+            2,
+            "chunks due at 10 and 15"
+        );
+        assert_eq!(g.write_due_events(&cfg, 100, &mut out), 1);
+        assert!(g.done());
+        let scanner = EventScanner::new(Api::OpenaiChat);
+        let mut content = 0;
+        let mut usage = None;
+        let mut done = false;
+        for line in out.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let ev = scanner.scan(line.strip_prefix(b"data: ").unwrap());
+            content += u64::from(ev.content);
+            usage = ev.completion_tokens.or(usage);
+            done |= ev.done;
+        }
+        assert_eq!((content, usage, done), (3, Some(5), true));
+    }
+}

@@ -1,0 +1,522 @@
+//! The built-in mock inference server (CONTRACT §8): OpenAI chat and completions, streaming
+//! and not, on one mio thread.
+//!
+//! One loopback `write()` costs more than generating hundreds of events (DESIGN-NOTES §3), so
+//! each time a connection is woken, every event due by then is coalesced into one HTTP chunk
+//! and one write. Due times come from a heap and a timerfd, so timing does not suffer from
+//! mio's millisecond poll timeout.
+
+mod generation;
+
+pub use generation::{Dialect, Generation, MockConfig};
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use serde_json::{json, Value};
+
+use crate::clock::{minimise_timer_slack, DeadlineTimer, RunClock};
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const TIMER: Token = Token(usize::MAX - 2);
+const WAKER: Token = Token(usize::MAX - 3);
+const MAX_REQUEST: usize = 64 << 20;
+const MAX_REQUEST_HEAD: usize = 64 << 10;
+
+/// Counters of a mock's lifetime.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MockStats {
+    pub connections: u64,
+    pub requests: u64,
+    pub tokens: u64,
+    pub writes: u64,
+}
+
+/// A mock running on its own thread.
+pub struct MockServer {
+    addr: SocketAddr,
+    waker: Arc<Waker>,
+    handle: JoinHandle<io::Result<MockStats>>,
+}
+
+impl MockServer {
+    /// Binds `listen` (port 0 picks a free one) and serves until [`MockServer::stop`].
+    pub fn start(listen: SocketAddr, cfg: MockConfig) -> io::Result<MockServer> {
+        let listener = TcpListener::bind(listen)?;
+        let addr = listener.local_addr()?;
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let handle = std::thread::Builder::new()
+            .name("mock".into())
+            .spawn(move || {
+                minimise_timer_slack();
+                MockLoop::new(poll, listener, cfg)?.run()
+            })?;
+        Ok(MockServer {
+            addr,
+            waker,
+            handle,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the server and returns its counters.
+    pub fn stop(self) -> io::Result<MockStats> {
+        self.waker.wake()?;
+        self.handle
+            .join()
+            .map_err(|_| io::Error::other("mock thread panicked"))?
+    }
+
+    /// Serves until the process ends (the `mock` subcommand).
+    pub fn wait(self) -> io::Result<MockStats> {
+        self.handle
+            .join()
+            .map_err(|_| io::Error::other("mock thread panicked"))?
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    written: usize,
+    /// The request being answered (one at a time per connection, as HTTP/1.1 without
+    /// pipelining).
+    generation: Option<Generation>,
+    close_after: bool,
+}
+
+struct MockLoop {
+    poll: Poll,
+    listener: TcpListener,
+    timer: DeadlineTimer,
+    armed_for: Option<u64>,
+    cfg: MockConfig,
+    clock: RunClock,
+    conns: Vec<Option<(u32, Conn)>>,
+    generations: Vec<u32>,
+    free: Vec<usize>,
+    /// (due ns, slot, generation of the slot)
+    due: BinaryHeap<Reverse<(u64, usize, u32)>>,
+    next_id: u64,
+    stats: MockStats,
+}
+
+fn token(slot: usize, generation: u32) -> Token {
+    Token(slot | (generation as usize) << 32)
+}
+
+impl MockLoop {
+    fn new(poll: Poll, mut listener: TcpListener, cfg: MockConfig) -> io::Result<Self> {
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
+        Ok(MockLoop {
+            poll,
+            listener,
+            timer,
+            armed_for: None,
+            cfg,
+            clock: RunClock::new(),
+            conns: Vec::new(),
+            generations: Vec::new(),
+            free: Vec::new(),
+            due: BinaryHeap::new(),
+            next_id: 0,
+            stats: MockStats::default(),
+        })
+    }
+
+    fn run(mut self) -> io::Result<MockStats> {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            if let Err(e) = self.poll.poll(&mut events, None) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => return Ok(self.stats),
+                    LISTENER => self.accept(),
+                    TIMER => {
+                        self.timer.drain();
+                        self.armed_for = None;
+                    }
+                    t => self.on_conn_event(t),
+                }
+            }
+            self.emit_due();
+            self.arm_timer();
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let slot = self.free.pop().unwrap_or_else(|| {
+                        self.conns.push(None);
+                        self.generations.push(0);
+                        self.conns.len() - 1
+                    });
+                    let generation = self.generations[slot];
+                    if self
+                        .poll
+                        .registry()
+                        .register(
+                            &mut stream,
+                            token(slot, generation),
+                            Interest::READABLE | Interest::WRITABLE,
+                        )
+                        .is_err()
+                    {
+                        self.free.push(slot);
+                        continue;
+                    }
+                    self.stats.connections += 1;
+                    self.conns[slot] = Some((
+                        generation,
+                        Conn {
+                            stream,
+                            input: Vec::new(),
+                            output: Vec::new(),
+                            written: 0,
+                            generation: None,
+                            close_after: false,
+                        },
+                    ));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return, // e.g. EMFILE: try again on the next event
+            }
+        }
+    }
+
+    fn conn_mut(&mut self, slot: usize, generation: u32) -> Option<&mut Conn> {
+        conn_in(&mut self.conns, slot, generation)
+    }
+
+    fn on_conn_event(&mut self, t: Token) {
+        let (slot, generation) = (t.0 & 0xffff_ffff, (t.0 >> 32) as u32);
+        let Some(conn) = self.conn_mut(slot, generation) else {
+            return;
+        };
+        let mut buf = [0u8; 16 << 10];
+        let mut open = true;
+        loop {
+            match conn.stream.read(&mut buf) {
+                Ok(0) => {
+                    open = false;
+                    break;
+                }
+                Ok(n) => conn.input.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        if !open || conn.input.len() > MAX_REQUEST {
+            self.close(slot);
+            return;
+        }
+        self.next_request(slot, generation);
+        self.flush(slot, generation);
+    }
+
+    /// Answers the complete requests waiting in the connection's input, up to the first one
+    /// that starts a generation.
+    fn next_request(&mut self, slot: usize, generation: u32) {
+        while self.take_request(slot, generation) {}
+    }
+
+    /// Takes one complete request from the input. True when it was answered at once (so the
+    /// next one may be taken too); false when incomplete, idle or generating.
+    fn take_request(&mut self, slot: usize, generation: u32) -> bool {
+        let now = self.clock.now_ns();
+        let id = self.next_id;
+        let cfg = self.cfg.clone();
+        let Some(conn) = conn_in(&mut self.conns, slot, generation) else {
+            return false;
+        };
+        if conn.generation.is_some() || conn.input.is_empty() {
+            return false;
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut headers);
+        let head_len = match req.parse(&conn.input) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => {
+                if conn.input.len() > MAX_REQUEST_HEAD {
+                    conn.close_after = true;
+                    respond_json(conn, 431, &error_body("request head too large", 431));
+                }
+                return false;
+            }
+            Err(e) => {
+                conn.close_after = true;
+                respond_json(
+                    conn,
+                    400,
+                    &error_body(&format!("invalid request: {e}"), 400),
+                );
+                conn.input.clear();
+                return false;
+            }
+        };
+        let mut length = 0usize;
+        for h in req.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                length = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+            } else if h.name.eq_ignore_ascii_case("connection")
+                && h.value.eq_ignore_ascii_case(b"close")
+            {
+                conn.close_after = true;
+            }
+        }
+        if conn.input.len() < head_len + length {
+            return false; // body still arriving
+        }
+        let method = req.method.unwrap_or("").to_string();
+        let path = req
+            .path
+            .unwrap_or("")
+            .split('?')
+            .next()
+            .unwrap_or("")
+            .to_string();
+        let body: Vec<u8> = conn.input[head_len..head_len + length].to_vec();
+        conn.input.drain(..head_len + length);
+        self.stats.requests += 1;
+        let dialect = match (method.as_str(), path.as_str()) {
+            ("POST", "/v1/chat/completions") => Dialect::Chat,
+            ("POST", "/v1/completions") => Dialect::Completions,
+            ("GET", "/health") => {
+                write_response(&mut conn.output, 200, "text/plain", b"");
+                return true;
+            }
+            ("GET", "/v1/models") => {
+                let models = json!({"object": "list", "data": [{"id": cfg.model, "object": "model", "created": 0, "owned_by": "llmreplay-mock"}]});
+                respond_json(conn, 200, &models);
+                return true;
+            }
+            (_, "/v1/chat/completions" | "/v1/completions" | "/health" | "/v1/models") => {
+                respond_json(
+                    conn,
+                    405,
+                    &error_body(&format!("method {method} not allowed"), 405),
+                );
+                return true;
+            }
+            _ => {
+                respond_json(
+                    conn,
+                    404,
+                    &error_body(&format!("no route for {method} {path}"), 404),
+                );
+                return true;
+            }
+        };
+        let parsed = serde_json::from_slice::<Value>(&body)
+            .map_err(|e| format!("invalid JSON body: {e}"))
+            .and_then(|v| Generation::from_request(dialect, &v, id, now));
+        let generation_state = match parsed {
+            Ok(g) => g,
+            Err(message) => {
+                respond_json(conn, 400, &error_body(&message, 400));
+                return true;
+            }
+        };
+        self.next_id += 1;
+        let first_due = generation_state.chunk_due(&cfg, 0);
+        let done_due = generation_state.chunk_due(&cfg, generation_state.chunks(&cfg) - 1);
+        if generation_state.stream {
+            conn.output.extend_from_slice(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n");
+        }
+        let due = if generation_state.stream {
+            first_due
+        } else {
+            done_due
+        };
+        conn.generation = Some(generation_state);
+        self.due.push(Reverse((due, slot, generation)));
+        false
+    }
+
+    /// Writes everything due on every connection whose time has come.
+    fn emit_due(&mut self) {
+        let now = self.clock.now_ns();
+        while let Some(&Reverse((due, slot, generation))) = self.due.peek() {
+            if due > now {
+                break;
+            }
+            self.due.pop();
+            let cfg = self.cfg.clone();
+            let Some(conn) = conn_in(&mut self.conns, slot, generation) else {
+                continue;
+            };
+            let Some(g) = conn.generation.as_mut() else {
+                continue;
+            };
+            let mut finished = false;
+            let mut tokens_before = g.sent;
+            if g.stream {
+                // One HTTP chunk for all due events: size as fixed-width hex, patched after.
+                let start = conn.output.len();
+                conn.output.extend_from_slice(b"00000000\r\n");
+                let n = g.write_due_events(&cfg, now, &mut conn.output);
+                if n == 0 {
+                    conn.output.truncate(start);
+                } else {
+                    let size = conn.output.len() - start - 10;
+                    conn.output[start..start + 8].copy_from_slice(format!("{size:08x}").as_bytes());
+                    conn.output.extend_from_slice(b"\r\n");
+                }
+                if g.done() {
+                    conn.output.extend_from_slice(b"0\r\n\r\n");
+                    finished = true;
+                } else {
+                    let per = u64::from(cfg.tokens_per_chunk.max(1));
+                    self.due
+                        .push(Reverse((g.chunk_due(&cfg, g.sent / per), slot, generation)));
+                }
+            } else {
+                tokens_before = 0;
+                let body = g.full_response();
+                respond_json_raw(&mut conn.output, 200, &body);
+                finished = true;
+            }
+            let conn = conn_in(&mut self.conns, slot, generation).expect("still open");
+            let g = conn.generation.as_ref().expect("generation");
+            self.stats.tokens += g.sent - tokens_before;
+            if finished {
+                conn.generation = None;
+            }
+            self.flush(slot, generation);
+            if finished {
+                // A request may already be waiting on this connection.
+                self.next_request(slot, generation);
+                self.flush(slot, generation);
+            }
+        }
+    }
+
+    fn arm_timer(&mut self) {
+        let Some(&Reverse((due, _, _))) = self.due.peek() else {
+            return;
+        };
+        if self.armed_for != Some(due) {
+            let now = self.clock.now_ns();
+            if self.timer.arm_in(due.saturating_sub(now)).is_ok() {
+                self.armed_for = Some(due);
+            }
+        }
+    }
+
+    fn flush(&mut self, slot: usize, generation: u32) {
+        let Some(conn) = self.conn_mut(slot, generation) else {
+            return;
+        };
+        let mut failed = false;
+        let mut writes = 0;
+        while conn.written < conn.output.len() {
+            match conn.stream.write(&conn.output[conn.written..]) {
+                Ok(n) => {
+                    writes += 1;
+                    conn.written += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if conn.written == conn.output.len() {
+            conn.output.clear();
+            conn.written = 0;
+        }
+        let close =
+            failed || (conn.close_after && conn.output.is_empty() && conn.generation.is_none());
+        self.stats.writes += writes;
+        if close {
+            self.close(slot);
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some((_, mut conn)) = self.conns[slot].take() {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.generations[slot] = self.generations[slot].wrapping_add(1);
+            self.free.push(slot);
+        }
+    }
+}
+
+/// The connection in `slot`, if it is still the one `generation` names.
+fn conn_in(conns: &mut [Option<(u32, Conn)>], slot: usize, generation: u32) -> Option<&mut Conn> {
+    match conns.get_mut(slot) {
+        Some(Some((g, conn))) if *g == generation => Some(conn),
+        _ => None,
+    }
+}
+
+/// An error body shaped like vLLM's.
+pub fn error_body(message: &str, code: u16) -> Value {
+    let kind = match code {
+        400 => "BadRequestError",
+        404 => "NotFoundError",
+        429 => "RateLimitError",
+        _ => "InternalServerError",
+    };
+    json!({"object": "error", "message": message, "type": kind, "param": null, "code": code})
+}
+
+fn respond_json(conn: &mut Conn, status: u16, body: &Value) {
+    respond_json_raw(&mut conn.output, status, body);
+}
+
+fn respond_json_raw(out: &mut Vec<u8>, status: u16, body: &Value) {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    write_response(out, status, "application/json", &bytes);
+}
+
+fn write_response(out: &mut Vec<u8>, status: u16, content_type: &str, body: &[u8]) {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        429 => "Too Many Requests",
+        503 => "Service Unavailable",
+        _ => "Internal Server Error",
+    };
+    write!(
+        out,
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .ok();
+    out.extend_from_slice(body);
+}

@@ -1,0 +1,287 @@
+//! Producers: read the trace, build each request's bytes ahead of its deadline, and hand them
+//! to the senders through one bounded channel (the back-pressure that bounds memory).
+//!
+//! Producers take records from the shared reader in file order (a short critical section: one
+//! line parse) and build bodies in parallel (the expensive part). They may finish out of
+//! order; the senders order what they receive by deadline.
+
+use std::cmp::Ordering;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::Sender;
+
+use crate::api::{write_body, Api, BodyOptions};
+use crate::error::{Error, Result};
+use crate::prompt::PromptSynth;
+use crate::trace::{TraceIds, TraceReader, TraceRecord};
+
+/// A request ready to be written: everything but the per-endpoint request line and headers.
+#[derive(Debug)]
+pub struct PreparedRequest {
+    pub index: u64,
+    /// Planned send time, nanoseconds after the run start.
+    pub scheduled_ns: u64,
+    /// `Content-Length: N\r\n\r\n` followed by the body, from `start` on.
+    pub bytes: Vec<u8>,
+    pub start: usize,
+    pub input_tokens: Option<u64>,
+    pub output_tokens_target: Option<u64>,
+    pub ids: TraceIds,
+}
+
+impl PreparedRequest {
+    pub fn payload(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+}
+
+/// Ordered by deadline, then record number, for the senders' min-heaps.
+impl Ord for PreparedRequest {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.scheduled_ns, other.index).cmp(&(self.scheduled_ns, self.index))
+    }
+}
+impl PartialOrd for PreparedRequest {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for PreparedRequest {
+    fn eq(&self, other: &Self) -> bool {
+        (self.scheduled_ns, self.index) == (other.scheduled_ns, other.index)
+    }
+}
+impl Eq for PreparedRequest {}
+
+/// When each record is sent, and which records are.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// The first record's timestamp: trace time 0.
+    pub origin_ms: f64,
+    /// Replay this many times faster.
+    pub time_scale: f64,
+    /// Stop at this trace time (ms after the origin), unscaled.
+    pub duration_ms: Option<f64>,
+    pub max_requests: Option<u64>,
+}
+
+impl Schedule {
+    /// Planned send time in nanoseconds after the run start; `None` once past `--duration`
+    /// or `--max-requests`. A record without timestamp keeps the previous one's time.
+    pub fn plan(&self, index: u64, timestamp_ms: f64) -> Option<u64> {
+        if self.max_requests.is_some_and(|m| index >= m) {
+            return None;
+        }
+        let trace_ms = (timestamp_ms - self.origin_ms).max(0.0);
+        if self.duration_ms.is_some_and(|d| trace_ms > d) {
+            return None;
+        }
+        Some((trace_ms / self.time_scale * 1e6).round() as u64)
+    }
+}
+
+/// Turns records into request bytes.
+pub struct RequestBuilder {
+    pub api: Api,
+    pub body: BodyOptions,
+    pub synth: Option<PromptSynth>,
+}
+
+/// Room kept in front of the body for the `Content-Length` header.
+const HEAD_ROOM: usize = 40;
+
+impl RequestBuilder {
+    pub fn build(
+        &self,
+        record: &TraceRecord,
+        scheduled_ns: u64,
+    ) -> Result<PreparedRequest, String> {
+        let mut bytes =
+            Vec::with_capacity(HEAD_ROOM + 512 + record.input_length().unwrap_or(0) as usize * 8);
+        bytes.resize(HEAD_ROOM, 0);
+        write_body(
+            self.api,
+            record,
+            &self.body,
+            self.synth.as_ref(),
+            &mut bytes,
+        )?;
+        let body_len = bytes.len() - HEAD_ROOM;
+        let mut head = [0u8; HEAD_ROOM];
+        let mut cursor = &mut head[..];
+        write!(cursor, "Content-Length: {body_len}\r\n\r\n").expect("fits in HEAD_ROOM");
+        let head_len = HEAD_ROOM - cursor.len();
+        let start = HEAD_ROOM - head_len;
+        bytes[start..HEAD_ROOM].copy_from_slice(&head[..head_len]);
+        Ok(PreparedRequest {
+            index: record.index,
+            scheduled_ns,
+            bytes,
+            start,
+            input_tokens: record.input_length(),
+            output_tokens_target: record.output_length,
+            ids: record.ids.clone(),
+        })
+    }
+}
+
+/// The trace reader shared by the producers, with the position of the schedule.
+struct SharedReader {
+    reader: TraceReader,
+    last_timestamp_ms: f64,
+    finished: bool,
+}
+
+/// Starts `n` producer threads; each returns the number of requests it built.
+/// `cores` are pinned round-robin when given.
+pub fn spawn_producers(
+    n: usize,
+    reader: TraceReader,
+    schedule: Schedule,
+    builder: Arc<RequestBuilder>,
+    tx: Sender<PreparedRequest>,
+    cores: Vec<core_affinity::CoreId>,
+    stop: Arc<AtomicBool>,
+) -> Vec<JoinHandle<Result<u64>>> {
+    let shared = Arc::new(Mutex::new(SharedReader {
+        reader,
+        last_timestamp_ms: schedule.origin_ms,
+        finished: false,
+    }));
+    (0..n.max(1))
+        .map(|i| {
+            let shared = Arc::clone(&shared);
+            let schedule = schedule.clone();
+            let builder = Arc::clone(&builder);
+            let tx = tx.clone();
+            let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name(format!("producer-{i}"))
+                .spawn(move || {
+                    if let Some(core) = core {
+                        core_affinity::set_for_current(core);
+                    }
+                    produce(&shared, &schedule, &builder, &tx, &stop)
+                })
+                .expect("spawn producer thread")
+        })
+        .collect()
+}
+
+fn produce(
+    shared: &Mutex<SharedReader>,
+    schedule: &Schedule,
+    builder: &RequestBuilder,
+    tx: &Sender<PreparedRequest>,
+    stop: &AtomicBool,
+) -> Result<u64> {
+    let mut built = 0;
+    while !stop.load(AtomicOrdering::Relaxed) {
+        let (record, scheduled_ns) = {
+            let mut s = shared
+                .lock()
+                .map_err(|_| Error::Run("a producer thread panicked".into()))?;
+            if s.finished {
+                break;
+            }
+            let Some(record) = s.reader.next_record()? else {
+                s.finished = true;
+                break;
+            };
+            let ts = record.timestamp_ms.unwrap_or(s.last_timestamp_ms);
+            s.last_timestamp_ms = ts;
+            match schedule.plan(record.index, ts) {
+                Some(at) => (record, at),
+                None => {
+                    s.finished = true;
+                    break;
+                }
+            }
+        };
+        let request = builder
+            .build(&record, scheduled_ns)
+            .map_err(|message| Error::Trace {
+                file: shared
+                    .lock()
+                    .map(|s| s.reader.path().to_path_buf())
+                    .unwrap_or_default(),
+                line: record.line,
+                message,
+            })?;
+        if tx.send(request).is_err() {
+            break; // the senders are gone (stopping)
+        }
+        built += 1;
+    }
+    Ok(built)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::Input;
+
+    #[test]
+    fn schedule_scales_and_stops() {
+        let s = Schedule {
+            origin_ms: 1000.0,
+            time_scale: 2.0,
+            duration_ms: Some(4000.0),
+            max_requests: Some(10),
+        };
+        assert_eq!(s.plan(0, 1000.0), Some(0));
+        assert_eq!(s.plan(1, 3000.0), Some(1_000_000_000));
+        assert_eq!(
+            s.plan(2, 500.0),
+            Some(0),
+            "earlier than the origin is sent at once"
+        );
+        assert_eq!(s.plan(3, 5000.0), Some(2_000_000_000));
+        assert_eq!(s.plan(4, 5000.1), None);
+        assert_eq!(s.plan(10, 1000.0), None);
+    }
+
+    #[test]
+    fn request_bytes_carry_exact_content_length() {
+        let builder = RequestBuilder {
+            api: Api::OpenaiCompletions,
+            body: BodyOptions {
+                model_json: "\"m\"".into(),
+                stream: true,
+                exact_output: true,
+                extra_body: None,
+            },
+            synth: None,
+        };
+        let record = TraceRecord {
+            index: 4,
+            line: 5,
+            timestamp_ms: Some(0.0),
+            input: Input::Text {
+                text: "hello".into(),
+                input_length: Some(1),
+            },
+            output_length: Some(3),
+            ids: TraceIds::default(),
+            extra: None,
+        };
+        let req = builder.build(&record, 77).unwrap();
+        let text = std::str::from_utf8(req.payload()).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert_eq!(head, format!("Content-Length: {}", body.len()));
+        assert_eq!(
+            (
+                req.index,
+                req.scheduled_ns,
+                req.input_tokens,
+                req.output_tokens_target
+            ),
+            (4, 77, Some(1), Some(3))
+        );
+        serde_json::from_str::<serde_json::Value>(body).unwrap();
+    }
+}

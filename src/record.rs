@@ -1,0 +1,254 @@
+//! The per-request record (CONTRACT §5): what the sender measured, derived metrics with the
+//! definitions of CONTRACT §7, and the JSONL writer that flushes records as they arrive.
+
+use std::fmt;
+use std::io::{self, Write};
+
+use serde_json::{json, Map, Value};
+
+use crate::trace::TraceIds;
+
+/// Why a request failed (CONTRACT §5 `error.kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorKind {
+    /// Could not connect to the endpoint.
+    Connect,
+    /// No complete response within `--request-timeout`.
+    Timeout,
+    /// The connection was reset or closed in the middle of the exchange.
+    Reset,
+    /// The server answered with a non-success status, or an error event.
+    Http,
+    /// The response broke HTTP, chunked or SSE framing.
+    Protocol,
+    /// Another I/O error.
+    Io,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Reset => "reset",
+            ErrorKind::Http => "http",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Io => "io",
+        }
+    }
+
+    pub fn from_io(e: &io::Error) -> ErrorKind {
+        use io::ErrorKind as K;
+        match e.kind() {
+            K::ConnectionRefused
+            | K::HostUnreachable
+            | K::NetworkUnreachable
+            | K::AddrNotAvailable => ErrorKind::Connect,
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
+                ErrorKind::Reset
+            }
+            K::TimedOut => ErrorKind::Timeout,
+            _ => ErrorKind::Io,
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+/// One request, as measured. Times are nanoseconds since the run start.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestRecord {
+    pub index: u64,
+    pub endpoint: String,
+    pub status: Option<u16>,
+    pub error: Option<RequestError>,
+    pub scheduled_ns: u64,
+    pub sent_ns: Option<u64>,
+    pub first_token_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    pub input_tokens: Option<u64>,
+    pub prompt_tokens: Option<u64>,
+    pub output_tokens_target: Option<u64>,
+    /// Server usage, else the number of content chunks.
+    pub output_tokens: Option<u64>,
+    pub chunks: u64,
+    /// With `--record-itl`: the arrival time of each content chunk and its token count.
+    pub chunk_times_ns: Option<Vec<u64>>,
+    pub chunk_tokens: Option<Vec<u32>>,
+    pub ids: TraceIds,
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+impl RequestRecord {
+    pub fn ok(&self) -> bool {
+        self.error.is_none() && self.status.is_some_and(|s| (200..300).contains(&s))
+    }
+
+    pub fn drift_ms(&self) -> Option<f64> {
+        self.sent_ns
+            .map(|s| (s as f64 - self.scheduled_ns as f64) / 1e6)
+    }
+
+    pub fn ttft_ms(&self) -> Option<f64> {
+        Some(ms(self.first_token_ns?.checked_sub(self.sent_ns?)?))
+    }
+
+    pub fn ttft_from_schedule_ms(&self) -> Option<f64> {
+        Some(ms(self.first_token_ns?.saturating_sub(self.scheduled_ns)))
+    }
+
+    pub fn e2el_ms(&self) -> Option<f64> {
+        Some(ms(self.end_ns?.checked_sub(self.sent_ns?)?))
+    }
+
+    /// (E2EL - TTFT) / (output_tokens - 1), for streamed requests with more than one token.
+    pub fn tpot_ms(&self) -> Option<f64> {
+        let out = self.output_tokens?;
+        if out <= 1 || self.chunks == 0 {
+            return None;
+        }
+        Some((self.e2el_ms()? - self.ttft_ms()?) / (out - 1) as f64)
+    }
+
+    /// The record as one JSON object (CONTRACT §5).
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        let opt_ms = |v: Option<u64>| v.map(ms);
+        m.insert("index".into(), json!(self.index));
+        m.insert("endpoint".into(), json!(self.endpoint));
+        m.insert("status".into(), json!(self.status));
+        m.insert(
+            "error".into(),
+            self.error.as_ref().map_or(
+                Value::Null,
+                |e| json!({"kind": e.kind.as_str(), "message": e.message}),
+            ),
+        );
+        m.insert("scheduled_ms".into(), json!(ms(self.scheduled_ns)));
+        m.insert("sent_ms".into(), json!(opt_ms(self.sent_ns)));
+        m.insert("drift_ms".into(), json!(self.drift_ms()));
+        m.insert("first_token_ms".into(), json!(opt_ms(self.first_token_ns)));
+        m.insert("end_ms".into(), json!(opt_ms(self.end_ns)));
+        m.insert("ttft_ms".into(), json!(self.ttft_ms()));
+        m.insert(
+            "ttft_from_schedule_ms".into(),
+            json!(self.ttft_from_schedule_ms()),
+        );
+        m.insert("e2el_ms".into(), json!(self.e2el_ms()));
+        m.insert("tpot_ms".into(), json!(self.tpot_ms()));
+        m.insert("input_tokens".into(), json!(self.input_tokens));
+        m.insert("prompt_tokens".into(), json!(self.prompt_tokens));
+        m.insert(
+            "output_tokens_target".into(),
+            json!(self.output_tokens_target),
+        );
+        m.insert("output_tokens".into(), json!(self.output_tokens));
+        m.insert("chunks".into(), json!(self.chunks));
+        if let Some(times) = &self.chunk_times_ns {
+            m.insert(
+                "chunk_times_ms".into(),
+                json!(times.iter().map(|&t| ms(t)).collect::<Vec<_>>()),
+            );
+        }
+        if let Some(tokens) = &self.chunk_tokens {
+            m.insert("chunk_tokens".into(), json!(tokens));
+        }
+        if let Some(s) = &self.ids.session_id {
+            m.insert("session_id".into(), json!(s));
+        }
+        if let Some(c) = self.ids.chat_id {
+            m.insert("chat_id".into(), json!(c));
+        }
+        if let Some(p) = self.ids.parent_chat_id {
+            m.insert("parent_chat_id".into(), json!(p));
+        }
+        Value::Object(m)
+    }
+}
+
+/// Writes records as JSON lines; the caller flushes after each batch so that a crash loses
+/// nothing already measured.
+pub struct RecordWriter<W: Write> {
+    out: W,
+}
+
+impl<W: Write> RecordWriter<W> {
+    pub fn new(out: W) -> Self {
+        RecordWriter { out }
+    }
+
+    pub fn write(&mut self, record: &RequestRecord) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, &record.to_json())?;
+        self.out.write_all(b"\n")
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_metrics_follow_contract_definitions() {
+        let r = RequestRecord {
+            status: Some(200),
+            scheduled_ns: 1_000_000,
+            sent_ns: Some(1_500_000),
+            first_token_ns: Some(11_500_000),
+            end_ns: Some(31_500_000),
+            output_tokens: Some(5),
+            chunks: 5,
+            ..RequestRecord::default()
+        };
+        assert!(r.ok());
+        assert_eq!(r.drift_ms(), Some(0.5));
+        assert_eq!(r.ttft_ms(), Some(10.0));
+        assert_eq!(r.ttft_from_schedule_ms(), Some(10.5));
+        assert_eq!(r.e2el_ms(), Some(30.0));
+        assert_eq!(r.tpot_ms(), Some(5.0));
+        let one = RequestRecord {
+            output_tokens: Some(1),
+            ..r.clone()
+        };
+        assert_eq!(one.tpot_ms(), None);
+        let v = r.to_json();
+        for key in [
+            "index",
+            "endpoint",
+            "status",
+            "error",
+            "scheduled_ms",
+            "sent_ms",
+            "drift_ms",
+            "first_token_ms",
+            "end_ms",
+            "ttft_ms",
+            "ttft_from_schedule_ms",
+            "e2el_ms",
+            "tpot_ms",
+            "input_tokens",
+            "prompt_tokens",
+            "output_tokens_target",
+            "output_tokens",
+            "chunks",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+    }
+}

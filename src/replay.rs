@@ -1,0 +1,560 @@
+//! `llmreplay replay`: wires the stages together.
+//!
+//! trace (validated up front) -> producers -> bounded channel -> senders -> records ->
+//! collector (JSONL, flushed per batch) -> summary and reports.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+
+use crate::affinity;
+use crate::api::BodyOptions;
+use crate::cli::{ms_to_ns, ReplayArgs};
+use crate::clock::RunClock;
+use crate::error::{Error, Result};
+use crate::http::endpoint::Endpoint;
+use crate::http::probe;
+use crate::mock::{MockConfig, MockServer};
+use crate::pipeline::{spawn_producers, RequestBuilder, Schedule};
+use crate::prompt::{load_tokenizer, PromptSynth, SafeVocab};
+use crate::record::{RecordWriter, RequestRecord};
+use crate::report;
+use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, Target};
+use crate::stats::{latency_histogram, Summary, SummaryBuilder};
+use crate::trace::{detect_format, inspect, TraceReader};
+
+/// Time between resolving everything and the first possible deadline: producers fill the
+/// channel and senders open their connections meanwhile.
+const START_LEAD_NS: u64 = 500_000_000;
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// What a finished replay leaves behind.
+pub struct RunOutcome {
+    pub summary: Summary,
+    /// The output directory, when one was written.
+    pub dir: Option<PathBuf>,
+    pub requests_path: PathBuf,
+    pub sender_cpu_s: f64,
+}
+
+pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
+    check_args(args)?;
+    let format = detect_format(&args.trace, args.format)?;
+    let block_size = args.block_size.unwrap_or(format.default_block_size());
+    let trace_stats = inspect::scan(&args.trace, format, block_size, args.max_requests)?;
+    if trace_stats.records == 0 {
+        return Err(Error::Trace {
+            file: args.trace.clone(),
+            line: 1,
+            message: "the trace has no records".into(),
+        });
+    }
+    let say = |msg: String| {
+        if !args.quiet {
+            eprintln!("{msg}");
+        }
+    };
+    say(format!(
+        "trace {}: {} records ({:?}), {:.1} s of trace time, {:.2} req/s",
+        args.trace.display(),
+        trace_stats.records,
+        format,
+        trace_stats.span_ms / 1000.0,
+        trace_stats.mean_rate()
+    ));
+
+    // Prompt synthesis, only when some record carries lengths instead of text.
+    let needs_tokenizer = trace_stats.verbatim_records < trace_stats.records;
+    let synth = match (&args.tokenizer, needs_tokenizer) {
+        (Some(path), true) => {
+            let started = Instant::now();
+            let (tokenizer, file) = load_tokenizer(path)?;
+            let vocab = SafeVocab::from_tokenizer(&tokenizer, &file)?;
+            say(format!("tokenizer {}: {} boundary-stable tokens ({:.2} s)", file.display(), vocab.len(), started.elapsed().as_secs_f64()));
+            Some(PromptSynth::new(Arc::new(vocab), args.seed, block_size))
+        }
+        (None, true) => {
+            return Err(Error::Usage(
+                "the trace gives lengths, not text: give --tokenizer PATH (a tokenizer.json or a model directory) to synthesise prompts"
+                    .into(),
+            ))
+        }
+        (_, false) => None,
+    };
+
+    // Endpoints: the in-process mock, or the given servers.
+    let mock = if args.mock {
+        let cfg = MockConfig {
+            ttft_ns: ms_to_ns(args.mock_ttft_ms),
+            itl_ns: ms_to_ns(args.mock_itl_ms),
+            ..MockConfig::default()
+        };
+        let server = MockServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), cfg)
+            .map_err(|e| Error::Run(format!("cannot start the mock: {e}")))?;
+        say(format!("mock server on {}", server.addr()));
+        Some(server)
+    } else {
+        None
+    };
+    let urls: Vec<String> = match &mock {
+        Some(m) => vec![format!("http://{}", m.addr())],
+        None => args.endpoints.clone(),
+    };
+    let endpoints: Vec<Endpoint> = urls
+        .iter()
+        .map(|u| Endpoint::parse(u).map_err(Error::Usage))
+        .collect::<Result<_>>()?;
+    if let Some(e) = endpoints.iter().find(|e| e.tls) {
+        return Err(Error::Usage(format!(
+            "endpoint {}: https is not supported yet; use an http:// endpoint",
+            e.url
+        )));
+    }
+    let addrs: Vec<SocketAddr> = endpoints
+        .iter()
+        .map(|e| e.resolve().map_err(Error::Usage))
+        .collect::<Result<_>>()?;
+    let mut reachable = 0;
+    for (e, addr) in endpoints.iter().zip(&addrs) {
+        match probe::reachable(*addr, PROBE_TIMEOUT) {
+            Ok(()) => reachable += 1,
+            Err(err) => eprintln!(
+                "warning: endpoint {} ({addr}) is not reachable: {err}",
+                e.url
+            ),
+        }
+    }
+    if reachable == 0 {
+        return Err(Error::Run(
+            "no endpoint is reachable; nothing was sent".into(),
+        ));
+    }
+
+    let auth = std::env::var(&args.api_key_env)
+        .ok()
+        .filter(|k| !k.is_empty());
+    let mut extra_headers = String::new();
+    if let Some(key) = &auth {
+        extra_headers.push_str(&format!("Authorization: Bearer {key}\r\n"));
+    }
+    for h in &args.headers {
+        extra_headers.push_str(&parse_header(h)?);
+    }
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => discover_model(&endpoints, &addrs, &extra_headers)?,
+    };
+
+    // Output.
+    let dir = match (&args.output, &args.output_path) {
+        (Some(d), _) => Some(d.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(report::default_dir()),
+    };
+    if let Some(d) = &dir {
+        report::prepare_dir(d, args.force)?;
+    }
+    let requests_path = args.output_path.clone().unwrap_or_else(|| {
+        dir.as_ref()
+            .expect("a dir or a path")
+            .join("requests.jsonl")
+    });
+    let requests_file = File::create(&requests_path).map_err(|e| Error::io(&requests_path, e))?;
+
+    let stream = !args.no_stream;
+    let extra_body = match &args.extra_body {
+        None => None,
+        Some(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(m)) => Some(m),
+            _ => {
+                return Err(Error::Usage(format!(
+                    "--extra-body {text:?}: expected a JSON object"
+                )))
+            }
+        },
+    };
+    let builder = Arc::new(RequestBuilder {
+        api: args.api,
+        body: BodyOptions {
+            model_json: json!(model).to_string(),
+            stream,
+            exact_output: !args.no_exact_output,
+            extra_body,
+        },
+        synth,
+    });
+
+    let num_sender = args.num_sender.max(1);
+    let cores = core_affinity::get_core_ids().map_or(1, |c| c.len());
+    let num_producer = args
+        .num_producer
+        .unwrap_or_else(|| cores.saturating_sub(num_sender).max(1));
+    let placement = affinity::plan(&args.pin_cores, num_sender, num_producer)?;
+    if let Some(w) = &placement.warning {
+        say(format!("warning: {w}"));
+    }
+
+    let clock = RunClock::new();
+    let t0_ns = clock.now_ns() + START_LEAD_NS;
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+        + START_LEAD_NS / 1_000_000;
+    let targets: Vec<Target> = endpoints
+        .iter()
+        .zip(&addrs)
+        .map(|(e, addr)| Target {
+            url: e.url.clone(),
+            addr: *addr,
+            request_head: request_head(e, args.api.path(), stream, &extra_headers),
+        })
+        .collect();
+    let sender_cfg = Arc::new(SenderConfig {
+        targets,
+        api: args.api,
+        stream,
+        request_timeout_ns: (args.request_timeout * 1e9) as u64,
+        spare_connections: args.connections.max(1),
+        lookahead: (args.channel_capacity / num_sender).clamp(16, 1024),
+        spin_ns: args.spin_us * 1000,
+        record_itl: args.record_itl,
+        t0_ns,
+    });
+
+    if let Some(d) = &dir {
+        let run = run_json(
+            args,
+            &model,
+            format,
+            block_size,
+            &trace_stats,
+            &endpoints,
+            num_producer,
+            num_sender,
+            auth.is_some(),
+            started_unix_ms,
+        );
+        report::write_json(&d.join("run.json"), &run)?;
+    }
+
+    // Start the stages.
+    let (tx, rx) = crossbeam_channel::bounded(args.channel_capacity.max(1));
+    let (rec_tx, rec_rx) = crossbeam_channel::unbounded::<RequestRecord>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let schedule = Schedule {
+        origin_ms: trace_stats.first_timestamp_ms,
+        time_scale: args.time_scale,
+        duration_ms: args.duration.map(|d| d * 1000.0),
+        max_requests: args.max_requests,
+    };
+    let reader = TraceReader::open(&args.trace, format)?;
+    let producers = spawn_producers(
+        num_producer,
+        reader,
+        schedule,
+        Arc::clone(&builder),
+        tx,
+        placement.producers.clone(),
+        Arc::clone(&stop),
+    );
+    let progress = Arc::new(Progress::default());
+    let senders: Vec<_> = (0..num_sender)
+        .map(|i| {
+            spawn_sender(
+                i,
+                Arc::clone(&sender_cfg),
+                clock.clone(),
+                rx.clone(),
+                rec_tx.clone(),
+                Arc::clone(&progress),
+                placement.senders[i],
+            )
+        })
+        .collect();
+    drop(rx);
+    drop(rec_tx);
+
+    // Collect records as they complete.
+    let mut writer = RecordWriter::new(BufWriter::with_capacity(1 << 16, requests_file));
+    let mut summary = SummaryBuilder::default();
+    let mut live = LiveProgress::new(trace_stats.records, !args.quiet);
+    let write_err = |e| Error::io(&requests_path, e);
+    loop {
+        match rec_rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(first) => {
+                for r in std::iter::once(first).chain(rec_rx.try_iter()) {
+                    writer.write(&r).map_err(write_err)?;
+                    summary.add(&r);
+                    live.add(&r);
+                }
+                writer.flush().map_err(write_err)?;
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+        live.maybe_print(&progress, &clock, t0_ns);
+    }
+    writer.flush().map_err(write_err)?;
+
+    let mut producer_error = None;
+    for p in producers {
+        match p.join() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => producer_error = producer_error.or(Some(e)),
+            Err(_) => {
+                producer_error =
+                    producer_error.or(Some(Error::Run("a producer thread panicked".into())))
+            }
+        }
+    }
+    let mut itl = latency_histogram();
+    let mut token_itl = latency_histogram();
+    let mut sender_cpu_ns = 0;
+    for s in senders {
+        let report: SenderReport = s
+            .join()
+            .map_err(|_| Error::Run("a sender thread panicked".into()))?
+            .map_err(|e| Error::Run(format!("sender: {e}")))?;
+        itl.add(&report.itl_ns).ok();
+        token_itl.add(&report.token_itl_ns).ok();
+        sender_cpu_ns += report.cpu_ns;
+    }
+    if let Some(m) = mock {
+        m.stop().ok();
+    }
+
+    let summary = summary.finish(&itl, &token_itl, &[]);
+    if let Some(d) = &dir {
+        report::write_summary(d, &summary)?;
+    }
+    if let Some(e) = producer_error {
+        return Err(e);
+    }
+    Ok(RunOutcome {
+        summary,
+        dir,
+        requests_path,
+        sender_cpu_s: sender_cpu_ns as f64 / 1e9,
+    })
+}
+
+fn check_args(args: &ReplayArgs) -> Result<()> {
+    let positive = |name: &str, v: f64| {
+        if v.is_finite() && v > 0.0 {
+            Ok(())
+        } else {
+            Err(Error::Usage(format!(
+                "{name} must be a positive number, got {v}"
+            )))
+        }
+    };
+    positive("--time-scale", args.time_scale)?;
+    positive("--request-timeout", args.request_timeout)?;
+    if let Some(d) = args.duration {
+        positive("--duration", d)?;
+    }
+    if !args.mock && args.endpoints.is_empty() {
+        return Err(Error::Usage(
+            "give --endpoint URL (repeatable), or --mock to use the built-in mock server".into(),
+        ));
+    }
+    if args.channel_capacity == 0 || args.num_sender == 0 || args.num_producer == Some(0) {
+        return Err(Error::Usage(
+            "--channel-capacity, --num-sender and --num-producer must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates `Name: value` and returns it as a header line.
+fn parse_header(h: &str) -> Result<String> {
+    let bad = || Error::Usage(format!("-H {h:?}: expected 'Name: value'"));
+    let (name, value) = h.split_once(':').ok_or_else(bad)?;
+    let name = name.trim();
+    if name.is_empty()
+        || name.bytes().any(|b| !b.is_ascii_graphic())
+        || value.contains(['\r', '\n'])
+    {
+        return Err(bad());
+    }
+    Ok(format!("{name}: {}\r\n", value.trim()))
+}
+
+/// The request line and fixed headers of every request to `endpoint`.
+fn request_head(endpoint: &Endpoint, api_path: &str, stream: bool, extra_headers: &str) -> Vec<u8> {
+    let accept = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    format!(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: llmreplay/{}\r\nAccept: {accept}\r\nContent-Type: application/json\r\n{extra_headers}",
+        endpoint.request_path(api_path),
+        endpoint.host_header(),
+        env!("CARGO_PKG_VERSION"),
+    )
+    .into_bytes()
+}
+
+fn discover_model(endpoints: &[Endpoint], addrs: &[SocketAddr], headers: &str) -> Result<String> {
+    let mut last = String::new();
+    for (e, addr) in endpoints.iter().zip(addrs) {
+        match probe::get(
+            *addr,
+            &e.host_header(),
+            &e.request_path("/v1/models"),
+            headers,
+            PROBE_TIMEOUT,
+        ) {
+            Ok((200, body)) => {
+                if let Some(m) = probe::first_model(&body) {
+                    return Ok(m);
+                }
+                last = format!("{}: /v1/models lists no model", e.url);
+            }
+            Ok((status, _)) => last = format!("{}: GET /v1/models answered {status}", e.url),
+            Err(err) => last = format!("{}: GET /v1/models failed: {err}", e.url),
+        }
+    }
+    Err(Error::Usage(format!(
+        "could not discover the model name ({last}); give --model NAME"
+    )))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_json(
+    args: &ReplayArgs,
+    model: &str,
+    format: crate::trace::Format,
+    block_size: u32,
+    stats: &inspect::TraceStats,
+    endpoints: &[Endpoint],
+    num_producer: usize,
+    num_sender: usize,
+    has_api_key: bool,
+    started_unix_ms: u64,
+) -> Value {
+    // Header values may be credentials: only their names are saved.
+    let header_names: Vec<&str> = args
+        .headers
+        .iter()
+        .filter_map(|h| h.split_once(':').map(|(n, _)| n.trim()))
+        .collect();
+    let mut m = Map::new();
+    m.insert("tool".into(), json!("llmreplay"));
+    m.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+    m.insert("started_unix_ms".into(), json!(started_unix_ms));
+    m.insert("trace".into(), json!(args.trace));
+    m.insert("format".into(), json!(format));
+    m.insert("block_size".into(), json!(block_size));
+    m.insert(
+        "trace_stats".into(),
+        serde_json::to_value(stats).unwrap_or(Value::Null),
+    );
+    m.insert(
+        "endpoints".into(),
+        json!(endpoints.iter().map(|e| &e.url).collect::<Vec<_>>()),
+    );
+    m.insert(
+        "mock".into(),
+        json!(args
+            .mock
+            .then(|| json!({"ttft_ms": args.mock_ttft_ms, "itl_ms": args.mock_itl_ms}))),
+    );
+    m.insert("api".into(), json!(args.api));
+    m.insert("model".into(), json!(model));
+    m.insert("stream".into(), json!(!args.no_stream));
+    m.insert("exact_output".into(), json!(!args.no_exact_output));
+    m.insert("tokenizer".into(), json!(args.tokenizer));
+    m.insert("seed".into(), json!(args.seed));
+    m.insert("time_scale".into(), json!(args.time_scale));
+    m.insert("duration_s".into(), json!(args.duration));
+    m.insert("max_requests".into(), json!(args.max_requests));
+    m.insert("num_producer".into(), json!(num_producer));
+    m.insert("num_sender".into(), json!(num_sender));
+    m.insert("channel_capacity".into(), json!(args.channel_capacity));
+    m.insert("pin_cores".into(), json!(args.pin_cores));
+    m.insert("connections".into(), json!(args.connections));
+    m.insert("request_timeout_s".into(), json!(args.request_timeout));
+    m.insert("record_itl".into(), json!(args.record_itl));
+    m.insert("spin_us".into(), json!(args.spin_us));
+    m.insert("header_names".into(), json!(header_names));
+    m.insert(
+        "api_key".into(),
+        json!(has_api_key.then(|| format!("from ${} (not saved)", args.api_key_env))),
+    );
+    m.insert("extra_body".into(), json!(args.extra_body));
+    Value::Object(m)
+}
+
+/// The progress line on stderr.
+struct LiveProgress {
+    enabled: bool,
+    total: u64,
+    done: u64,
+    failed: u64,
+    output_tokens: u64,
+    window_max_drift_ms: f64,
+    last: Instant,
+    last_done: u64,
+    last_tokens: u64,
+}
+
+impl LiveProgress {
+    fn new(total: u64, enabled: bool) -> Self {
+        LiveProgress {
+            enabled,
+            total,
+            done: 0,
+            failed: 0,
+            output_tokens: 0,
+            window_max_drift_ms: 0.0,
+            last: Instant::now(),
+            last_done: 0,
+            last_tokens: 0,
+        }
+    }
+
+    fn add(&mut self, r: &RequestRecord) {
+        self.done += 1;
+        if r.ok() {
+            self.output_tokens += r.output_tokens.unwrap_or(0);
+        } else {
+            self.failed += 1;
+        }
+        self.window_max_drift_ms = self.window_max_drift_ms.max(r.drift_ms().unwrap_or(0.0));
+    }
+
+    fn maybe_print(&mut self, progress: &Progress, clock: &RunClock, t0: u64) {
+        let elapsed = self.last.elapsed();
+        if !self.enabled || elapsed < PROGRESS_EVERY {
+            return;
+        }
+        let secs = elapsed.as_secs_f64();
+        let sent = progress.sent.load(Ordering::Relaxed);
+        let run_s = clock.now_ns().saturating_sub(t0) as f64 / 1e9;
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(
+            err,
+            "[{run_s:8.1}s] sent {sent}/{} done {} failed {} in-flight {} | {:.1} req/s {:.0} tok/s | max drift {:.3} ms",
+            self.total,
+            self.done,
+            self.failed,
+            sent.saturating_sub(self.done),
+            (self.done - self.last_done) as f64 / secs,
+            (self.output_tokens - self.last_tokens) as f64 / secs,
+            self.window_max_drift_ms
+        );
+        self.last = Instant::now();
+        self.last_done = self.done;
+        self.last_tokens = self.output_tokens;
+        self.window_max_drift_ms = 0.0;
+    }
+}

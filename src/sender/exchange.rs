@@ -1,0 +1,201 @@
+//! One request on the wire: what has been written, and everything measured about its response.
+
+use hdrhistogram::Histogram;
+
+use crate::api::{excerpt, EventScanner, StreamEvent, EXCERPT};
+use crate::http::response::{ResponseHead, ResponseSink};
+use crate::http::sse::SseScanner;
+use crate::pipeline::PreparedRequest;
+use crate::record::{ErrorKind, RequestError, RequestRecord};
+
+/// Largest non-streamed body kept for parsing; larger ones are a protocol error.
+const MAX_BODY: usize = 16 << 20;
+
+/// Inter-token latency histograms of one sender thread (nanoseconds).
+pub struct Hists {
+    pub itl: Histogram<u64>,
+    pub token_itl: Histogram<u64>,
+}
+
+pub struct Exchange {
+    pub req: PreparedRequest,
+    /// Bytes of request head + payload written so far.
+    pub written: usize,
+    pub sent_ns: Option<u64>,
+    pub status: Option<u16>,
+    /// The body is an event stream (decided when the head arrives).
+    sse: bool,
+    pub first_token_ns: Option<u64>,
+    last_chunk_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    chunks: u64,
+    counted_tokens: u64,
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    pub error: Option<RequestError>,
+    chunk_times: Option<Vec<u64>>,
+    chunk_tokens: Option<Vec<u32>>,
+}
+
+impl Exchange {
+    pub fn new(req: PreparedRequest, record_itl: bool) -> Self {
+        Exchange {
+            req,
+            written: 0,
+            sent_ns: None,
+            status: None,
+            sse: false,
+            first_token_ns: None,
+            last_chunk_ns: None,
+            end_ns: None,
+            chunks: 0,
+            counted_tokens: 0,
+            prompt_tokens: None,
+            completion_tokens: None,
+            error: None,
+            chunk_times: record_itl.then(Vec::new),
+            chunk_tokens: record_itl.then(Vec::new),
+        }
+    }
+
+    pub fn fail(&mut self, kind: ErrorKind, message: impl Into<String>) {
+        if self.error.is_none() {
+            self.error = Some(RequestError {
+                kind,
+                message: message.into(),
+            });
+        }
+    }
+
+    fn on_event(&mut self, ev: StreamEvent, now: u64, hists: &mut Hists) {
+        if let Some(message) = ev.error {
+            self.fail(ErrorKind::Http, message);
+            return;
+        }
+        if ev.prompt_tokens.is_some() {
+            self.prompt_tokens = ev.prompt_tokens;
+        }
+        let mut tokens = 1;
+        if let Some(total) = ev.completion_tokens {
+            if ev.content {
+                tokens = total
+                    .saturating_sub(self.completion_tokens.unwrap_or(0))
+                    .max(1);
+            }
+            self.completion_tokens = Some(total);
+        }
+        if !ev.content {
+            return;
+        }
+        self.chunks += 1;
+        self.counted_tokens += tokens;
+        match self.last_chunk_ns {
+            None => self.first_token_ns = Some(now),
+            Some(prev) => {
+                let gap = now.saturating_sub(prev).max(1);
+                let _ = hists.itl.record(gap);
+                let _ = hists.token_itl.record_n((gap / tokens).max(1), tokens);
+            }
+        }
+        self.last_chunk_ns = Some(now);
+        if let (Some(times), Some(counts)) = (&mut self.chunk_times, &mut self.chunk_tokens) {
+            times.push(now);
+            counts.push(tokens.min(u64::from(u32::MAX)) as u32);
+        }
+    }
+
+    /// Completes the exchange at `now`: reads a whole body, judges the status.
+    pub fn finish_response(&mut self, body: &[u8], scanner: &EventScanner, now: u64) {
+        self.end_ns = Some(now);
+        let status = self.status.unwrap_or(0);
+        if !(200..300).contains(&status) {
+            self.fail(ErrorKind::Http, format!("HTTP {status}: {}", excerpt(body)));
+        } else if !self.sse {
+            let full = scanner.parse_body(body);
+            if let Some(message) = full.error {
+                self.fail(ErrorKind::Http, message);
+            }
+            self.prompt_tokens = full.prompt_tokens;
+            self.completion_tokens = full.completion_tokens;
+            // The whole answer arrives at once: its first token is its last byte.
+            self.first_token_ns = Some(now);
+        }
+    }
+
+    /// The record of this exchange; times are made relative to the run start `t0`.
+    pub fn into_record(self, endpoint: &str, t0: u64) -> RequestRecord {
+        let rel = |t: Option<u64>| t.map(|t| t.saturating_sub(t0));
+        let output_tokens = self
+            .completion_tokens
+            .or((self.chunks > 0).then_some(self.counted_tokens));
+        RequestRecord {
+            index: self.req.index,
+            endpoint: endpoint.to_string(),
+            status: self.status,
+            error: self.error,
+            scheduled_ns: self.req.scheduled_ns,
+            sent_ns: rel(self.sent_ns),
+            first_token_ns: rel(self.first_token_ns),
+            end_ns: rel(self.end_ns),
+            input_tokens: self.req.input_tokens,
+            prompt_tokens: self.prompt_tokens,
+            output_tokens_target: self.req.output_tokens_target,
+            output_tokens,
+            chunks: self.chunks,
+            chunk_times_ns: self
+                .chunk_times
+                .map(|v| v.into_iter().map(|t| t.saturating_sub(t0)).collect()),
+            chunk_tokens: self.chunk_tokens,
+            ids: self.req.ids,
+        }
+    }
+}
+
+/// Feeds one read's worth of response bytes into an exchange (all stamped with `now`).
+pub struct Feed<'a> {
+    pub ex: &'a mut Exchange,
+    pub sse: &'a mut SseScanner,
+    pub body: &'a mut Vec<u8>,
+    pub scanner: &'a EventScanner,
+    pub hists: &'a mut Hists,
+    pub now: u64,
+    /// The request asked for a stream.
+    pub stream: bool,
+}
+
+impl ResponseSink for Feed<'_> {
+    fn head(&mut self, head: &ResponseHead) {
+        self.ex.status = Some(head.status);
+        let success = (200..300).contains(&head.status);
+        self.ex.sse = success && (head.event_stream || self.stream);
+    }
+
+    fn body(&mut self, data: &[u8]) {
+        if self.ex.sse {
+            let Feed {
+                ex,
+                sse,
+                scanner,
+                hists,
+                now,
+                ..
+            } = self;
+            if let Err(e) = sse.feed(data, |payload| {
+                ex.on_event(scanner.scan(payload), *now, hists)
+            }) {
+                ex.fail(ErrorKind::Protocol, e.to_string());
+            }
+            return;
+        }
+        let success = self.ex.status.is_some_and(|s| (200..300).contains(&s));
+        let limit = if success { MAX_BODY } else { EXCERPT };
+        let room = limit.saturating_sub(self.body.len());
+        if success && data.len() > room {
+            self.ex.fail(
+                ErrorKind::Protocol,
+                format!("response body larger than {MAX_BODY} bytes"),
+            );
+        }
+        self.body.extend_from_slice(&data[..data.len().min(room)]);
+    }
+}

@@ -1,0 +1,662 @@
+//! Sender threads: each one mio event loop over keep-alive HTTP/1.1 connections.
+//!
+//! A sender pulls prepared requests from the shared channel into a local min-heap (bounded by
+//! `lookahead`), and writes each on its deadline: a timerfd wakes `poll` just before it and
+//! the last stretch is spun, so sockets keep being served while waiting. Every request ends in
+//! exactly one record, sent to the collector as soon as it completes.
+//!
+//! Connections are kept in a slab whose tokens carry a generation, so an event for a closed
+//! connection can never reach the connection that reuses its slot.
+
+mod exchange;
+
+use std::collections::{BinaryHeap, VecDeque};
+use std::io::{self, IoSlice, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender as ChannelSender, TryRecvError};
+use hdrhistogram::Histogram;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+
+use crate::api::{Api, EventScanner};
+use crate::clock::{minimise_timer_slack, thread_cpu_ns, DeadlineTimer, RunClock};
+use crate::http::response::{ResponseParser, Step};
+use crate::http::sse::SseScanner;
+use crate::pipeline::PreparedRequest;
+use crate::record::{ErrorKind, RequestRecord};
+use crate::stats::latency_histogram;
+use exchange::{Exchange, Feed, Hists};
+
+const TIMER: Token = Token(usize::MAX);
+const READ_BUF: usize = 64 << 10;
+/// How often in-flight requests are checked against `--request-timeout`.
+const HOUSEKEEPING_NS: u64 = 10_000_000;
+const FIRST_BACKOFF_NS: u64 = 10_000_000;
+const MAX_BACKOFF_NS: u64 = 1_000_000_000;
+
+/// One endpoint as the senders see it.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub url: String,
+    pub addr: SocketAddr,
+    /// Request line and headers, up to (not including) `Content-Length`.
+    pub request_head: Vec<u8>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SenderConfig {
+    pub targets: Vec<Target>,
+    pub api: Api,
+    pub stream: bool,
+    pub request_timeout_ns: u64,
+    /// Idle connections kept ready per endpoint (opened before the first deadline).
+    pub spare_connections: usize,
+    /// Requests held in a sender's heap at most.
+    pub lookahead: usize,
+    /// The final stretch before a deadline that is spun rather than slept.
+    pub spin_ns: u64,
+    pub record_itl: bool,
+    /// The run start on the shared clock; deadlines are `t0 + scheduled_ns`.
+    pub t0_ns: u64,
+}
+
+/// Live counters shared with the progress display.
+#[derive(Default)]
+pub struct Progress {
+    pub sent: AtomicU64,
+}
+
+/// What a sender thread hands back when it ends.
+pub struct SenderReport {
+    pub itl_ns: Histogram<u64>,
+    pub token_itl_ns: Histogram<u64>,
+    pub cpu_ns: u64,
+    pub reads: u64,
+    pub bytes_read: u64,
+}
+
+pub fn spawn_sender(
+    id: usize,
+    cfg: Arc<SenderConfig>,
+    clock: RunClock,
+    rx: Receiver<PreparedRequest>,
+    records: ChannelSender<RequestRecord>,
+    progress: Arc<Progress>,
+    core: Option<core_affinity::CoreId>,
+) -> JoinHandle<io::Result<SenderReport>> {
+    std::thread::Builder::new()
+        .name(format!("sender-{id}"))
+        .spawn(move || {
+            if let Some(core) = core {
+                core_affinity::set_for_current(core);
+            }
+            minimise_timer_slack();
+            SenderLoop::new(cfg, clock, rx, records, progress)?.run()
+        })
+        .expect("spawn sender thread")
+}
+
+struct Conn {
+    stream: TcpStream,
+    target: usize,
+    connected: bool,
+    exchange: Option<Exchange>,
+    parser: ResponseParser,
+    sse: SseScanner,
+    body: Vec<u8>,
+}
+
+struct Slot {
+    generation: u32,
+    conn: Option<Conn>,
+}
+
+/// Per-endpoint pool state.
+struct Pool {
+    idle: Vec<usize>,
+    connecting: usize,
+    /// Due requests waiting for a connection.
+    waiting: VecDeque<Exchange>,
+    /// After a failed connect, no new connection before this time.
+    down_until: u64,
+    backoff_ns: u64,
+}
+
+struct SenderLoop {
+    cfg: Arc<SenderConfig>,
+    clock: RunClock,
+    poll: Poll,
+    timer: DeadlineTimer,
+    armed_for: Option<u64>,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    pools: Vec<Pool>,
+    heap: BinaryHeap<PreparedRequest>,
+    in_flight: usize,
+    rx: Receiver<PreparedRequest>,
+    producers_done: bool,
+    records: ChannelSender<RequestRecord>,
+    progress: Arc<Progress>,
+    read_buf: Vec<u8>,
+    scanner: EventScanner,
+    hists: Hists,
+    next_housekeeping: u64,
+    reads: u64,
+    bytes_read: u64,
+}
+
+fn token(slot: usize, generation: u32) -> Token {
+    Token(slot | (generation as usize) << 32)
+}
+
+impl SenderLoop {
+    fn new(
+        cfg: Arc<SenderConfig>,
+        clock: RunClock,
+        rx: Receiver<PreparedRequest>,
+        records: ChannelSender<RequestRecord>,
+        progress: Arc<Progress>,
+    ) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
+        let pools = cfg
+            .targets
+            .iter()
+            .map(|_| Pool {
+                idle: Vec::new(),
+                connecting: 0,
+                waiting: VecDeque::new(),
+                down_until: 0,
+                backoff_ns: FIRST_BACKOFF_NS,
+            })
+            .collect();
+        Ok(SenderLoop {
+            scanner: EventScanner::new(cfg.api),
+            cfg,
+            clock,
+            poll,
+            timer,
+            armed_for: None,
+            slots: Vec::new(),
+            free: Vec::new(),
+            pools,
+            heap: BinaryHeap::new(),
+            in_flight: 0,
+            rx,
+            producers_done: false,
+            records,
+            progress,
+            read_buf: vec![0; READ_BUF],
+            hists: Hists {
+                itl: latency_histogram(),
+                token_itl: latency_histogram(),
+            },
+            next_housekeeping: 0,
+            reads: 0,
+            bytes_read: 0,
+        })
+    }
+
+    fn run(mut self) -> io::Result<SenderReport> {
+        let cpu_start = thread_cpu_ns();
+        for target in 0..self.cfg.targets.len() {
+            self.top_up(target);
+        }
+        let mut events = Events::with_capacity(1024);
+        loop {
+            self.refill();
+            self.send_due();
+            if self.finished() {
+                break;
+            }
+            self.arm_timer();
+            let timeout = if !self.producers_done && self.heap.len() < self.cfg.lookahead {
+                Some(Duration::from_millis(1))
+            } else if self.in_flight > 0 || self.pools.iter().any(|p| !p.waiting.is_empty()) {
+                Some(Duration::from_nanos(HOUSEKEEPING_NS))
+            } else {
+                None
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            for event in events.iter() {
+                if event.token() == TIMER {
+                    self.timer.drain();
+                    self.armed_for = None;
+                } else {
+                    self.on_socket_event(event.token());
+                }
+            }
+            self.housekeeping();
+        }
+        Ok(SenderReport {
+            itl_ns: self.hists.itl,
+            token_itl_ns: self.hists.token_itl,
+            cpu_ns: thread_cpu_ns() - cpu_start,
+            reads: self.reads,
+            bytes_read: self.bytes_read,
+        })
+    }
+
+    fn finished(&self) -> bool {
+        self.producers_done
+            && self.heap.is_empty()
+            && self.in_flight == 0
+            && self.pools.iter().all(|p| p.waiting.is_empty())
+    }
+
+    /// Moves prepared requests from the channel into the deadline heap.
+    fn refill(&mut self) {
+        while self.heap.len() < self.cfg.lookahead {
+            match self.rx.try_recv() {
+                Ok(req) => self.heap.push(req),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.producers_done = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Sends every request whose deadline is within the spin window, spinning up to it.
+    fn send_due(&mut self) {
+        loop {
+            let Some(top) = self.heap.peek() else { return };
+            let due = self.cfg.t0_ns + top.scheduled_ns;
+            if due > self.clock.now_ns() + self.cfg.spin_ns {
+                return;
+            }
+            let req = self.heap.pop().expect("peeked");
+            self.clock.spin_until(due);
+            self.dispatch(req);
+        }
+    }
+
+    fn arm_timer(&mut self) {
+        let Some(top) = self.heap.peek() else { return };
+        let wake = (self.cfg.t0_ns + top.scheduled_ns).saturating_sub(self.cfg.spin_ns);
+        if self.armed_for != Some(wake) {
+            let now = self.clock.now_ns();
+            if self.timer.arm_in(wake.saturating_sub(now)).is_ok() {
+                self.armed_for = Some(wake);
+            }
+        }
+    }
+
+    /// Hands a due request to an idle connection of its endpoint, or queues it.
+    fn dispatch(&mut self, req: PreparedRequest) {
+        let target = (req.index % self.cfg.targets.len() as u64) as usize;
+        let mut ex = Exchange::new(req, self.cfg.record_itl);
+        let now = self.clock.now_ns();
+        if let Some(slot) = self.pools[target].idle.pop() {
+            self.start(slot, ex);
+        } else if now < self.pools[target].down_until && self.pools[target].connecting == 0 {
+            ex.fail(
+                ErrorKind::Connect,
+                format!(
+                    "{} is unreachable (reconnecting with backoff)",
+                    self.cfg.targets[target].url
+                ),
+            );
+            self.emit(ex, target);
+        } else {
+            self.pools[target].waiting.push_back(ex);
+        }
+        self.top_up(target);
+    }
+
+    /// Opens connections so that waiting requests and the spare pool are covered.
+    fn top_up(&mut self, target: usize) {
+        let now = self.clock.now_ns();
+        let pool = &self.pools[target];
+        if now < pool.down_until {
+            return;
+        }
+        let want = pool.waiting.len() + self.cfg.spare_connections;
+        let have = pool.idle.len() + pool.connecting;
+        for _ in have..want {
+            if let Err(e) = self.open(target) {
+                self.connect_failed(target, &e);
+                return;
+            }
+        }
+    }
+
+    fn open(&mut self, target: usize) -> io::Result<()> {
+        let mut stream = TcpStream::connect(self.cfg.targets[target].addr)?;
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(Slot {
+                generation: 0,
+                conn: None,
+            });
+            self.slots.len() - 1
+        });
+        let generation = self.slots[slot].generation;
+        self.poll.registry().register(
+            &mut stream,
+            token(slot, generation),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        self.slots[slot].conn = Some(Conn {
+            stream,
+            target,
+            connected: false,
+            exchange: None,
+            parser: ResponseParser::default(),
+            sse: SseScanner::default(),
+            body: Vec::new(),
+        });
+        self.pools[target].connecting += 1;
+        Ok(())
+    }
+
+    fn connect_failed(&mut self, target: usize, e: &io::Error) {
+        let now = self.clock.now_ns();
+        let url = self.cfg.targets[target].url.clone();
+        let pool = &mut self.pools[target];
+        pool.down_until = now + pool.backoff_ns;
+        pool.backoff_ns = (pool.backoff_ns * 2).min(MAX_BACKOFF_NS);
+        if pool.connecting == 0 {
+            // Nothing else will connect soon: the queued requests fail now, at their deadlines.
+            let waiting = std::mem::take(&mut pool.waiting);
+            for mut ex in waiting {
+                ex.fail(ErrorKind::Connect, format!("connect to {url}: {e}"));
+                self.emit(ex, target);
+            }
+        }
+    }
+
+    fn start(&mut self, slot: usize, ex: Exchange) {
+        let conn = self.slots[slot]
+            .conn
+            .as_mut()
+            .expect("idle slot has a connection");
+        conn.parser.reset();
+        conn.sse.reset();
+        conn.body.clear();
+        conn.exchange = Some(ex);
+        self.in_flight += 1;
+        self.write_some(slot);
+    }
+
+    fn write_some(&mut self, slot: usize) {
+        let conn = self.slots[slot].conn.as_mut().expect("live slot");
+        let Some(ex) = conn.exchange.as_mut() else {
+            return;
+        };
+        let head = &self.cfg.targets[conn.target].request_head;
+        let mut failure = None;
+        loop {
+            let payload = ex.req.payload();
+            let total = head.len() + payload.len();
+            if ex.written >= total {
+                // Fully written: the bytes are no longer needed while the response streams.
+                ex.req.bytes = Vec::new();
+                ex.req.start = 0;
+                break;
+            }
+            let parts = if ex.written < head.len() {
+                [IoSlice::new(&head[ex.written..]), IoSlice::new(payload)]
+            } else {
+                [
+                    IoSlice::new(&payload[ex.written - head.len()..]),
+                    IoSlice::new(&[]),
+                ]
+            };
+            let before = self.clock.now_ns();
+            match conn.stream.write_vectored(&parts) {
+                Ok(0) => {
+                    failure = Some((
+                        ErrorKind::Reset,
+                        "connection closed while sending".to_string(),
+                    ));
+                    break;
+                }
+                Ok(n) => {
+                    if ex.sent_ns.is_none() {
+                        ex.sent_ns = Some(before);
+                        self.progress.sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ex.written += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    failure = Some((ErrorKind::from_io(&e), format!("write: {e}")));
+                    break;
+                }
+            }
+        }
+        if let Some((kind, message)) = failure {
+            self.fail_and_close(slot, kind, message);
+        }
+    }
+
+    fn on_socket_event(&mut self, token: Token) {
+        let slot = token.0 & 0xffff_ffff;
+        let generation = (token.0 >> 32) as u32;
+        match self.slots.get(slot) {
+            Some(s) if s.generation == generation && s.conn.is_some() => {}
+            _ => return, // stale event for a closed connection
+        }
+        let conn = self.slots[slot].conn.as_mut().expect("checked");
+        if !conn.connected {
+            match conn.stream.take_error() {
+                Ok(Some(e)) | Err(e) => {
+                    let target = conn.target;
+                    self.close(slot);
+                    self.connect_failed(target, &e);
+                    return;
+                }
+                Ok(None) => {}
+            }
+            if conn.stream.peer_addr().is_err() {
+                return; // still connecting
+            }
+            conn.connected = true;
+            let _ = conn.stream.set_nodelay(true);
+            let target = conn.target;
+            let pool = &mut self.pools[target];
+            pool.connecting -= 1;
+            pool.backoff_ns = FIRST_BACKOFF_NS;
+            pool.down_until = 0;
+            match pool.waiting.pop_front() {
+                Some(ex) => self.start(slot, ex),
+                None => pool.idle.push(slot),
+            }
+            return;
+        }
+        self.write_some(slot);
+        self.read_all(slot);
+    }
+
+    /// Reads until the socket would block, feeding the response parser.
+    fn read_all(&mut self, slot: usize) {
+        let mut buf = std::mem::take(&mut self.read_buf);
+        loop {
+            let Some(conn) = self.slots[slot].conn.as_mut() else {
+                break;
+            };
+            let n = match conn.stream.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.fail_and_close(slot, ErrorKind::from_io(&e), format!("read: {e}"));
+                    break;
+                }
+            };
+            let now = self.clock.now_ns();
+            self.reads += 1;
+            self.bytes_read += n as u64;
+            if n == 0 {
+                self.on_eof(slot, now);
+                break;
+            }
+            let Some(ex) = conn.exchange.as_mut() else {
+                // Bytes on an idle connection: the server broke the protocol; drop it.
+                self.close(slot);
+                break;
+            };
+            let mut feed = Feed {
+                ex,
+                sse: &mut conn.sse,
+                body: &mut conn.body,
+                scanner: &self.scanner,
+                hists: &mut self.hists,
+                now,
+                stream: self.cfg.stream,
+            };
+            match conn.parser.feed(&buf[..n], &mut feed) {
+                Err(e) => self.fail_and_close(slot, ErrorKind::Protocol, e.to_string()),
+                Ok(Step::NeedMore) => {
+                    if ex
+                        .error
+                        .as_ref()
+                        .is_some_and(|e| e.kind == ErrorKind::Protocol)
+                    {
+                        self.fail_and_close(slot, ErrorKind::Protocol, String::new());
+                    }
+                    continue;
+                }
+                Ok(Step::Done { consumed }) => {
+                    let reusable =
+                        consumed == n && conn.parser.head().is_some_and(|h| h.keep_alive);
+                    self.complete(slot, now, reusable);
+                    continue;
+                }
+            }
+            break;
+        }
+        self.read_buf = buf;
+    }
+
+    fn on_eof(&mut self, slot: usize, now: u64) {
+        let conn = self.slots[slot].conn.as_mut().expect("live slot");
+        if conn.exchange.is_none() {
+            self.close(slot);
+            return;
+        }
+        match conn.parser.finish_at_eof() {
+            Ok(()) => self.complete(slot, now, false),
+            Err(e) => {
+                let kind = if conn.parser.started() {
+                    ErrorKind::Reset
+                } else {
+                    ErrorKind::Reset
+                };
+                self.fail_and_close(slot, kind, format!("connection closed by the server: {e}"));
+            }
+        }
+    }
+
+    /// The response is complete: emit its record; keep the connection if it can be reused.
+    fn complete(&mut self, slot: usize, now: u64, reusable: bool) {
+        let conn = self.slots[slot].conn.as_mut().expect("live slot");
+        let mut ex = conn.exchange.take().expect("exchange in flight");
+        ex.finish_response(&conn.body, &self.scanner, now);
+        let target = conn.target;
+        self.in_flight -= 1;
+        self.emit(ex, target);
+        if !reusable {
+            self.close(slot);
+            self.top_up(target);
+            return;
+        }
+        match self.pools[target].waiting.pop_front() {
+            Some(next) => self.start(slot, next),
+            None => self.pools[target].idle.push(slot),
+        }
+    }
+
+    fn fail_and_close(&mut self, slot: usize, kind: ErrorKind, message: String) {
+        let Some(conn) = self.slots[slot].conn.as_mut() else {
+            return;
+        };
+        let target = conn.target;
+        if let Some(mut ex) = conn.exchange.take() {
+            ex.fail(kind, message);
+            ex.end_ns = Some(self.clock.now_ns());
+            self.in_flight -= 1;
+            self.emit(ex, target);
+        }
+        self.close(slot);
+        self.top_up(target);
+    }
+
+    fn close(&mut self, slot: usize) {
+        let Some(mut conn) = self.slots[slot].conn.take() else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let pool = &mut self.pools[conn.target];
+        if !conn.connected {
+            pool.connecting -= 1;
+        }
+        pool.idle.retain(|&s| s != slot);
+        debug_assert!(
+            conn.exchange.is_none(),
+            "an exchange must be emitted before its connection closes"
+        );
+        self.slots[slot].generation = self.slots[slot].generation.wrapping_add(1);
+        self.free.push(slot);
+    }
+
+    fn emit(&mut self, ex: Exchange, target: usize) {
+        let record = ex.into_record(&self.cfg.targets[target].url, self.cfg.t0_ns);
+        // The collector outlives the senders; if it is gone the run is being torn down.
+        let _ = self.records.send(record);
+    }
+
+    /// Request timeouts, and reconnecting endpoints after their backoff.
+    fn housekeeping(&mut self) {
+        let now = self.clock.now_ns();
+        if now < self.next_housekeeping {
+            return;
+        }
+        self.next_housekeeping = now + HOUSEKEEPING_NS;
+        let timeout = self.cfg.request_timeout_ns;
+        let t0 = self.cfg.t0_ns;
+        let expired: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let ex = s.conn.as_ref()?.exchange.as_ref()?;
+                let since = ex.sent_ns.unwrap_or(t0 + ex.req.scheduled_ns);
+                (now.saturating_sub(since) > timeout).then_some(i)
+            })
+            .collect();
+        for slot in expired {
+            let secs = timeout as f64 / 1e9;
+            self.fail_and_close(
+                slot,
+                ErrorKind::Timeout,
+                format!("no complete response within {secs} s"),
+            );
+        }
+        for target in 0..self.pools.len() {
+            while let Some(ex) = self.pools[target].waiting.front() {
+                if now.saturating_sub(t0 + ex.req.scheduled_ns) <= timeout {
+                    break;
+                }
+                let mut ex = self.pools[target].waiting.pop_front().expect("front");
+                ex.fail(
+                    ErrorKind::Timeout,
+                    "no connection became available within the request timeout",
+                );
+                self.emit(ex, target);
+            }
+            self.top_up(target);
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! Distributions (numpy-compatible: population std, linear-interpolation percentiles) and the
+//! run summary of CONTRACT §6.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Map, Value};
+
+use crate::record::RequestRecord;
+
+/// Percentiles every distribution reports; `--percentiles` adds more.
+pub const DEFAULT_PERCENTILES: [f64; 5] = [25.0, 50.0, 75.0, 90.0, 99.0];
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Distribution {
+    pub count: u64,
+    pub mean: f64,
+    pub median: f64,
+    pub std: f64,
+    pub min: f64,
+    pub max: f64,
+    /// (percentile, value), ascending.
+    pub percentiles: Vec<(f64, f64)>,
+}
+
+fn percentile_list(extra: &[f64]) -> Vec<f64> {
+    let mut ps: Vec<f64> = DEFAULT_PERCENTILES.iter().chain(extra).copied().collect();
+    ps.sort_by(f64::total_cmp);
+    ps.dedup();
+    ps
+}
+
+impl Distribution {
+    /// Exact statistics of `samples` (sorted in place), as numpy computes them.
+    pub fn of(samples: &mut [f64], extra_percentiles: &[f64]) -> Option<Distribution> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort_by(f64::total_cmp);
+        let n = samples.len() as f64;
+        let mean = samples.iter().sum::<f64>() / n;
+        let var = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+        let at = |p: f64| {
+            let rank = p / 100.0 * (n - 1.0);
+            let lo = rank.floor() as usize;
+            let hi = rank.ceil() as usize;
+            samples[lo] + (samples[hi] - samples[lo]) * (rank - lo as f64)
+        };
+        Some(Distribution {
+            count: samples.len() as u64,
+            mean,
+            median: at(50.0),
+            std: var.sqrt(),
+            min: samples[0],
+            max: samples[samples.len() - 1],
+            percentiles: percentile_list(extra_percentiles)
+                .into_iter()
+                .map(|p| (p, at(p)))
+                .collect(),
+        })
+    }
+
+    /// Statistics of a histogram of nanoseconds, in milliseconds (3 significant digits).
+    pub fn of_histogram_ns(h: &Histogram<u64>, extra_percentiles: &[f64]) -> Option<Distribution> {
+        if h.is_empty() {
+            return None;
+        }
+        let ms = |v: f64| v / 1e6;
+        let q = |p: f64| ms(h.value_at_quantile(p / 100.0) as f64);
+        Some(Distribution {
+            count: h.len(),
+            mean: ms(h.mean()),
+            median: q(50.0),
+            std: ms(h.stdev()),
+            min: ms(h.min() as f64),
+            max: ms(h.max() as f64),
+            percentiles: percentile_list(extra_percentiles)
+                .into_iter()
+                .map(|p| (p, q(p)))
+                .collect(),
+        })
+    }
+
+    pub fn percentile(&self, p: f64) -> Option<f64> {
+        self.percentiles
+            .iter()
+            .find(|(q, _)| *q == p)
+            .map(|(_, v)| *v)
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        for (k, v) in [
+            ("mean", self.mean),
+            ("median", self.median),
+            ("std", self.std),
+            ("min", self.min),
+            ("max", self.max),
+        ] {
+            m.insert(k.into(), json!(v));
+        }
+        for (p, v) in &self.percentiles {
+            m.insert(percentile_key(*p), json!(v));
+        }
+        m.insert("count".into(), json!(self.count));
+        Value::Object(m)
+    }
+}
+
+/// `p99`, `p99.9`.
+pub fn percentile_key(p: f64) -> String {
+    format!("p{}", format_number(p))
+}
+
+fn format_number(p: f64) -> String {
+    if p.fract() == 0.0 {
+        format!("{}", p as u64)
+    } else {
+        format!("{p}")
+    }
+}
+
+/// A new histogram for nanosecond latencies up to an hour.
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Accumulates records into the figures of the summary.
+#[derive(Default)]
+pub struct SummaryBuilder {
+    total: u64,
+    ok: u64,
+    by_error_kind: BTreeMap<String, u64>,
+    first_send_ns: Option<u64>,
+    last_end_ns: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    ttft: Vec<f64>,
+    ttft_sched: Vec<f64>,
+    tpot: Vec<f64>,
+    e2el: Vec<f64>,
+    drift: Vec<f64>,
+    late_sends: u64,
+    length_checked: u64,
+    length_exact: u64,
+    length_max_diff: u64,
+}
+
+/// Sends later than this are `late_sends` (CONTRACT §6).
+const LATE_SEND_MS: f64 = 1.0;
+
+impl SummaryBuilder {
+    pub fn add(&mut self, r: &RequestRecord) {
+        self.total += 1;
+        if let Some(d) = r.drift_ms() {
+            self.drift.push(d);
+            if d > LATE_SEND_MS {
+                self.late_sends += 1;
+            }
+        }
+        if let Some(s) = r.sent_ns {
+            self.first_send_ns = Some(self.first_send_ns.map_or(s, |f| f.min(s)));
+        }
+        if let Some(e) = r.end_ns {
+            self.last_end_ns = self.last_end_ns.max(e);
+        }
+        if !r.ok() {
+            let kind = r.error.as_ref().map_or("http", |e| e.kind.as_str());
+            *self.by_error_kind.entry(kind.to_string()).or_default() += 1;
+            return;
+        }
+        self.ok += 1;
+        self.input_tokens += r.prompt_tokens.or(r.input_tokens).unwrap_or(0);
+        self.output_tokens += r.output_tokens.unwrap_or(0);
+        if let (Some(target), Some(actual)) = (r.input_tokens, r.prompt_tokens) {
+            self.length_checked += 1;
+            self.length_exact += u64::from(target == actual);
+            self.length_max_diff = self.length_max_diff.max(target.abs_diff(actual));
+        }
+        let pairs: [(&mut Vec<f64>, Option<f64>); 4] = [
+            (&mut self.ttft, r.ttft_ms()),
+            (&mut self.ttft_sched, r.ttft_from_schedule_ms()),
+            (&mut self.tpot, r.tpot_ms()),
+            (&mut self.e2el, r.e2el_ms()),
+        ];
+        for (v, x) in pairs {
+            if let Some(x) = x {
+                v.push(x);
+            }
+        }
+    }
+
+    pub fn finish(
+        mut self,
+        itl_ns: &Histogram<u64>,
+        token_itl_ns: &Histogram<u64>,
+        percentiles: &[f64],
+    ) -> Summary {
+        let duration_s = self
+            .first_send_ns
+            .map_or(0.0, |f| self.last_end_ns.saturating_sub(f) as f64 / 1e9);
+        let per_s = |x: f64| {
+            if duration_s > 0.0 {
+                x / duration_s
+            } else {
+                0.0
+            }
+        };
+        Summary {
+            total: self.total,
+            ok: self.ok,
+            failed: self.total - self.ok,
+            by_error_kind: self.by_error_kind,
+            duration_s,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            request_throughput: per_s(self.ok as f64),
+            output_throughput: per_s(self.output_tokens as f64),
+            total_token_throughput: per_s((self.input_tokens + self.output_tokens) as f64),
+            ttft: Distribution::of(&mut self.ttft, percentiles),
+            ttft_from_schedule: Distribution::of(&mut self.ttft_sched, percentiles),
+            tpot: Distribution::of(&mut self.tpot, percentiles),
+            itl: Distribution::of_histogram_ns(itl_ns, percentiles),
+            token_itl: Distribution::of_histogram_ns(token_itl_ns, percentiles),
+            e2el: Distribution::of(&mut self.e2el, percentiles),
+            drift: Distribution::of(&mut self.drift, percentiles),
+            late_sends: self.late_sends,
+            length_checked: self.length_checked,
+            length_exact: self.length_exact,
+            length_max_diff: self.length_max_diff,
+            percentiles: percentile_list(percentiles),
+        }
+    }
+}
+
+/// The aggregate of a run (CONTRACT §6).
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub total: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub by_error_kind: BTreeMap<String, u64>,
+    pub duration_s: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub request_throughput: f64,
+    pub output_throughput: f64,
+    pub total_token_throughput: f64,
+    pub ttft: Option<Distribution>,
+    pub ttft_from_schedule: Option<Distribution>,
+    pub tpot: Option<Distribution>,
+    pub itl: Option<Distribution>,
+    pub token_itl: Option<Distribution>,
+    pub e2el: Option<Distribution>,
+    pub drift: Option<Distribution>,
+    pub late_sends: u64,
+    pub length_checked: u64,
+    pub length_exact: u64,
+    pub length_max_diff: u64,
+    pub percentiles: Vec<f64>,
+}
+
+impl Summary {
+    fn metrics(&self) -> [(&'static str, &'static str, &Option<Distribution>); 7] {
+        [
+            ("ttft_ms", "Time to First Token", &self.ttft),
+            (
+                "ttft_from_schedule_ms",
+                "TTFT from schedule",
+                &self.ttft_from_schedule,
+            ),
+            (
+                "tpot_ms",
+                "Time per Output Token (excl. 1st token)",
+                &self.tpot,
+            ),
+            ("itl_ms", "Inter-token Latency (per chunk)", &self.itl),
+            (
+                "token_itl_ms",
+                "Inter-token Latency (per token)",
+                &self.token_itl,
+            ),
+            ("e2el_ms", "End-to-end Latency", &self.e2el),
+            ("drift_ms", "Send drift (sent - scheduled)", &self.drift),
+        ]
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert(
+            "requests".into(),
+            json!({"total": self.total, "ok": self.ok, "failed": self.failed, "by_error_kind": self.by_error_kind}),
+        );
+        m.insert("duration_s".into(), json!(self.duration_s));
+        m.insert("input_tokens".into(), json!(self.input_tokens));
+        m.insert("output_tokens".into(), json!(self.output_tokens));
+        m.insert("request_throughput".into(), json!(self.request_throughput));
+        m.insert("output_throughput".into(), json!(self.output_throughput));
+        m.insert(
+            "total_token_throughput".into(),
+            json!(self.total_token_throughput),
+        );
+        for (key, _, d) in self.metrics() {
+            m.insert(
+                key.into(),
+                d.as_ref().map_or(Value::Null, Distribution::to_json),
+            );
+        }
+        m.insert(
+            "input_length_match".into(),
+            json!({"checked": self.length_checked, "exact": self.length_exact, "max_abs_diff": self.length_max_diff}),
+        );
+        m.insert("late_sends".into(), json!(self.late_sends));
+        Value::Object(m)
+    }
+
+    /// The vLLM-style table.
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let mut line = |k: &str, v: String| s.push_str(&format!("{k:<40}{v:<10}\n"));
+        line("Successful requests:", self.ok.to_string());
+        line("Failed requests:", self.failed.to_string());
+        for (kind, n) in &self.by_error_kind {
+            line(&format!("  {kind}:"), n.to_string());
+        }
+        line("Benchmark duration (s):", format!("{:.2}", self.duration_s));
+        line("Total input tokens:", self.input_tokens.to_string());
+        line("Total generated tokens:", self.output_tokens.to_string());
+        line(
+            "Request throughput (req/s):",
+            format!("{:.2}", self.request_throughput),
+        );
+        line(
+            "Output token throughput (tok/s):",
+            format!("{:.2}", self.output_throughput),
+        );
+        line(
+            "Total Token throughput (tok/s):",
+            format!("{:.2}", self.total_token_throughput),
+        );
+        if self.length_checked > 0 {
+            line(
+                "Input length exact (server usage):",
+                format!(
+                    "{}/{} (max diff {})",
+                    self.length_exact, self.length_checked, self.length_max_diff
+                ),
+            );
+        }
+        line("Late sends (drift > 1 ms):", self.late_sends.to_string());
+        let mut out = format!("{:=^50}\n", " Serving Benchmark Result ");
+        out.push_str(&s);
+        let short = [
+            "TTFT",
+            "TTFT-sched",
+            "TPOT",
+            "ITL",
+            "Token ITL",
+            "E2EL",
+            "Drift",
+        ];
+        for ((_, title, d), name) in self.metrics().into_iter().zip(short) {
+            let Some(d) = d else { continue };
+            out.push_str(&format!("{:-^50}\n", title));
+            let mut row = |k: String, v: f64| out.push_str(&format!("{:<40}{:<10.2}\n", k, v));
+            row(format!("Mean {name} (ms):"), d.mean);
+            row(format!("Median {name} (ms):"), d.median);
+            row(format!("Std {name} (ms):"), d.std);
+            for (p, v) in &d.percentiles {
+                row(format!("P{} {name} (ms):", format_number(*p)), *v);
+            }
+            row(format!("Max {name} (ms):"), d.max);
+        }
+        out.push_str(&"=".repeat(50));
+        out.push('\n');
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_numpy_linear_interpolation() {
+        // numpy: np.percentile([1,2,3,4,10], [25,50,75,90,99]) = [2, 3, 4, 7.6, 9.76];
+        // mean 4, population std sqrt(10) = 3.1623
+        let d = Distribution::of(&mut [10.0, 2.0, 4.0, 1.0, 3.0], &[]).unwrap();
+        assert_eq!(d.mean, 4.0);
+        assert!((d.std - 10f64.sqrt()).abs() < 1e-12);
+        assert_eq!(d.median, 3.0);
+        let expected = [
+            (25.0, 2.0),
+            (50.0, 3.0),
+            (75.0, 4.0),
+            (90.0, 7.6),
+            (99.0, 9.76),
+        ];
+        for ((p, v), (ep, ev)) in d.percentiles.iter().zip(expected) {
+            assert_eq!(*p, ep);
+            assert!((v - ev).abs() < 1e-9, "p{p}: {v} vs {ev}");
+        }
+        let d = Distribution::of(&mut [5.0], &[99.9]).unwrap();
+        assert_eq!(d.percentile(99.9), Some(5.0));
+        assert_eq!(percentile_key(99.9), "p99.9");
+        assert!(Distribution::of(&mut [], &[]).is_none());
+    }
+}

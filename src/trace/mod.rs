@@ -1,0 +1,105 @@
+//! Trace formats: reading JSONL traces record by record, in bounded memory.
+//!
+//! A trace is turned into [`TraceRecord`]s, one per non-blank line, numbered from 0 (`index`).
+//! Every parse error names the file, the 1-based line and the field.
+
+pub mod inspect;
+mod parse;
+mod reader;
+
+pub use parse::parse_record;
+pub use reader::{detect_format, RawLine, TraceReader};
+
+use serde_json::{Map, Value};
+
+/// The trace formats llmreplay understands (CONTRACT §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Decide from the first record: `chat_id` means bailian, anything else mooncake.
+    Auto,
+    /// Mooncake FAST'25 / AIPerf `mooncake_trace`: timestamps in ms, 512-token blocks.
+    Mooncake,
+    /// Alibaba Qwen-Bailian: timestamps in seconds, 16-token blocks, chat_id chains.
+    Bailian,
+}
+
+impl Format {
+    /// Tokens per hash id when `--block-size` is not given.
+    pub fn default_block_size(self) -> u32 {
+        match self {
+            Format::Bailian => 16,
+            Format::Mooncake | Format::Auto => 512,
+        }
+    }
+
+    /// Multiplier from the trace's timestamp unit to milliseconds.
+    pub fn ms_per_time_unit(self) -> f64 {
+        match self {
+            Format::Bailian => 1000.0,
+            Format::Mooncake | Format::Auto => 1.0,
+        }
+    }
+}
+
+/// What the prompt of a record is made of.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// No text: build `input_length` tokens whose blocks follow `hash_ids`.
+    Synthetic {
+        input_length: u64,
+        hash_ids: Vec<u64>,
+    },
+    /// `text_input`, sent verbatim.
+    Text {
+        text: String,
+        input_length: Option<u64>,
+    },
+    /// `messages` (+ `tools`), sent verbatim (chat API only).
+    Messages {
+        messages: Vec<Value>,
+        tools: Option<Value>,
+    },
+}
+
+/// Identifiers carried through to the per-request records.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TraceIds {
+    pub session_id: Option<String>,
+    pub chat_id: Option<i64>,
+    pub parent_chat_id: Option<i64>,
+}
+
+/// One request of the trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceRecord {
+    /// Record number in the trace, 0-based, blank lines not counted.
+    pub index: u64,
+    /// 1-based line number in the file, for messages.
+    pub line: u64,
+    /// Arrival time in milliseconds, as in the trace (not yet made relative).
+    pub timestamp_ms: Option<f64>,
+    pub input: Input,
+    pub output_length: Option<u64>,
+    pub ids: TraceIds,
+    /// Shallow-merged into the top level of this request's body.
+    pub extra: Option<Map<String, Value>>,
+}
+
+impl TraceRecord {
+    /// The input token count the trace asks for, when it states one.
+    pub fn input_length(&self) -> Option<u64> {
+        match &self.input {
+            Input::Synthetic { input_length, .. } => Some(*input_length),
+            Input::Text { input_length, .. } => *input_length,
+            Input::Messages { .. } => None,
+        }
+    }
+
+    pub fn hash_ids(&self) -> &[u64] {
+        match &self.input {
+            Input::Synthetic { hash_ids, .. } => hash_ids,
+            _ => &[],
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! Parsing and validating one trace line.
+//!
+//! The fast path deserialises into a typed struct. When that fails, the line is parsed again
+//! as a generic JSON value only to say which field is wrong: errors are rare, messages matter.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{Format, Input, RawLine, TraceIds, TraceRecord};
+use crate::error::{Error, Result};
+
+#[derive(Deserialize)]
+struct RawRecord {
+    timestamp: Option<f64>,
+    input_length: Option<u64>,
+    output_length: Option<u64>,
+    hash_ids: Option<Vec<u64>>,
+    text_input: Option<String>,
+    messages: Option<Vec<Value>>,
+    tools: Option<Value>,
+    session_id: Option<Value>,
+    chat_id: Option<i64>,
+    parent_chat_id: Option<i64>,
+    extra: Option<Map<String, Value>>,
+}
+
+/// Parses one line of a trace in the given (resolved) format.
+pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceRecord> {
+    let fail = |message: String| Error::Trace {
+        file: file.to_path_buf(),
+        line: raw.line,
+        message,
+    };
+    let rec: RawRecord =
+        serde_json::from_slice(&raw.bytes).map_err(|e| fail(diagnose(&raw.bytes, e)))?;
+
+    let timestamp_ms = match rec.timestamp {
+        Some(t) if t < 0.0 => {
+            return Err(fail(format!(
+                "field `timestamp`: must not be negative, got {t}"
+            )))
+        }
+        Some(t) => Some(t * format.ms_per_time_unit()),
+        None if format == Format::Bailian => {
+            return Err(fail("missing field `timestamp` (seconds)".into()))
+        }
+        None => None,
+    };
+
+    let input = match (rec.messages, rec.text_input, rec.input_length) {
+        (Some(_), _, Some(_)) | (Some(_), Some(_), _) => {
+            return Err(fail(
+                "field `messages` excludes `input_length` and `text_input`: give one of them"
+                    .into(),
+            ))
+        }
+        (Some(messages), None, None) => {
+            if messages.is_empty() {
+                return Err(fail("field `messages`: must not be empty".into()));
+            }
+            Input::Messages {
+                messages,
+                tools: rec.tools,
+            }
+        }
+        (None, Some(text), input_length) => Input::Text { text, input_length },
+        (None, None, Some(input_length)) => {
+            if input_length == 0 {
+                return Err(fail("field `input_length`: must be at least 1".into()));
+            }
+            Input::Synthetic {
+                input_length,
+                hash_ids: rec.hash_ids.unwrap_or_default(),
+            }
+        }
+        (None, None, None) => {
+            return Err(fail(
+                "missing field `input_length` (or `text_input`, or `messages`)".into(),
+            ))
+        }
+    };
+    if matches!(input, Input::Synthetic { .. }) && rec.output_length.is_none() {
+        return Err(fail("missing field `output_length`".into()));
+    }
+    if rec.output_length == Some(0) {
+        return Err(fail("field `output_length`: must be at least 1".into()));
+    }
+    let session_id = rec.session_id.map(|v| match v {
+        Value::String(s) => s,
+        other => other.to_string(),
+    });
+    Ok(TraceRecord {
+        index: raw.index,
+        line: raw.line,
+        timestamp_ms,
+        input,
+        output_length: rec.output_length,
+        ids: TraceIds {
+            session_id,
+            chat_id: rec.chat_id,
+            parent_chat_id: rec.parent_chat_id,
+        },
+        extra: rec.extra,
+    })
+}
+
+/// Explains why the typed parse failed, naming the field where possible.
+fn diagnose(bytes: &[u8], typed_error: serde_json::Error) -> String {
+    let value: Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) if std::str::from_utf8(bytes).is_err() => return format!("invalid UTF-8 ({e})"),
+        Err(e) => return format!("invalid JSON: {e}"),
+    };
+    let Value::Object(map) = value else {
+        return match value {
+            Value::String(s) => s,
+            other => format!("expected a JSON object, got {}", kind(&other)),
+        };
+    };
+    let checks: [(&str, fn(&Value) -> bool, &str); 10] = [
+        ("timestamp", |v| v.is_number(), "a number"),
+        ("input_length", |v| v.is_u64(), "a non-negative integer"),
+        ("output_length", |v| v.is_u64(), "a non-negative integer"),
+        (
+            "hash_ids",
+            |v| v.as_array().is_some_and(|a| a.iter().all(Value::is_u64)),
+            "an array of non-negative integers",
+        ),
+        ("text_input", |v| v.is_string(), "a string"),
+        ("messages", |v| v.is_array(), "an array of message objects"),
+        ("chat_id", |v| v.is_i64(), "an integer"),
+        ("parent_chat_id", |v| v.is_i64(), "an integer"),
+        ("extra", |v| v.is_object(), "an object"),
+        (
+            "session_id",
+            |v| v.is_string() || v.is_number(),
+            "a string or integer",
+        ),
+    ];
+    for (field, ok, expected) in checks {
+        match map.get(field) {
+            Some(Value::Null) | None => {}
+            Some(v) if !ok(v) => {
+                return format!("field `{field}`: expected {expected}, got {}", shown(v))
+            }
+            Some(_) => {}
+        }
+    }
+    format!("invalid record: {typed_error}")
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn shown(v: &Value) -> String {
+    let text = v.to_string();
+    if text.len() > 40 {
+        format!(
+            "{} ({}...)",
+            kind(v),
+            &text[..text.char_indices().nth(37).map_or(text.len(), |(i, _)| i)]
+        )
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str, format: Format) -> Result<TraceRecord> {
+        let raw = RawLine {
+            line: 7,
+            index: 3,
+            bytes: line.as_bytes().to_vec(),
+        };
+        parse_record(&raw, format, Path::new("t.jsonl"))
+    }
+
+    fn error(line: &str) -> String {
+        parse(line, Format::Mooncake).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn mooncake_record() {
+        let r = parse(r#"{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47]}"#, Format::Mooncake).unwrap();
+        assert_eq!(r.index, 3);
+        assert_eq!(r.timestamp_ms, Some(27482.0));
+        assert_eq!(r.output_length, Some(52));
+        assert_eq!(
+            r.input,
+            Input::Synthetic {
+                input_length: 6955,
+                hash_ids: vec![46, 47]
+            }
+        );
+    }
+
+    #[test]
+    fn bailian_record_in_seconds() {
+        let r = parse(r#"{"chat_id": 159, "parent_chat_id": 55, "timestamp": 61.114, "input_length": 521, "output_length": 132, "type": "text", "turn": 2, "hash_ids": [1089, 1090]}"#, Format::Bailian).unwrap();
+        assert_eq!(r.timestamp_ms, Some(61114.0));
+        assert_eq!(r.ids.chat_id, Some(159));
+        assert_eq!(r.ids.parent_chat_id, Some(55));
+    }
+
+    #[test]
+    fn verbatim_inputs() {
+        let r = parse(
+            r#"{"timestamp": 1, "text_input": "hello", "output_length": 3}"#,
+            Format::Mooncake,
+        )
+        .unwrap();
+        assert!(matches!(r.input, Input::Text { ref text, .. } if text == "hello"));
+        let r = parse(
+            r#"{"messages": [{"role":"user","content":"hi"}], "tools": [], "session_id": 12}"#,
+            Format::Mooncake,
+        )
+        .unwrap();
+        assert!(matches!(r.input, Input::Messages { .. }));
+        assert_eq!(r.ids.session_id.as_deref(), Some("12"));
+        assert_eq!(r.timestamp_ms, None);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let e = error(r#"{"timestamp": 0, "input_length": -5, "output_length": 1}"#);
+        assert!(e.starts_with("t.jsonl:7: field `input_length`"), "{e}");
+        assert!(e.contains("-5"), "{e}");
+        let e = error(r#"{"timestamp": 0, "input_length": 5}"#);
+        assert_eq!(e, "t.jsonl:7: missing field `output_length`");
+        let e = error(r#"{"timestamp": 0, "output_length": 5}"#);
+        assert!(e.contains("missing field `input_length`"), "{e}");
+        let e = error(r#"{"timestamp": 0, "input_length": 5, "output_length": "x"}"#);
+        assert!(
+            e.contains("field `output_length`: expected a non-negative integer, got \"x\""),
+            "{e}"
+        );
+        let e = error(r#"{"timestamp": 0, "input_length": 5"#);
+        assert!(e.starts_with("t.jsonl:7: invalid JSON"), "{e}");
+        let e = error(r#"[1, 2]"#);
+        assert!(e.contains("expected a JSON object, got an array"), "{e}");
+        let e = error(r#"{"timestamp": -1, "input_length": 5, "output_length": 1}"#);
+        assert!(e.contains("field `timestamp`: must not be negative"), "{e}");
+        let e = error(r#"{"input_length": 5, "output_length": 1, "hash_ids": [1, -2]}"#);
+        assert!(e.contains("field `hash_ids`"), "{e}");
+        let e = error(r#"{"messages": [{"role":"user"}], "input_length": 5}"#);
+        assert!(e.contains("excludes"), "{e}");
+        let e = parse(
+            r#"{"chat_id": 1, "input_length": 5, "output_length": 1}"#,
+            Format::Bailian,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("missing field `timestamp`"), "{e}");
+    }
+}
