@@ -90,6 +90,6 @@ mod tests {
     fn utc_stamps() {
         assert_eq!(utc_stamp(0), "19700101-000000");
         assert_eq!(utc_stamp(951_782_400 + 3661), "20000229-010101");
-        assert_eq!(utc_stamp(1_795_478_400), "20261123-000000");
+        assert_eq!(utc_stamp(1_795_392_000), "20261123-000000");
     }
 }

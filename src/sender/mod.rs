@@ -482,10 +482,7 @@ impl SenderLoop {
     /// Reads until the socket would block, feeding the response parser.
     fn read_all(&mut self, slot: usize) {
         let mut buf = std::mem::take(&mut self.read_buf);
-        loop {
-            let Some(conn) = self.slots[slot].conn.as_mut() else {
-                break;
-            };
+        while let Some(conn) = self.slots[slot].conn.as_mut() {
             let n = match conn.stream.read(&mut buf) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -549,12 +546,11 @@ impl SenderLoop {
         match conn.parser.finish_at_eof() {
             Ok(()) => self.complete(slot, now, false),
             Err(e) => {
-                let kind = if conn.parser.started() {
-                    ErrorKind::Reset
-                } else {
-                    ErrorKind::Reset
-                };
-                self.fail_and_close(slot, kind, format!("connection closed by the server: {e}"));
+                self.fail_and_close(
+                    slot,
+                    ErrorKind::Reset,
+                    format!("connection closed by the server: {e}"),
+                );
             }
         }
     }

@@ -119,7 +119,8 @@ fn diagnose(bytes: &[u8], typed_error: serde_json::Error) -> String {
             other => format!("expected a JSON object, got {}", kind(&other)),
         };
     };
-    let checks: [(&str, fn(&Value) -> bool, &str); 10] = [
+    type Check = (&'static str, fn(&Value) -> bool, &'static str);
+    let checks: [Check; 10] = [
         ("timestamp", |v| v.is_number(), "a number"),
         ("input_length", |v| v.is_u64(), "a non-negative integer"),
         ("output_length", |v| v.is_u64(), "a non-negative integer"),

@@ -1,0 +1,309 @@
+//! End-to-end: replays real Mooncake records against the built-in mock, in-process and
+//! through the binary, and checks records, summary and exit codes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use serde_json::Value;
+
+fn shared(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("shared")
+        .join(rel)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("llmreplay-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn replays_500_mooncake_records_against_the_mock() {
+    let dir = temp_dir("500");
+    let out = dir.join("run");
+    let trace = shared("traces/mooncake/conversation_trace.jsonl");
+    let mock_ttft_ms = 20.0;
+    let cli = llmreplay::cli::Cli::parse_from([
+        "llmreplay",
+        "replay",
+        "--mock",
+        "--quiet",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--tokenizer",
+        shared("tokenizers/qwen3").to_str().unwrap(),
+        "--max-requests",
+        "500",
+        "--time-scale",
+        "20",
+        "--mock-ttft-ms",
+        "20",
+        "--mock-itl-ms",
+        "2",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let llmreplay::cli::Command::Replay(args) = cli.command else {
+        panic!("replay")
+    };
+    let outcome = llmreplay::replay::replay(&args).unwrap();
+    assert_eq!(outcome.summary.ok, 500);
+
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(records.len(), 500);
+    let mut seen = vec![false; 500];
+    for r in &records {
+        seen[r["index"].as_u64().unwrap() as usize] = true;
+    }
+    assert!(seen.iter().all(|s| *s), "one record per index");
+
+    // The trace, read independently: timestamps (ms) and output lengths.
+    let trace_lines: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .take(500)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let t0 = trace_lines[0]["timestamp"].as_f64().unwrap();
+    for r in &records {
+        let i = r["index"].as_u64().unwrap() as usize;
+        let t = &trace_lines[i];
+        assert_eq!(r["status"], 200, "record {i}: {r}");
+        assert!(r["error"].is_null());
+        assert_eq!(r["output_tokens"], t["output_length"], "record {i}");
+        assert_eq!(r["output_tokens_target"], t["output_length"]);
+        assert_eq!(r["input_tokens"], t["input_length"]);
+        let expected_ms = (t["timestamp"].as_f64().unwrap() - t0) / 20.0;
+        assert!(
+            (r["scheduled_ms"].as_f64().unwrap() - expected_ms).abs() < 1e-3,
+            "record {i} scheduled"
+        );
+        assert!(
+            r["ttft_ms"].as_f64().unwrap() >= mock_ttft_ms,
+            "record {i}: TTFT below the mock's"
+        );
+        let drift = r["drift_ms"].as_f64().unwrap();
+        assert!(drift >= 0.0, "never sent early");
+        assert!(
+            (r["sent_ms"].as_f64().unwrap() - r["scheduled_ms"].as_f64().unwrap() - drift).abs()
+                < 1e-6
+        );
+    }
+
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    for key in [
+        "requests",
+        "duration_s",
+        "input_tokens",
+        "output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "input_length_match",
+        "late_sends",
+    ] {
+        assert!(summary.get(key).is_some(), "summary.json lacks {key}");
+    }
+    for key in [
+        "ttft_ms",
+        "ttft_from_schedule_ms",
+        "tpot_ms",
+        "itl_ms",
+        "token_itl_ms",
+        "e2el_ms",
+        "drift_ms",
+    ] {
+        let d = &summary[key];
+        for stat in [
+            "mean", "median", "std", "min", "max", "p25", "p50", "p75", "p90", "p99",
+        ] {
+            assert!(d[stat].is_number(), "summary.json {key}.{stat}");
+        }
+    }
+    for key in ["total", "ok", "failed", "by_error_kind"] {
+        assert!(summary["requests"].get(key).is_some());
+    }
+    assert_eq!(summary["requests"]["ok"], 500);
+    let output_total: u64 = trace_lines
+        .iter()
+        .map(|t| t["output_length"].as_u64().unwrap())
+        .sum();
+    assert_eq!(summary["output_tokens"], output_total);
+    assert!(out.join("summary.txt").exists() && out.join("run.json").exists());
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["time_scale"], 20.0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_llmreplay"))
+}
+
+#[test]
+fn bad_trace_lines_exit_1_naming_file_and_line() {
+    let dir = temp_dir("bad");
+    let cases = [
+        ("{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{not json\n", 2, "invalid JSON"),
+        ("{\"timestamp\": 0, \"output_length\": 1}\n", 1, "missing field `input_length`"),
+        ("\n{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 1, \"input_length\": -3, \"output_length\": 1}\n", 3, "field `input_length`"),
+        ("{\"timestamp\": 0, \"input_length\": 5, \"output_length\": -1}\n", 1, "field `output_length`"),
+    ];
+    for (i, (content, line, what)) in cases.iter().enumerate() {
+        let path = dir.join(format!("bad{i}.jsonl"));
+        std::fs::write(&path, content).unwrap();
+        for sub in [
+            vec!["inspect", path.to_str().unwrap()],
+            vec![
+                "replay",
+                "--mock",
+                "--quiet",
+                "--trace",
+                path.to_str().unwrap(),
+                "--output",
+                dir.join(format!("o{i}")).to_str().unwrap(),
+            ],
+        ] {
+            let out = bin().args(&sub).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{sub:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("bad{i}.jsonl:{line}:")),
+                "{sub:?}: {stderr}"
+            );
+            assert!(stderr.contains(what), "{sub:?}: {stderr}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn unreachable_endpoint_exits_2() {
+    let dir = temp_dir("unreachable");
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let trace = dir.join("t.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"text_input\": \"hi\", \"output_length\": 1}\n",
+    )
+    .unwrap();
+    let out = bin()
+        .args([
+            "replay",
+            "--quiet",
+            "--model",
+            "m",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--endpoint",
+            &format!("http://127.0.0.1:{port}"),
+            "--output",
+            dir.join("o").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn replay_help_documents_every_option() {
+    let out = bin().args(["replay", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for opt in [
+        "--trace",
+        "--dataset-path",
+        "--format",
+        "--dataset",
+        "--endpoint",
+        "--mock",
+        "--api",
+        "--model",
+        "--model-name",
+        "--stream",
+        "--no-stream",
+        "--tokenizer",
+        "--block-size",
+        "--seed",
+        "--time-scale",
+        "--scale-factor",
+        "--duration",
+        "--time-in-secs",
+        "--max-requests",
+        "--num-producer",
+        "--num-sender",
+        "--channel-capacity",
+        "--pin-cores",
+        "--output",
+        "--output-path",
+        "--force",
+        "--quiet",
+        "--request-timeout",
+    ] {
+        assert!(help.contains(opt), "replay --help lacks {opt}");
+    }
+}
+
+#[test]
+fn mock_subcommand_prints_its_address_and_serves() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut child = bin()
+        .args([
+            "mock",
+            "--listen",
+            "127.0.0.1:0",
+            "--ttft-ms",
+            "1",
+            "--itl-ms",
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("first line")
+        .to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let body = r#"{"model":"m","prompt":"a b c","max_tokens":4,"min_tokens":4}"#;
+    write!(s, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        response.contains("\"completion_tokens\":4") && response.contains("\"prompt_tokens\":3"),
+        "{response}"
+    );
+}

@@ -1,0 +1,57 @@
+//! Reading real and generated traces of both formats.
+
+use std::path::{Path, PathBuf};
+
+use llmreplay::trace::{detect_format, inspect, Format, TraceReader};
+
+fn shared(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("shared")
+        .join(rel)
+}
+
+#[test]
+fn real_mooncake_traces_read_completely() {
+    for (name, lines) in [
+        ("conversation_trace.jsonl", 12_031),
+        ("synthetic_trace.jsonl", 3_993),
+    ] {
+        let path = shared(&format!("traces/mooncake/{name}"));
+        assert_eq!(
+            detect_format(&path, Format::Auto).unwrap(),
+            Format::Mooncake
+        );
+        let stats = inspect::scan(&path, Format::Mooncake, 512, None).unwrap();
+        assert_eq!(stats.records, lines);
+        // SOURCE.txt: len(hash_ids) == ceil(input_length/512) for every record of both files.
+        assert_eq!(stats.hash_length_mismatches, 0);
+        assert!(stats.prefix_hit_tokens > 0 && stats.prefix_hit_tokens < stats.input_tokens);
+    }
+}
+
+#[test]
+fn bailian_records_in_seconds_and_gzip() {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("llmreplay-bailian-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.jsonl.gz");
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(&path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    writeln!(gz, r#"{{"chat_id": 0, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 40, "output_length": 7, "type": "text", "turn": 1, "hash_ids": [0, 1, 2]}}"#).unwrap();
+    writeln!(gz, r#"{{"chat_id": 1, "parent_chat_id": 0, "timestamp": 1.5, "input_length": 50, "output_length": 3, "type": "text", "turn": 2, "hash_ids": [0, 1, 3, 4]}}"#).unwrap();
+    gz.finish().unwrap();
+    assert_eq!(detect_format(&path, Format::Auto).unwrap(), Format::Bailian);
+    let records: Vec<_> = TraceReader::open(&path, Format::Bailian)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(records[1].timestamp_ms, Some(1500.0));
+    assert_eq!(records[1].ids.parent_chat_id, Some(0));
+    let stats = inspect::scan(&path, Format::Bailian, 16, None).unwrap();
+    assert_eq!(stats.span_ms, 1500.0);
+    assert_eq!(stats.prefix_hit_tokens, 32, "two 16-token blocks reused");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
