@@ -115,7 +115,7 @@ pub fn scan(
 
 impl fmt::Display for TraceStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let row = |f: &mut fmt::Formatter<'_>, k: &str, v: String| writeln!(f, "{k:<40}{v}");
+        let row = |f: &mut fmt::Formatter<'_>, k: &str, v: String| writeln!(f, "{k:<44}{v}");
         row(f, "Format:", self.format.clone())?;
         row(f, "Records:", self.records.to_string())?;
         row(f, "Time span (s):", format!("{:.3}", self.span_ms / 1000.0))?;
