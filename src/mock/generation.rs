@@ -182,7 +182,7 @@ impl Generation {
                 break;
             }
             if self.sent == 0 && self.dialect == Dialect::Chat {
-                self.write_event(out, "", true, None);
+                self.write_event(out, true, None);
             }
             let n = per.min(self.tokens - self.sent);
             self.sent += n;
@@ -199,7 +199,7 @@ impl Generation {
             written += 1;
         }
         if self.done() && written > 0 {
-            self.write_event(out, "", false, Some("length"));
+            self.write_event(out, false, Some("length"));
             if self.include_usage {
                 let usage = self.usage();
                 write!(out, "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[],\"usage\":{usage}}}\n\n", self.id_text(), self.object(), json!(self.model)).ok();
@@ -228,16 +228,17 @@ impl Generation {
         json!({"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.sent, "completion_tokens": self.sent})
     }
 
-    fn write_event(&self, out: &mut Vec<u8>, text: &str, role: bool, finish: Option<&str>) {
+    /// A role or finish event (rare: content events take the pre-rendered path).
+    fn write_event(&self, out: &mut Vec<u8>, role: bool, finish: Option<&str>) {
         let choice = match self.dialect {
             Dialect::Chat if role => {
                 json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})
             }
             Dialect::Chat => {
-                json!({"index": 0, "delta": {"content": text}, "logprobs": null, "finish_reason": finish})
+                json!({"index": 0, "delta": {"content": ""}, "logprobs": null, "finish_reason": finish})
             }
             Dialect::Completions => {
-                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish, "stop_reason": null})
+                json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish, "stop_reason": null})
             }
         };
         let mut event = json!({"id": self.id_text(), "object": self.object(), "created": 0, "model": self.model, "choices": [choice]});
