@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::api::Api;
+use crate::prompt::{LengthOf, SynthOptions, Wrapping};
 use crate::trace::Format;
 
 #[derive(Debug, Parser)]
@@ -30,6 +31,133 @@ pub enum Command {
     Mock(MockArgs),
     /// Validate a trace and print its statistics (records, span, rate, tokens, prefix reuse).
     Inspect(InspectArgs),
+    /// Build every prompt of a trace without sending anything: build throughput, and with
+    /// --verify a re-encoding of each prompt with the real tokenizer to prove exact lengths.
+    Prompts(Box<PromptsArgs>),
+}
+
+/// How synthetic prompts are built (for traces that give lengths and hash ids, not text).
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Prompt synthesis")]
+pub struct PromptArgs {
+    /// Tokenizer for synthetic prompts: a `tokenizer.json`, or a directory holding one (and
+    /// `tokenizer_config.json`, whose chat template is then accounted for). Needed when the
+    /// trace gives lengths instead of text.
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+
+    /// `tokenizer_config.json` whose chat template the server applies (default: the one beside
+    /// tokenizer.json, if any).
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer_config: Option<PathBuf>,
+
+    /// What `input_length` counts: `prompt` = the server's `usage.prompt_tokens` (the chat
+    /// template's or the special tokens' overhead is taken off the content), `content` = the
+    /// synthetic content alone.
+    #[arg(long, value_enum, default_value = "prompt")]
+    pub input_length_of: LengthOf,
+
+    /// `text` sends prompt text; `token-ids` sends the token id array itself (exact by
+    /// construction; --api openai-completions only).
+    #[arg(long, value_enum, default_value = "text")]
+    pub prompt_mode: PromptMode,
+
+    /// Tokens per hash id (default: 512 for mooncake, 16 for bailian).
+    #[arg(long, value_name = "N")]
+    pub block_size: Option<u32>,
+
+    /// Seed of prompt synthesis: prompts are a pure function of (seed, tokenizer, hash ids,
+    /// lengths), identical on every host.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Memory for rendered blocks kept for reuse, shared among the producers, in MiB. Only
+    /// speed depends on it: traces with millions of distinct hash ids run in this bound.
+    #[arg(long, value_name = "MB", default_value_t = 256)]
+    pub block_cache_mb: usize,
+}
+
+/// `--prompt-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PromptMode {
+    Text,
+    TokenIds,
+}
+
+impl PromptArgs {
+    /// What the server wraps around the content for this API and mode.
+    pub fn wrapping(&self, api: Api) -> crate::Result<Wrapping> {
+        match (api, self.prompt_mode) {
+            (Api::OpenaiChat, PromptMode::Text) => Ok(Wrapping::Chat),
+            (Api::OpenaiCompletions, PromptMode::Text) => Ok(Wrapping::Completion),
+            (Api::OpenaiCompletions, PromptMode::TokenIds) => Ok(Wrapping::TokenIds),
+            (Api::OpenaiChat, PromptMode::TokenIds) => Err(crate::Error::Usage(
+                "--prompt-mode token-ids needs --api openai-completions (chat messages carry text)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The synthesis options for this API, or `None` without `--tokenizer`.
+    pub fn synth_options(&self, api: Api, format: Format) -> crate::Result<Option<SynthOptions>> {
+        let wrapping = self.wrapping(api)?;
+        Ok(self.tokenizer.as_ref().map(|t| SynthOptions {
+            tokenizer: t.clone(),
+            tokenizer_config: self.tokenizer_config.clone(),
+            wrapping,
+            length_of: self.input_length_of,
+            seed: self.seed,
+            block_size: self.block_size.unwrap_or(format.default_block_size()),
+        }))
+    }
+
+    pub fn block_cache_bytes(&self) -> usize {
+        self.block_cache_mb.saturating_mul(1 << 20)
+    }
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct PromptsArgs {
+    /// JSONL trace whose prompts are built.
+    #[arg(long, visible_alias = "dataset-path", value_name = "PATH")]
+    pub trace: PathBuf,
+
+    #[arg(long, visible_alias = "dataset", value_enum, default_value = "auto")]
+    pub format: Format,
+
+    /// Request dialect the prompts are built for (decides the chat template accounting).
+    #[arg(long, value_enum, default_value = "openai-chat")]
+    pub api: Api,
+
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+
+    /// Build only the first N records.
+    #[arg(long, value_name = "N")]
+    pub max_requests: Option<u64>,
+
+    /// Threads building prompts (each with its own share of the block cache).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub threads: usize,
+
+    /// Re-encode every prompt with the tokenizer (and chat template) as the server would, and
+    /// check its length and that its synthetic token ids come back intact. Slow: the
+    /// tokenizer runs at ~0.2M tokens/s per thread.
+    #[arg(long)]
+    pub verify: bool,
+
+    /// With --verify: re-encode only every Nth record (all are still built).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub verify_every: u64,
+
+    /// Write the prompts to this file (the `prompts.jsonl` format of `replay --save-prompts`).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -76,19 +204,8 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub no_stream: bool,
 
-    /// Tokenizer for synthetic prompts: a `tokenizer.json`, or a directory holding one.
-    /// Needed when the trace gives lengths instead of text.
-    #[arg(long, value_name = "PATH")]
-    pub tokenizer: Option<PathBuf>,
-
-    /// Tokens per hash id (default: 512 for mooncake, 16 for bailian).
-    #[arg(long, value_name = "N")]
-    pub block_size: Option<u32>,
-
-    /// Seed of prompt synthesis: prompts are a pure function of (seed, tokenizer, hash ids,
-    /// lengths), identical on every host.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
 
     /// Replay F times faster (timestamps are divided by F).
     #[arg(
@@ -155,6 +272,11 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub record_itl: bool,
 
+    /// Also write `prompts.jsonl` in the output directory: each request's prompt as sent
+    /// (`prompt`, `token_ids` or `messages`), one line per record in record order.
+    #[arg(long)]
+    pub save_prompts: bool,
+
     /// Extra request header `Name: value` (repeatable).
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
     pub headers: Vec<String>,
@@ -200,6 +322,16 @@ pub struct MockArgs {
     /// Model name listed by `GET /v1/models`.
     #[arg(long, default_value = "mock-model")]
     pub model: String,
+
+    /// Count prompt tokens with this tokenizer (a tokenizer.json or a directory) and its chat
+    /// template, as a vLLM server does, to report true `usage.prompt_tokens`. Without it the
+    /// mock counts whitespace-separated words (exact for synthetic text, no template).
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+
+    /// `tokenizer_config.json` with the chat template (default: the one beside the tokenizer).
+    #[arg(long, value_name = "PATH", requires = "tokenizer")]
+    pub tokenizer_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -220,13 +352,28 @@ pub struct InspectArgs {
 }
 
 impl MockArgs {
-    pub fn config(&self) -> crate::mock::MockConfig {
-        crate::mock::MockConfig {
+    /// The mock's configuration; loads the tokenizer when one is given.
+    pub fn config(&self) -> crate::Result<crate::mock::MockConfig> {
+        use crate::mock::PromptCounting;
+        let counting = match &self.tokenizer {
+            None => PromptCounting::Words { chat_overhead: 0 },
+            Some(path) => {
+                let (tokenizer, file) = crate::prompt::load_tokenizer(path)?;
+                let counter = crate::prompt::PromptCounter::new(
+                    tokenizer,
+                    &file,
+                    self.tokenizer_config.as_deref(),
+                )?;
+                PromptCounting::Tokenizer(std::sync::Arc::new(counter))
+            }
+        };
+        Ok(crate::mock::MockConfig {
             ttft_ns: ms_to_ns(self.ttft_ms),
             itl_ns: ms_to_ns(self.itl_ms),
             tokens_per_chunk: self.tokens_per_chunk.max(1),
             model: self.model.clone(),
-        }
+            counting,
+        })
     }
 }
 

@@ -14,6 +14,7 @@ pub mod http;
 pub mod mock;
 pub mod pipeline;
 pub mod prompt;
+pub mod prompts;
 pub mod record;
 pub mod replay;
 pub mod report;
@@ -40,7 +41,7 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Mock(args) => {
-            let server = mock::MockServer::start(args.listen, args.config())
+            let server = mock::MockServer::start(args.listen, args.config()?)
                 .map_err(|e| Error::Run(format!("mock: cannot listen on {}: {e}", args.listen)))?;
             println!("listening on {}", server.addr());
             let _ = std::io::stdout().flush();
@@ -48,6 +49,28 @@ pub fn run(cli: Cli) -> Result<()> {
                 .wait()
                 .map_err(|e| Error::Run(format!("mock: {e}")))?;
             Ok(())
+        }
+        Command::Prompts(args) => {
+            let report = prompts::run(&args)?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("report serialises")
+                );
+            } else {
+                print!("{report}");
+            }
+            match &report.verify {
+                Some(v) if v.exact < v.checked || v.prefix_pairs_differing > 0 => {
+                    Err(Error::Run(format!(
+                        "{} of {} verified prompts are not exact, {} shared prefixes differ",
+                        v.checked - v.exact,
+                        v.checked,
+                        v.prefix_pairs_differing
+                    )))
+                }
+                _ => Ok(()),
+            }
         }
         Command::Inspect(args) => {
             let format = trace::detect_format(&args.trace, args.format)?;

@@ -6,16 +6,19 @@
 //! order; the senders order what they receive by deadline.
 
 use std::cmp::Ordering;
-use std::io::Write;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
-use crate::api::{write_body, Api, BodyOptions};
+use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
-use crate::prompt::PromptSynth;
+use crate::prompt::{BlockCache, PromptSynth};
 use crate::trace::{TraceIds, TraceReader, TraceRecord};
 
 /// A request ready to be written: everything but the per-endpoint request line and headers.
@@ -87,28 +90,54 @@ impl Schedule {
 pub struct RequestBuilder {
     pub api: Api,
     pub body: BodyOptions,
-    pub synth: Option<PromptSynth>,
+    pub synth: Option<Arc<PromptSynth>>,
+    /// Block cache budget of each producer, in bytes (`--block-cache-mb` / producers).
+    pub cache_bytes_per_producer: usize,
+    /// `--save-prompts`: where each prompt is logged, in record order.
+    pub prompt_log: Option<PromptLog>,
 }
 
 /// Room kept in front of the body for the `Content-Length` header.
 const HEAD_ROOM: usize = 40;
 
 impl RequestBuilder {
+    /// A block cache for one producer.
+    pub fn new_cache(&self) -> BlockCache {
+        match &self.synth {
+            Some(s) => s.block_cache(self.cache_bytes_per_producer),
+            None => BlockCache::disabled(),
+        }
+    }
+
     pub fn build(
         &self,
         record: &TraceRecord,
         scheduled_ns: u64,
+        cache: &mut BlockCache,
     ) -> Result<PreparedRequest, String> {
-        let mut bytes =
-            Vec::with_capacity(HEAD_ROOM + 512 + record.input_length().unwrap_or(0) as usize * 8);
+        let prompt_bytes = match (&self.synth, record.input_length()) {
+            (Some(s), Some(len)) => s.estimated_bytes(len),
+            (_, len) => len.unwrap_or(0) as usize * 8,
+        };
+        let mut bytes = Vec::with_capacity(HEAD_ROOM + 512 + prompt_bytes);
         bytes.resize(HEAD_ROOM, 0);
+        let mut synthesis = self
+            .synth
+            .as_deref()
+            .map(|synth| Synthesis { synth, cache });
+        let mut saved = self.prompt_log.as_ref().map(|_| Vec::new());
         write_body(
             self.api,
             record,
             &self.body,
-            self.synth.as_ref(),
+            synthesis.as_mut(),
             &mut bytes,
+            saved.as_mut(),
         )?;
+        if let (Some(log), Some(line)) = (&self.prompt_log, saved) {
+            log.put(record.index, line)
+                .map_err(|e| format!("cannot write {}: {e}", log.path.display()))?;
+        }
         let body_len = bytes.len() - HEAD_ROOM;
         let mut head = [0u8; HEAD_ROOM];
         let mut cursor = &mut head[..];
@@ -125,6 +154,65 @@ impl RequestBuilder {
             output_tokens_target: record.output_length,
             ids: record.ids.clone(),
         })
+    }
+}
+
+/// `prompts.jsonl`, written in record order although producers finish out of order, so two
+/// runs with the same seed write identical files. Lines wait in a small reorder buffer (at most
+/// one per producer in flight, since producers take records in file order).
+pub struct PromptLog {
+    path: PathBuf,
+    state: Mutex<PromptLogState>,
+}
+
+struct PromptLogState {
+    out: BufWriter<File>,
+    next: u64,
+    waiting: BTreeMap<u64, Vec<u8>>,
+}
+
+impl PromptLog {
+    pub fn create(path: &Path) -> Result<PromptLog> {
+        let file = File::create(path).map_err(|e| Error::io(path, e))?;
+        Ok(PromptLog {
+            path: path.to_path_buf(),
+            state: Mutex::new(PromptLogState {
+                out: BufWriter::with_capacity(1 << 20, file),
+                next: 0,
+                waiting: BTreeMap::new(),
+            }),
+        })
+    }
+
+    fn put(&self, index: u64, line: Vec<u8>) -> std::io::Result<()> {
+        let mut s = self
+            .state
+            .lock()
+            .map_err(|_| std::io::Error::other("a producer panicked"))?;
+        s.waiting.insert(index, line);
+        loop {
+            let next = s.next;
+            let Some(line) = s.waiting.remove(&next) else {
+                return Ok(());
+            };
+            s.out.write_all(&line)?;
+            s.next += 1;
+        }
+    }
+
+    /// Writes what is left and flushes; called once the producers are done.
+    pub fn finish(&self) -> Result<()> {
+        let mut s = self
+            .state
+            .lock()
+            .map_err(|_| Error::Run("a producer thread panicked".into()))?;
+        let s = &mut *s;
+        for line in std::mem::take(&mut s.waiting).into_values() {
+            s.out
+                .write_all(&line)
+                .map_err(|e| Error::io(&self.path, e))?;
+        }
+        s.out.flush().map_err(|e| Error::io(&self.path, e))
     }
 }
 
@@ -180,6 +268,7 @@ fn produce(
     stop: &AtomicBool,
 ) -> Result<u64> {
     let mut built = 0;
+    let mut cache = builder.new_cache();
     while !stop.load(AtomicOrdering::Relaxed) {
         let (record, scheduled_ns) = {
             let mut s = shared
@@ -203,7 +292,7 @@ fn produce(
             }
         };
         let request = builder
-            .build(&record, scheduled_ns)
+            .build(&record, scheduled_ns, &mut cache)
             .map_err(|message| Error::Trace {
                 file: shared
                     .lock()
@@ -256,6 +345,8 @@ mod tests {
                 extra_body: None,
             },
             synth: None,
+            cache_bytes_per_producer: 0,
+            prompt_log: None,
         };
         let record = TraceRecord {
             index: 4,
@@ -269,7 +360,9 @@ mod tests {
             ids: TraceIds::default(),
             extra: None,
         };
-        let req = builder.build(&record, 77).unwrap();
+        let req = builder
+            .build(&record, 77, &mut builder.new_cache())
+            .unwrap();
         let text = std::str::from_utf8(req.payload()).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert_eq!(head, format!("Content-Length: {}", body.len()));

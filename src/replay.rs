@@ -20,9 +20,9 @@ use crate::clock::RunClock;
 use crate::error::{Error, Result};
 use crate::http::endpoint::Endpoint;
 use crate::http::probe;
-use crate::mock::{MockConfig, MockServer};
-use crate::pipeline::{spawn_producers, RequestBuilder, Schedule};
-use crate::prompt::{load_tokenizer, PromptSynth, SafeVocab};
+use crate::mock::{MockConfig, MockServer, PromptCounting};
+use crate::pipeline::{spawn_producers, PromptLog, RequestBuilder, Schedule};
+use crate::prompt;
 use crate::record::{RecordWriter, RequestRecord};
 use crate::report;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, Target};
@@ -47,7 +47,10 @@ pub struct RunOutcome {
 pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     check_args(args)?;
     let format = detect_format(&args.trace, args.format)?;
-    let block_size = args.block_size.unwrap_or(format.default_block_size());
+    let block_size = args
+        .prompt
+        .block_size
+        .unwrap_or(format.default_block_size());
     let trace_stats = inspect::scan(&args.trace, format, block_size, args.max_requests)?;
     if trace_stats.records == 0 {
         return Err(Error::Trace {
@@ -70,23 +73,32 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         trace_stats.mean_rate()
     ));
 
+    if trace_stats.hash_length_mismatches > 0 {
+        say(format!(
+            "note: {} records have a hash_ids count that disagrees with ceil(input_length / {block_size}): \
+             their prompts are padded or cut to input_length",
+            trace_stats.hash_length_mismatches
+        ));
+    }
+
     // Prompt synthesis, only when some record carries lengths instead of text.
     let needs_tokenizer = trace_stats.verbatim_records < trace_stats.records;
-    let synth = match (&args.tokenizer, needs_tokenizer) {
-        (Some(path), true) => {
-            let started = Instant::now();
-            let (tokenizer, file) = load_tokenizer(path)?;
-            let vocab = SafeVocab::from_tokenizer(&tokenizer, &file)?;
-            say(format!("tokenizer {}: {} boundary-stable tokens ({:.2} s)", file.display(), vocab.len(), started.elapsed().as_secs_f64()));
-            Some(PromptSynth::new(Arc::new(vocab), args.seed, block_size))
+    let synth = match args.prompt.synth_options(args.api, format)? {
+        Some(opts) if needs_tokenizer => {
+            let prepared = prompt::prepare(&opts)?;
+            say(prepared.description);
+            if let Some(w) = prepared.warning {
+                eprintln!("warning: {w}");
+            }
+            Some(prepared.synth)
         }
-        (None, true) => {
+        None if needs_tokenizer => {
             return Err(Error::Usage(
                 "the trace gives lengths, not text: give --tokenizer PATH (a tokenizer.json or a model directory) to synthesise prompts"
                     .into(),
             ))
         }
-        (_, false) => None,
+        _ => None,
     };
 
     // Endpoints: the in-process mock, or the given servers.
@@ -94,6 +106,11 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         let cfg = MockConfig {
             ttft_ns: ms_to_ns(args.mock_ttft_ms),
             itl_ns: ms_to_ns(args.mock_itl_ms),
+            // The in-process mock counts words; it is told the template overhead measured
+            // above so that its usage.prompt_tokens stands for what a server would count.
+            counting: PromptCounting::Words {
+                chat_overhead: synth.as_ref().map_or(0, |s| s.overhead()),
+            },
             ..MockConfig::default()
         };
         let server = MockServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), cfg)
@@ -180,6 +197,21 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             }
         },
     };
+    let num_sender = args.num_sender.max(1);
+    let cores = core_affinity::get_core_ids().map_or(1, |c| c.len());
+    let num_producer = args
+        .num_producer
+        .unwrap_or_else(|| cores.saturating_sub(num_sender).max(1));
+    let placement = affinity::plan(&args.pin_cores, num_sender, num_producer)?;
+    let prompt_log =
+        match (&dir, args.save_prompts) {
+            (Some(d), true) => Some(PromptLog::create(&d.join("prompts.jsonl"))?),
+            (None, true) => return Err(Error::Usage(
+                "--save-prompts writes prompts.jsonl into the output directory: give --output DIR"
+                    .into(),
+            )),
+            (_, false) => None,
+        };
     let builder = Arc::new(RequestBuilder {
         api: args.api,
         body: BodyOptions {
@@ -189,14 +221,9 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             extra_body,
         },
         synth,
+        cache_bytes_per_producer: args.prompt.block_cache_bytes() / num_producer,
+        prompt_log,
     });
-
-    let num_sender = args.num_sender.max(1);
-    let cores = core_affinity::get_core_ids().map_or(1, |c| c.len());
-    let num_producer = args
-        .num_producer
-        .unwrap_or_else(|| cores.saturating_sub(num_sender).max(1));
-    let placement = affinity::plan(&args.pin_cores, num_sender, num_producer)?;
     if let Some(w) = &placement.warning {
         say(format!("warning: {w}"));
     }
@@ -240,6 +267,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             num_sender,
             auth.is_some(),
             started_unix_ms,
+            builder.synth.as_ref().map(|s| s.overhead()),
         );
         report::write_json(&d.join("run.json"), &run)?;
     }
@@ -313,6 +341,9 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
                     producer_error.or(Some(Error::Run("a producer thread panicked".into())))
             }
         }
+    }
+    if let Some(log) = &builder.prompt_log {
+        log.finish()?;
     }
     let mut itl = latency_histogram();
     let mut token_itl = latency_histogram();
@@ -440,6 +471,7 @@ fn run_json(
     num_sender: usize,
     has_api_key: bool,
     started_unix_ms: u64,
+    prompt_overhead: Option<u64>,
 ) -> Value {
     // Header values may be credentials: only their names are saved.
     let header_names: Vec<&str> = args
@@ -472,8 +504,17 @@ fn run_json(
     m.insert("model".into(), json!(model));
     m.insert("stream".into(), json!(!args.no_stream));
     m.insert("exact_output".into(), json!(!args.no_exact_output));
-    m.insert("tokenizer".into(), json!(args.tokenizer));
-    m.insert("seed".into(), json!(args.seed));
+    m.insert("tokenizer".into(), json!(args.prompt.tokenizer));
+    m.insert(
+        "tokenizer_config".into(),
+        json!(args.prompt.tokenizer_config),
+    );
+    m.insert("input_length_of".into(), json!(args.prompt.input_length_of));
+    m.insert("prompt_mode".into(), json!(args.prompt.prompt_mode));
+    m.insert("prompt_overhead_tokens".into(), json!(prompt_overhead));
+    m.insert("block_cache_mb".into(), json!(args.prompt.block_cache_mb));
+    m.insert("save_prompts".into(), json!(args.save_prompts));
+    m.insert("seed".into(), json!(args.prompt.seed));
     m.insert("time_scale".into(), json!(args.time_scale));
     m.insert("duration_s".into(), json!(args.duration));
     m.insert("max_requests".into(), json!(args.max_requests));

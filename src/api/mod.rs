@@ -8,7 +8,7 @@ mod events;
 mod openai;
 
 pub use events::{excerpt, EventScanner, FullResponse, StreamEvent, EXCERPT};
-pub use openai::{write_body, BodyOptions};
+pub use openai::{write_body, BodyOptions, Synthesis};
 
 /// The request dialect (`--api`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]

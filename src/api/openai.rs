@@ -5,7 +5,7 @@ use std::io::Write;
 use serde_json::{Map, Value};
 
 use super::Api;
-use crate::prompt::PromptSynth;
+use crate::prompt::{BlockCache, PromptSynth, Rendering};
 use crate::trace::{Input, TraceRecord};
 
 /// Everything about a body that does not come from the record.
@@ -20,25 +20,37 @@ pub struct BodyOptions {
     pub extra_body: Option<Map<String, Value>>,
 }
 
-/// Appends the JSON body of `record` to `out`.
+/// What builds synthetic prompts in one producer: the shared synthesiser and the producer's
+/// own block cache.
+pub struct Synthesis<'a> {
+    pub synth: &'a PromptSynth,
+    pub cache: &'a mut BlockCache,
+}
+
+/// Appends the JSON body of `record` to `out`. With `saved`, also appends the record's
+/// `prompts.jsonl` line there (the prompt exactly as sent, CONTRACT §2 `--save-prompts`).
 pub fn write_body(
     api: Api,
     record: &TraceRecord,
     opts: &BodyOptions,
-    synth: Option<&PromptSynth>,
+    synthesis: Option<&mut Synthesis<'_>>,
     out: &mut Vec<u8>,
+    saved: Option<&mut Vec<u8>>,
 ) -> Result<(), String> {
     let start = out.len();
     out.extend_from_slice(b"{\"model\":");
     out.extend_from_slice(opts.model_json.as_bytes());
-    match (api, &record.input) {
+    let prompt_start;
+    let key: &[u8] = match (api, &record.input) {
         (Api::OpenaiChat, Input::Messages { messages, tools }) => {
             out.extend_from_slice(b",\"messages\":");
+            prompt_start = out.len();
             serde_json::to_writer(&mut *out, messages).map_err(|e| e.to_string())?;
             if let Some(tools) = tools {
                 out.extend_from_slice(b",\"tools\":");
                 serde_json::to_writer(&mut *out, tools).map_err(|e| e.to_string())?;
             }
+            b"messages"
         }
         (Api::OpenaiCompletions, Input::Messages { .. }) => {
             return Err("a record with `messages` needs --api openai-chat".into());
@@ -48,11 +60,28 @@ pub fn write_body(
                 Api::OpenaiChat => b",\"messages\":[{\"role\":\"user\",\"content\":",
                 Api::OpenaiCompletions => b",\"prompt\":",
             });
-            write_prompt(record, input, synth, out)?;
+            prompt_start = out.len();
+            let key = write_prompt(record, input, synthesis, out)?;
             if api == Api::OpenaiChat {
                 out.extend_from_slice(b"}]");
             }
+            key
         }
+    };
+    if let Some(saved) = saved {
+        // Messages are saved without the tools that follow them in the body.
+        let end = match &record.input {
+            Input::Messages { messages, .. } => {
+                prompt_start + serde_json::to_vec(messages).map_or(0, |v| v.len())
+            }
+            _ if api == Api::OpenaiChat => out.len() - 2,
+            _ => out.len(),
+        };
+        write!(saved, "{{\"index\":{},\"", record.index).map_err(|e| e.to_string())?;
+        saved.extend_from_slice(key);
+        saved.extend_from_slice(b"\":");
+        saved.extend_from_slice(&out[prompt_start..end]);
+        saved.extend_from_slice(b"}\n");
     }
     if let Some(n) = record.output_length {
         write!(out, ",\"max_tokens\":{n}").map_err(|e| e.to_string())?;
@@ -72,27 +101,31 @@ pub fn write_body(
     Ok(())
 }
 
+/// Writes the prompt value; returns its `prompts.jsonl` key.
 fn write_prompt(
     record: &TraceRecord,
     input: &Input,
-    synth: Option<&PromptSynth>,
+    synthesis: Option<&mut Synthesis<'_>>,
     out: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<&'static [u8], String> {
     match input {
         Input::Text { text, .. } => {
-            serde_json::to_writer(&mut *out, text).map_err(|e| e.to_string())
+            serde_json::to_writer(&mut *out, text).map_err(|e| e.to_string())?;
+            Ok(b"prompt")
         }
         Input::Synthetic {
             input_length,
             hash_ids,
         } => {
-            let synth =
-                synth.ok_or("the trace has no text: give --tokenizer to synthesise prompts")?;
-            // Synthetic text is spaces and ASCII letters: no escaping needed.
-            out.push(b'"');
-            synth.write_text(record.index, *input_length, hash_ids, out);
-            out.push(b'"');
-            Ok(())
+            let s =
+                synthesis.ok_or("the trace has no text: give --tokenizer to synthesise prompts")?;
+            let len = s.synth.content_len(*input_length);
+            s.synth
+                .write_json(s.cache, record.index, len, hash_ids, out);
+            Ok(match s.synth.rendering() {
+                Rendering::Text => b"prompt",
+                Rendering::TokenIds => b"token_ids",
+            })
         }
         Input::Messages { .. } => unreachable!("handled by the caller"),
     }
@@ -135,7 +168,7 @@ mod tests {
 
     fn body(api: Api, rec: &TraceRecord, opts: &BodyOptions) -> Value {
         let mut out = Vec::new();
-        write_body(api, rec, opts, None, &mut out).unwrap();
+        write_body(api, rec, opts, None, &mut out, None).unwrap();
         serde_json::from_slice(&out).unwrap()
     }
 
@@ -208,6 +241,6 @@ mod tests {
         assert_eq!(v["seed"], 3);
         assert_eq!(v["top_p"], 0.1);
         let mut out = Vec::new();
-        assert!(write_body(Api::OpenaiCompletions, &rec, &o, None, &mut out).is_err());
+        assert!(write_body(Api::OpenaiCompletions, &rec, &o, None, &mut out, None).is_err());
     }
 }

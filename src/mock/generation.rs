@@ -2,7 +2,11 @@
 
 use std::io::Write;
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
+
+use crate::prompt::PromptCounter;
 
 /// Timing and shape of the mock model.
 #[derive(Clone, Debug)]
@@ -13,6 +17,53 @@ pub struct MockConfig {
     pub tokens_per_chunk: u32,
     /// Model name served by `/v1/models`; requests may name any model.
     pub model: String,
+    pub counting: PromptCounting,
+}
+
+/// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
+#[derive(Clone, Debug)]
+pub enum PromptCounting {
+    /// Whitespace-separated words, plus a fixed overhead for chat requests: exact for
+    /// llmreplay's synthetic prompts (one word per token) without loading a tokenizer. The
+    /// in-process mock of `replay --mock` is given the chat template overhead the replay
+    /// measured; a stand-alone mock without `--tokenizer` uses 0.
+    Words { chat_overhead: u64 },
+    /// The real tokenizer and chat template, counted as a vLLM server does (`mock
+    /// --tokenizer`). Costs tokenizer time (~0.2M tokens/s) on the mock's thread.
+    Tokenizer(Arc<PromptCounter>),
+}
+
+impl PromptCounting {
+    fn count(&self, dialect: Dialect, obj: &serde_json::Map<String, Value>) -> Result<u64, String> {
+        match (dialect, self) {
+            (Dialect::Chat, counting) => {
+                let messages = obj.get("messages").ok_or("`messages` is required")?;
+                let list = messages.as_array().ok_or("`messages` must be an array")?;
+                match counting {
+                    PromptCounting::Words { chat_overhead } => Ok(list
+                        .iter()
+                        .map(|m| count_words_in(m.get("content")))
+                        .sum::<u64>()
+                        + chat_overhead),
+                    PromptCounting::Tokenizer(counter) => counter
+                        .chat_ids(messages, obj.get("tools").filter(|t| !t.is_null()))
+                        .map(|ids| ids.len() as u64),
+                }
+            }
+            (Dialect::Completions, counting) => {
+                match (obj.get("prompt").ok_or("`prompt` is required")?, counting) {
+                    // Token ids are taken as they are, as vLLM does.
+                    (Value::Array(items), _) if items.iter().all(Value::is_u64) => {
+                        Ok(items.len() as u64)
+                    }
+                    (Value::String(text), PromptCounting::Tokenizer(counter)) => {
+                        counter.completion_ids(text).map(|ids| ids.len() as u64)
+                    }
+                    (prompt, _) => Ok(count_words_in(Some(prompt))),
+                }
+            }
+        }
+    }
 }
 
 impl Default for MockConfig {
@@ -22,6 +73,7 @@ impl Default for MockConfig {
             itl_ns: 5_000_000,
             tokens_per_chunk: 1,
             model: "mock-model".into(),
+            counting: PromptCounting::Words { chat_overhead: 0 },
         }
     }
 }
@@ -67,6 +119,7 @@ impl Generation {
         body: &Value,
         id: u64,
         arrival_ns: u64,
+        counting: &PromptCounting,
     ) -> Result<Generation, String> {
         let obj = body
             .as_object()
@@ -93,21 +146,7 @@ impl Generation {
         } else {
             min_tokens.max(max_tokens.div_ceil(2))
         };
-        let prompt_tokens = match dialect {
-            Dialect::Chat => {
-                let messages = obj
-                    .get("messages")
-                    .and_then(Value::as_array)
-                    .ok_or("`messages` must be an array")?;
-                messages
-                    .iter()
-                    .map(|m| count_words_in(m.get("content")))
-                    .sum()
-            }
-            Dialect::Completions => {
-                count_words_in(Some(obj.get("prompt").ok_or("`prompt` is required")?))
-            }
-        };
+        let prompt_tokens = counting.count(dialect, obj)?;
         let stream = obj.get("stream").and_then(Value::as_bool).unwrap_or(false);
         let opts = obj.get("stream_options");
         let flag = |k: &str| {
@@ -291,7 +330,14 @@ mod tests {
     use crate::api::{Api, EventScanner};
 
     fn gen(body: Value, dialect: Dialect) -> Generation {
-        Generation::from_request(dialect, &body, 1, 0).unwrap()
+        Generation::from_request(
+            dialect,
+            &body,
+            1,
+            0,
+            &PromptCounting::Words { chat_overhead: 0 },
+        )
+        .unwrap()
     }
 
     #[test]
@@ -315,12 +361,20 @@ mod tests {
             Dialect::Completions,
         );
         assert_eq!((g.tokens, g.prompt_tokens), (10, 2));
-        assert!(Generation::from_request(Dialect::Chat, &json!({"max_tokens": 1}), 1, 0).is_err());
+        assert!(Generation::from_request(
+            Dialect::Chat,
+            &json!({"max_tokens": 1}),
+            1,
+            0,
+            &MockConfig::default().counting
+        )
+        .is_err());
         assert!(Generation::from_request(
             Dialect::Completions,
             &json!({"prompt": "a", "max_tokens": -1}),
             1,
-            0
+            0,
+            &MockConfig::default().counting
         )
         .is_err());
     }
@@ -332,6 +386,7 @@ mod tests {
             itl_ns: 5,
             tokens_per_chunk: 2,
             model: "m".into(),
+            ..MockConfig::default()
         };
         let mut g = gen(
             json!({"messages": [{"role": "user", "content": "a b"}], "max_tokens": 5, "min_tokens": 5, "stream": true, "stream_options": {"include_usage": true}}),

@@ -8,7 +8,7 @@
 
 mod generation;
 
-pub use generation::{Dialect, Generation, MockConfig};
+pub use generation::{Dialect, Generation, MockConfig, PromptCounting};
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -338,7 +338,7 @@ impl MockLoop {
         };
         let parsed = serde_json::from_slice::<Value>(&body)
             .map_err(|e| format!("invalid JSON body: {e}"))
-            .and_then(|v| Generation::from_request(dialect, &v, id, now));
+            .and_then(|v| Generation::from_request(dialect, &v, id, now, &cfg.counting));
         let generation_state = match parsed {
             Ok(g) => g,
             Err(message) => {

@@ -2,15 +2,111 @@
 //!
 //! A trace gives only `input_length` and block hash ids. We build a prompt of exactly that many
 //! tokens in which equal hash ids give identical token blocks, so a server's prefix cache hits
-//! where production's did. Two facts make it exact and fast (DESIGN-NOTES §2):
+//! where production's did. Three facts make it exact and fast (DESIGN-NOTES §2):
 //! - tokens are drawn from a *boundary-stable* subset of the vocabulary ([`SafeVocab`]): pieces
 //!   made of a space and lowercase ASCII letters that re-encode to themselves, so any
 //!   concatenation re-encodes to the same ids, one per piece;
 //! - the tokens of a block are a pure function of (seed, hash id, block size) ([`PromptSynth`]),
-//!   so the tokenizer only runs at start-up and every host builds the same bytes.
+//!   so the tokenizer only runs at start-up, every host builds the same bytes, and a block is
+//!   rendered once and reused from a bounded [`BlockCache`];
+//! - what the server adds around the content (chat template, special tokens) is measured once
+//!   with the real template and tokenizer ([`PromptCounter`]) and taken off the content.
 
+mod cache;
 mod synth;
+mod template;
+pub mod verify;
 mod vocab;
 
-pub use synth::PromptSynth;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use cache::BlockCache;
+pub use synth::{PromptSynth, Rendering};
+pub use template::{ChatTemplate, PromptCounter, Wrapping};
 pub use vocab::{load_tokenizer, SafeVocab};
+
+use crate::error::{Error, Result};
+
+/// Which count `input_length` is (`--input-length-of`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LengthOf {
+    /// The prompt as the server counts it (`usage.prompt_tokens`), template included.
+    #[default]
+    Prompt,
+    /// The synthetic content alone; the server's count adds its template.
+    Content,
+}
+
+/// Everything prompt synthesis is built from.
+#[derive(Clone, Debug)]
+pub struct SynthOptions {
+    pub tokenizer: PathBuf,
+    pub tokenizer_config: Option<PathBuf>,
+    pub wrapping: Wrapping,
+    pub length_of: LengthOf,
+    pub seed: u64,
+    pub block_size: u32,
+}
+
+/// A ready synthesiser, with the counter that measured its overhead (kept for verification).
+pub struct Prepared {
+    pub synth: Arc<PromptSynth>,
+    pub counter: PromptCounter,
+    /// One line for the user: tokenizer, table size, overhead and where it came from.
+    pub description: String,
+    /// A warning to show, e.g. chat requests without a template to count them.
+    pub warning: Option<String>,
+}
+
+/// Loads the tokenizer, finds its stable tokens and measures the server-side overhead.
+pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
+    let started = std::time::Instant::now();
+    let (tokenizer, file) = load_tokenizer(&opts.tokenizer)?;
+    let vocab = SafeVocab::from_tokenizer(&tokenizer, &file)?;
+    let counter = PromptCounter::new(tokenizer, &file, opts.tokenizer_config.as_deref())?;
+    let fail = |path: &Path, message: String| Error::Tokenizer {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut warning = None;
+    let overhead = match (opts.length_of, opts.wrapping, counter.template_path()) {
+        (LengthOf::Content, _, _) => 0,
+        (LengthOf::Prompt, Wrapping::Chat, None) => {
+            warning = Some(format!(
+                "no chat template found beside {} (give --tokenizer-config): the server's prompt_tokens \
+                 will exceed input_length by its template",
+                file.display()
+            ));
+            0
+        }
+        (LengthOf::Prompt, wrapping, template) => counter
+            .overhead(wrapping, &vocab)
+            .map_err(|m| fail(template.unwrap_or(&file), m))?,
+    };
+    let rendering = match opts.wrapping {
+        Wrapping::TokenIds => Rendering::TokenIds,
+        Wrapping::Chat | Wrapping::Completion => Rendering::Text,
+    };
+    let description = format!(
+        "tokenizer {}: {} boundary-stable tokens, {} tokens of server overhead{} ({:.2} s)",
+        file.display(),
+        vocab.len(),
+        overhead,
+        counter
+            .template_path()
+            .filter(|_| opts.wrapping == Wrapping::Chat)
+            .map(|p| format!(" (chat template of {})", p.display()))
+            .unwrap_or_default(),
+        started.elapsed().as_secs_f64()
+    );
+    let synth = PromptSynth::new(Arc::new(vocab), opts.seed, opts.block_size, rendering)
+        .with_overhead(overhead);
+    Ok(Prepared {
+        synth: Arc::new(synth),
+        counter,
+        description,
+        warning,
+    })
+}

@@ -8,6 +8,8 @@ use crate::error::{Error, Result};
 
 /// Fewer stable tokens than this and prompts would repeat too often to look like text.
 const MIN_SAFE_TOKENS: usize = 1000;
+/// Every piece fits a fixed slot so that prompts are built with fixed-width copies.
+pub const SLOT: usize = 16;
 
 /// Loads a Hugging Face `tokenizer.json`, given as the file or a directory holding it.
 pub fn load_tokenizer(path: &Path) -> Result<(Tokenizer, PathBuf)> {
@@ -31,55 +33,105 @@ pub fn load_tokenizer(path: &Path) -> Result<(Tokenizer, PathBuf)> {
     Ok((tokenizer, file))
 }
 
-/// Token ids whose text is a space followed by lowercase ASCII letters and which re-encode to
-/// themselves, sorted by id so the table is the same on every host.
+/// Token ids that are a space followed by lowercase ASCII letters, sorted by id so the table is
+/// the same on every host. Each was checked to re-encode to itself (so any concatenation of
+/// them re-encodes to the same ids, one per piece: the pre-tokenizers of byte-level BPE and
+/// Metaspace tokenizers split `" word"` pieces apart), and its bare word (`"word"`) to encode
+/// to a single token too, so a chat template that trims the content keeps the count.
 pub struct SafeVocab {
     ids: Vec<u32>,
-    /// The texts of all safe tokens, back to back; token `i` is `text[ends[i-1]..ends[i]]`.
-    text: String,
-    ends: Vec<u32>,
+    /// Each token's text, left-aligned in a 16-byte slot; its length in `lens`.
+    slots: Vec<[u8; SLOT]>,
+    lens: Vec<u8>,
 }
 
 impl SafeVocab {
-    /// Scans the base vocabulary once (a fraction of a second for 150k-token vocabularies).
+    /// Scans the base vocabulary once (about a second for 150k-token vocabularies).
     pub fn from_tokenizer(tokenizer: &Tokenizer, path: &Path) -> Result<SafeVocab> {
+        let fail = |message: String| Error::Tokenizer {
+            path: path.to_path_buf(),
+            message,
+        };
         let size = tokenizer.get_vocab_size(false) as u32;
-        let mut candidates: Vec<(u32, String)> = Vec::new();
+        let context = Context::find(tokenizer)
+            .ok_or_else(|| fail("cannot decode a plain letter: not a text tokenizer".into()))?;
+        let mut vocab = SafeVocab {
+            ids: Vec::new(),
+            slots: Vec::new(),
+            lens: Vec::new(),
+        };
         for id in 0..size {
-            let Ok(text) = tokenizer.decode(&[id], false) else {
+            let Some(text) = context.text_of(tokenizer, id) else {
                 continue;
             };
             let b = text.as_bytes();
-            if b.len() >= 2 && b[0] == b' ' && b[1..].iter().all(u8::is_ascii_lowercase) {
-                candidates.push((id, text));
-            }
-        }
-        let mut vocab = SafeVocab {
-            ids: Vec::new(),
-            text: String::new(),
-            ends: Vec::new(),
-        };
-        for (id, text) in candidates {
-            let stable = tokenizer
-                .encode(text.as_str(), false)
-                .is_ok_and(|enc| enc.get_ids() == [id]);
-            if stable {
+            let shape = b.len() >= 2
+                && b.len() <= SLOT
+                && b[0] == b' '
+                && b[1..].iter().all(u8::is_ascii_lowercase);
+            if shape && encodes_to(tokenizer, &text, &[id]) && encodes_to_one(tokenizer, &text[1..])
+            {
+                let mut slot = [0u8; SLOT];
+                slot[..b.len()].copy_from_slice(b);
                 vocab.ids.push(id);
-                vocab.text.push_str(&text);
-                vocab.ends.push(vocab.text.len() as u32);
+                vocab.slots.push(slot);
+                vocab.lens.push(b.len() as u8);
             }
         }
         if vocab.ids.len() < MIN_SAFE_TOKENS {
-            return Err(Error::Tokenizer {
-                path: path.to_path_buf(),
-                message: format!(
-                    "only {} tokens of the form \" word\" re-encode to themselves (need {MIN_SAFE_TOKENS}); \
-                     this tokenizer cannot be used to synthesise prompts",
-                    vocab.ids.len()
-                ),
-            });
+            return Err(fail(format!(
+                "only {} tokens of the form \" word\" re-encode to themselves (need {MIN_SAFE_TOKENS}); \
+                 this tokenizer cannot be used to synthesise prompts: use a trace with text, or another tokenizer",
+                vocab.ids.len()
+            )));
         }
+        vocab.check_samples(tokenizer).map_err(fail)?;
         Ok(vocab)
+    }
+
+    /// Builds a table from explicit (id, text) pairs, for tests of the synthesis that need no
+    /// tokenizer. Texts must be `" word"` pieces of at most 16 bytes.
+    pub fn from_pieces(pieces: &[(u32, &str)]) -> SafeVocab {
+        let mut vocab = SafeVocab {
+            ids: Vec::new(),
+            slots: Vec::new(),
+            lens: Vec::new(),
+        };
+        for &(id, text) in pieces {
+            assert!(text.len() <= SLOT && text.starts_with(' '));
+            let mut slot = [0u8; SLOT];
+            slot[..text.len()].copy_from_slice(text.as_bytes());
+            vocab.ids.push(id);
+            vocab.slots.push(slot);
+            vocab.lens.push(text.len() as u8);
+        }
+        vocab
+    }
+
+    /// Encodes a few whole prompts drawn from the table: the per-token checks say each piece is
+    /// stable alone; this says the tokenizer's pre-tokenizer really splits them apart (a
+    /// tokenizer whose normaliser prepends a space, as legacy SentencePiece exports do, fails
+    /// here rather than silently sending prompts one token too long).
+    fn check_samples(&self, tokenizer: &Tokenizer) -> std::result::Result<(), String> {
+        for sample in 0..4u64 {
+            let picks: Vec<usize> = (0..256u64)
+                .map(|i| ((sample * 7919 + i * 104_729) % self.len() as u64) as usize)
+                .collect();
+            let text: String = picks.iter().map(|&i| self.text(i)).collect();
+            let want: Vec<u32> = picks.iter().map(|&i| self.id(i)).collect();
+            let got = tokenizer
+                .encode_fast(text.as_str(), false)
+                .map_err(|e| e.to_string())?;
+            if got.get_ids() != want.as_slice() {
+                return Err(format!(
+                    "a prompt of {} stable tokens re-encodes to {} tokens: this tokenizer does not split \" word\" pieces apart \
+                     (its normaliser or pre-tokenizer merges them), so exact prompts cannot be synthesised",
+                    want.len(),
+                    got.len()
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub fn len(&self) -> usize {
@@ -95,7 +147,54 @@ impl SafeVocab {
     }
 
     pub fn text(&self, i: usize) -> &str {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.text[start..self.ends[i] as usize]
+        std::str::from_utf8(&self.slots[i][..self.lens[i] as usize]).expect("ASCII")
     }
+
+    /// The fixed slot of token `i` and its length.
+    pub fn slot(&self, i: usize) -> (&[u8; SLOT], usize) {
+        (&self.slots[i], self.lens[i] as usize)
+    }
+
+    /// Mean bytes per token, to size buffers and caches.
+    pub fn mean_len(&self) -> f64 {
+        self.lens.iter().map(|&l| f64::from(l)).sum::<f64>() / self.len().max(1) as f64
+    }
+}
+
+/// How a token's text is read in context: decoding a token alone drops its leading space with
+/// some decoders (Metaspace strips it from the first token), so each token is decoded after an
+/// anchor token and the anchor's own text is cut off.
+struct Context {
+    anchor: u32,
+    anchor_text: String,
+}
+
+impl Context {
+    fn find(tokenizer: &Tokenizer) -> Option<Context> {
+        let enc = tokenizer.encode_fast("a", false).ok()?;
+        let anchor = *enc.get_ids().last()?;
+        let anchor_text = tokenizer.decode(&[anchor], false).ok()?;
+        (!anchor_text.is_empty()).then_some(Context {
+            anchor,
+            anchor_text,
+        })
+    }
+
+    fn text_of(&self, tokenizer: &Tokenizer, id: u32) -> Option<String> {
+        let both = tokenizer.decode(&[self.anchor, id], false).ok()?;
+        both.strip_prefix(self.anchor_text.as_str())
+            .map(str::to_owned)
+    }
+}
+
+fn encodes_to(tokenizer: &Tokenizer, text: &str, ids: &[u32]) -> bool {
+    tokenizer
+        .encode_fast(text, false)
+        .is_ok_and(|enc| enc.get_ids() == ids)
+}
+
+fn encodes_to_one(tokenizer: &Tokenizer, text: &str) -> bool {
+    tokenizer
+        .encode_fast(text, false)
+        .is_ok_and(|enc| enc.get_ids().len() == 1)
 }
