@@ -218,7 +218,7 @@ impl Shared<'_> {
                 part.synthetic_records += 1;
                 part.tokens += synth.content_len(*input_length);
                 let needed = input_length.div_ceil(self.block_size);
-                if hash_ids.len() as u64 != needed {
+                if !hash_ids.is_empty() && hash_ids.len() as u64 != needed {
                     part.hash_length_mismatches += 1;
                 }
                 if let Some(v) = part.verify.as_mut() {

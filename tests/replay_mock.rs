@@ -1,33 +1,11 @@
 //! End-to-end: replays real Mooncake records against the built-in mock, in-process and
 //! through the binary, and checks records, summary and exit codes.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use clap::Parser;
 use serde_json::Value;
 
-fn shared(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("shared")
-        .join(rel)
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("llmreplay-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn read_jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+mod common;
+use common::{bin, read_jsonl, shared, temp_dir};
 
 #[test]
 fn replays_500_mooncake_records_against_the_mock() {
@@ -149,10 +127,6 @@ fn replays_500_mooncake_records_against_the_mock() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_llmreplay"))
-}
-
 #[test]
 fn bad_trace_lines_exit_1_naming_file_and_line() {
     let dir = temp_dir("bad");
@@ -269,38 +243,16 @@ fn replay_help_documents_every_option() {
 
 #[test]
 fn mock_subcommand_prints_its_address_and_serves() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let mut child = bin()
-        .args([
-            "mock",
-            "--listen",
-            "127.0.0.1:0",
-            "--ttft-ms",
-            "1",
-            "--itl-ms",
-            "1",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let addr = first
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("first line")
-        .to_string();
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    use std::io::{Read, Write};
+    let mock = common::MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
+    let mut s = std::net::TcpStream::connect(&mock.addr).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
     let body = r#"{"model":"m","prompt":"a b c","max_tokens":4,"min_tokens":4}"#;
     write!(s, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
     let mut response = String::new();
     s.read_to_string(&mut response).unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(mock);
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(
         response.contains("\"completion_tokens\":4") && response.contains("\"prompt_tokens\":3"),

@@ -1,15 +1,9 @@
 //! Reading real and generated traces of both formats.
 
-use std::path::{Path, PathBuf};
-
 use llmreplay::trace::{detect_format, inspect, Format, TraceReader};
 
-fn shared(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("shared")
-        .join(rel)
-}
+mod common;
+use common::shared;
 
 #[test]
 fn real_mooncake_traces_read_completely() {

@@ -1,0 +1,76 @@
+//! Helpers shared by the integration tests: paths to ../shared, scratch directories, the
+//! built binary, and a mock server in a child process.
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+/// A file or directory of `../shared` (real traces and tokenizers).
+pub fn shared(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("shared")
+        .join(rel)
+}
+
+/// A fresh, empty scratch directory for one test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("llmreplay-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The built `llmreplay` binary.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_llmreplay"))
+}
+
+/// `llmreplay mock` in a child process on a free loopback port; killed when dropped.
+pub struct MockProcess {
+    child: Child,
+    pub addr: String,
+}
+
+impl MockProcess {
+    pub fn start(args: &[&str]) -> MockProcess {
+        let mut child = bin()
+            .args(["mock", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let addr = first
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("mock's first line: {first:?}"))
+            .to_string();
+        MockProcess { child, addr }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for MockProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

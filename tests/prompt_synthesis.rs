@@ -1,0 +1,405 @@
+//! Prompt synthesis against the real tokenizers: exact lengths (with and without chat
+//! templates), equal token blocks under equal hash-id prefixes, determinism across processes,
+//! server-side exactness through `mock --tokenizer`, bounded memory, and tokenizer families.
+//!
+//! The exactness test re-encodes prompts with the Hugging Face tokenizer, which runs at
+//! ~0.2M tokens/s: all ~800M tokens of both traces x both tokenizers x both APIs take ~40
+//! core-minutes. It checks every 97th record by default (all records are still built) and
+//! every record with `LLMREPLAY_VERIFY_EVERY=1` (or `scripts/verify-prompts.sh`).
+
+use std::path::Path;
+
+use clap::Parser;
+use serde_json::{json, Value};
+
+use llmreplay::cli::{Cli, Command};
+use llmreplay::prompts::PromptsReport;
+
+mod common;
+use common::{bin, read_jsonl, shared, temp_dir, MockProcess};
+
+fn prompts(args: &[&str]) -> PromptsReport {
+    let cli = Cli::parse_from(["llmreplay", "prompts"].iter().chain(args));
+    let Command::Prompts(args) = cli.command else {
+        panic!("prompts")
+    };
+    llmreplay::prompts::run(&args).unwrap()
+}
+
+fn verify_every() -> String {
+    std::env::var("LLMREPLAY_VERIFY_EVERY").unwrap_or_else(|_| "97".into())
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn every_prompt_of_both_traces_is_exact_with_both_tokenizers() {
+    let every = verify_every();
+    let mut prefix_pairs = 0;
+    for trace in ["conversation_trace.jsonl", "synthetic_trace.jsonl"] {
+        let trace = shared(&format!("traces/mooncake/{trace}"));
+        for tokenizer in ["qwen3", "llama3"] {
+            let tokenizer = shared(&format!("tokenizers/{tokenizer}"));
+            for (api, mode) in [
+                ("openai-chat", "text"),
+                ("openai-completions", "text"),
+                ("openai-completions", "token-ids"),
+            ] {
+                let report = prompts(&[
+                    "--trace",
+                    path(&trace),
+                    "--tokenizer",
+                    path(&tokenizer),
+                    "--api",
+                    api,
+                    "--prompt-mode",
+                    mode,
+                    "--verify",
+                    "--verify-every",
+                    &every,
+                ]);
+                let what = format!("{} {} {api} {mode}", trace.display(), tokenizer.display());
+                let v = report.verify.as_ref().unwrap();
+                assert!(v.checked > 0, "{what}: {v:?}");
+                assert_eq!(v.exact, v.checked, "{what}: {:?}", v.examples);
+                assert_eq!(v.prefix_pairs_differing, 0, "{what}: {:?}", v.examples);
+                prefix_pairs += v.prefix_pairs_checked;
+                // The server-side overhead is real for chat (template) and completions with
+                // a BOS-adding tokenizer, and zero for token ids.
+                if api == "openai-chat" {
+                    assert!(report.overhead_tokens > 0, "{what}");
+                }
+                if mode == "token-ids" {
+                    assert_eq!(report.overhead_tokens, 0, "{what}");
+                }
+            }
+        }
+    }
+    assert!(prefix_pairs > 0, "no two checked records shared a prefix");
+}
+
+/// The check can fail: a record shorter than the chat template cannot be exact and is
+/// reported; with `--input-length-of content` the content alone has `input_length` tokens
+/// and the server sees the template on top.
+#[test]
+fn verification_reports_what_cannot_be_exact() {
+    let dir = temp_dir("too-short");
+    let short = dir.join("short.jsonl");
+    std::fs::write(
+        &short,
+        r#"{"timestamp":0,"input_length":5,"output_length":1,"hash_ids":[1]}"#,
+    )
+    .unwrap();
+    let qwen = shared("tokenizers/qwen3");
+    let v = prompts(&[
+        "--trace",
+        path(&short),
+        "--tokenizer",
+        path(&qwen),
+        "--verify",
+    ])
+    .verify
+    .unwrap();
+    assert_eq!((v.checked, v.exact), (1, 0));
+    assert!(v.examples[0].contains("input_length 5"), "{:?}", v.examples);
+
+    let trace = shared("traces/mooncake/conversation_trace.jsonl");
+    let base = [
+        "--trace",
+        path(&trace),
+        "--tokenizer",
+        path(&qwen),
+        "--max-requests",
+        "3",
+        "--verify",
+    ];
+    let prompt = prompts(&base);
+    let content = prompts(&[&base[..], &["--input-length-of", "content"]].concat());
+    assert_eq!(prompt.verify.unwrap().exact, 3);
+    assert_eq!(content.verify.unwrap().exact, 3);
+    assert!(prompt.overhead_tokens > 0);
+    assert_eq!(content.tokens, prompt.tokens + 3 * prompt.overhead_tokens);
+}
+
+/// The rendered templates equal what Hugging Face's `apply_chat_template` produces for one
+/// user message with the generation prompt.
+#[test]
+fn chat_templates_render_as_hugging_face_does() {
+    for (name, want) in [
+        (
+            "qwen3",
+            "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n",
+        ),
+        (
+            "llama3",
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhello there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        ),
+    ] {
+        let template =
+            llmreplay::prompt::ChatTemplate::load(&shared(&format!("tokenizers/{name}/tokenizer_config.json")))
+                .unwrap()
+                .unwrap();
+        let got = template
+            .render(&json!([{"role": "user", "content": "hello there"}]), None)
+            .unwrap();
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+/// Padding (fewer hash ids than the length needs) and truncation (more) are exact too, and
+/// the records are counted.
+#[test]
+fn records_whose_hash_ids_disagree_with_their_length_are_padded_or_cut() {
+    let dir = temp_dir("mismatch");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(
+        &trace,
+        [
+            json!({"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2]}),
+            json!({"timestamp": 1, "input_length": 100, "output_length": 1, "hash_ids": [1]}),
+            json!({"timestamp": 2, "input_length": 20, "output_length": 1, "hash_ids": [1, 2, 3, 4, 5]}),
+            json!({"timestamp": 3, "input_length": 27, "output_length": 1}),
+        ]
+        .map(|v| v.to_string())
+        .join("\n"),
+    )
+    .unwrap();
+    for api in ["openai-chat", "openai-completions"] {
+        let report = prompts(&[
+            "--trace",
+            path(&trace),
+            "--tokenizer",
+            path(&shared("tokenizers/llama3")),
+            "--block-size",
+            "16",
+            "--api",
+            api,
+            "--verify",
+        ]);
+        let v = report.verify.unwrap();
+        assert_eq!((v.checked, v.exact), (4, 4), "{api}: {:?}", v.examples);
+        assert_eq!(report.hash_length_mismatches, 3, "{api}");
+    }
+}
+
+/// Two processes with the same seed write byte-identical prompts.jsonl (several producers
+/// finish out of order; the file is still in record order); another seed changes it.
+#[test]
+fn two_processes_with_one_seed_write_identical_prompts() {
+    let dir = temp_dir("determinism");
+    let run = |name: &str, seed: &str| {
+        let out = dir.join(name);
+        let status = bin()
+            .args([
+                "replay",
+                "--mock",
+                "--quiet",
+                "--trace",
+                path(&shared("traces/mooncake/synthetic_trace.jsonl")),
+                "--tokenizer",
+                path(&shared("tokenizers/qwen3")),
+                "--max-requests",
+                "60",
+                "--time-scale",
+                "1000",
+                "--mock-ttft-ms",
+                "1",
+                "--mock-itl-ms",
+                "0.01",
+                "--num-producer",
+                "3",
+                "--seed",
+                seed,
+                "--save-prompts",
+                "--output",
+                path(&out),
+            ])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::fs::read(out.join("prompts.jsonl")).unwrap()
+    };
+    let a = run("a", "7");
+    let b = run("b", "7");
+    let c = run("c", "8");
+    assert!(a == b, "same seed, different prompts.jsonl");
+    assert!(a != c, "another seed should give other prompts");
+    let lines: Vec<Value> = std::str::from_utf8(&a)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 60);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["index"], i as u64);
+        assert!(l["prompt"].as_str().is_some_and(|p| p.starts_with(' ')));
+    }
+}
+
+/// Through a real mock that counts with the tokenizer and chat template: every request's
+/// `usage.prompt_tokens` equals the trace's `input_length`.
+#[test]
+fn mock_with_tokenizer_reports_exact_prompt_tokens_for_500_records() {
+    let tokenizer = shared("tokenizers/llama3");
+    let mock = MockProcess::start(&[
+        "--tokenizer",
+        path(&tokenizer),
+        "--ttft-ms",
+        "1",
+        "--itl-ms",
+        "0.05",
+    ]);
+    let dir = temp_dir("mock-tokenizer");
+    let out = dir.join("run");
+    let cli = Cli::parse_from([
+        "llmreplay",
+        "replay",
+        "--quiet",
+        "--endpoint",
+        &mock.url(),
+        "--trace",
+        path(&shared("traces/mooncake/conversation_trace.jsonl")),
+        "--tokenizer",
+        path(&tokenizer),
+        "--max-requests",
+        "500",
+        "--time-scale",
+        "100",
+        "--output",
+        path(&out),
+    ]);
+    let Command::Replay(args) = cli.command else {
+        panic!("replay")
+    };
+    llmreplay::replay::replay(&args).unwrap();
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let m = &summary["input_length_match"];
+    assert_eq!(m["checked"], 500, "{m}");
+    assert_eq!(m["exact"], 500, "{m}");
+    for r in read_jsonl(&out.join("requests.jsonl")) {
+        assert_eq!(r["prompt_tokens"], r["input_tokens"], "{r}");
+    }
+}
+
+/// 10M distinct hash ids through a 64 MiB block cache: the process grows by about the cache,
+/// not by the ~600 MB the rendered blocks would take if kept.
+#[test]
+fn memory_stays_bounded_with_ten_million_distinct_hash_ids() {
+    use std::io::Write;
+    let dir = temp_dir("ten-million");
+    let big = dir.join("big.jsonl");
+    let small = dir.join("small.jsonl");
+    let (records, per_record, block) = (100_000u64, 100u64, 8u64);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
+    for r in 0..records {
+        let ids: Vec<String> = (r * per_record..(r + 1) * per_record)
+            .map(|h| h.to_string())
+            .collect();
+        writeln!(
+            f,
+            r#"{{"timestamp":{r},"input_length":{},"output_length":1,"hash_ids":[{}]}}"#,
+            per_record * block,
+            ids.join(",")
+        )
+        .unwrap();
+    }
+    f.flush().unwrap();
+    std::fs::write(
+        &small,
+        r#"{"timestamp":0,"input_length":8,"output_length":1,"hash_ids":[1]}"#,
+    )
+    .unwrap();
+    let peak = |trace: &Path| -> Value {
+        let out = bin()
+            .args([
+                "prompts",
+                "--json",
+                "--trace",
+                path(trace),
+                "--tokenizer",
+                path(&shared("tokenizers/qwen3")),
+                "--block-size",
+                "8",
+                "--block-cache-mb",
+                "64",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let base = peak(&small);
+    let run = peak(&big);
+    let overhead = run["overhead_tokens"].as_u64().unwrap();
+    assert_eq!(run["tokens"], records * (per_record * block - overhead));
+    assert_eq!(run["block_cache_hits"], 0, "every hash id is new");
+    let growth = run["peak_rss_mb"].as_f64().unwrap() - base["peak_rss_mb"].as_f64().unwrap();
+    assert!(
+        growth < 64.0 + 64.0,
+        "grew by {growth:.0} MiB for a 64 MiB cache"
+    );
+}
+
+/// A Metaspace (SentencePiece-style) tokenizer works too; one whose normaliser glues a space
+/// onto every piece is refused with a message that says why.
+#[test]
+fn tokenizer_families_beyond_byte_level_bpe() {
+    let dir = temp_dir("families");
+    let words: Vec<String> = (0..1200u32)
+        .map(|i| {
+            let a = (b'a' + (i % 26) as u8) as char;
+            let b = (b'a' + (i / 26 % 26) as u8) as char;
+            let c = (b'a' + (i / 676) as u8) as char;
+            format!("{c}{b}{a}")
+        })
+        .collect();
+    let mut vocab = serde_json::Map::new();
+    vocab.insert("<unk>".into(), json!(0));
+    vocab.insert("\u{2581}a".into(), json!(1));
+    for (i, w) in words.iter().enumerate() {
+        vocab.insert(format!("\u{2581}{w}"), json!(i + 2));
+    }
+    let metaspace = json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": true});
+    let tokenizer = |normalizer: Value, pre: Value| {
+        json!({"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+               "normalizer": normalizer, "pre_tokenizer": pre, "post_processor": null,
+               "decoder": metaspace,
+               "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}})
+    };
+    let modern = dir.join("metaspace.json");
+    std::fs::write(
+        &modern,
+        tokenizer(Value::Null, metaspace.clone()).to_string(),
+    )
+    .unwrap();
+    let (tok, file) = llmreplay::prompt::load_tokenizer(&modern).unwrap();
+    let vocab_table = llmreplay::prompt::SafeVocab::from_tokenizer(&tok, &file).unwrap();
+    assert_eq!(
+        vocab_table.len(),
+        1200 + 1,
+        "every word, and the anchor \u{2581}a"
+    );
+
+    let legacy = dir.join("legacy.json");
+    let normalizer = json!({"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u{2581}"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}]});
+    std::fs::write(&legacy, tokenizer(normalizer, Value::Null).to_string()).unwrap();
+    let (tok, file) = llmreplay::prompt::load_tokenizer(&legacy).unwrap();
+    let err = llmreplay::prompt::SafeVocab::from_tokenizer(&tok, &file)
+        .err()
+        .expect("a tokenizer that cannot be exact is refused")
+        .to_string();
+    assert!(
+        err.contains("legacy.json") && err.contains("cannot"),
+        "{err}"
+    );
+}
