@@ -130,9 +130,6 @@ pub struct PromptsArgs {
     #[arg(long, value_enum, default_value = "openai-chat")]
     pub api: Api,
 
-    #[command(flatten)]
-    pub prompt: PromptArgs,
-
     /// Build only the first N records.
     #[arg(long, value_name = "N")]
     pub max_requests: Option<u64>,
@@ -158,6 +155,9 @@ pub struct PromptsArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub prompt: PromptArgs,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -203,9 +203,6 @@ pub struct ReplayArgs {
     /// Ask for whole responses instead of streams (TTFT is then the full latency).
     #[arg(long)]
     pub no_stream: bool,
-
-    #[command(flatten)]
-    pub prompt: PromptArgs,
 
     /// Replay F times faster (timestamps are divided by F).
     #[arg(
@@ -298,6 +295,10 @@ pub struct ReplayArgs {
     /// Final stretch before each deadline that is spun instead of slept, in microseconds.
     #[arg(long, value_name = "US", default_value_t = 150)]
     pub spin_us: u64,
+
+    /// Prompt synthesis (last, so its help heading covers only its own options).
+    #[command(flatten)]
+    pub prompt: PromptArgs,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -243,4 +243,41 @@ mod tests {
         let mut out = Vec::new();
         assert!(write_body(Api::OpenaiCompletions, &rec, &o, None, &mut out, None).is_err());
     }
+
+    /// `--save-prompts` lines hold the prompt exactly as sent: the chat user content, the
+    /// completions prompt, or the messages (without tools), and survive the `extra` merge.
+    #[test]
+    fn saved_prompt_lines() {
+        let saved = |api, rec: &TraceRecord| {
+            let (mut out, mut line) = (Vec::new(), Vec::new());
+            write_body(api, rec, &opts(), None, &mut out, Some(&mut line)).unwrap();
+            let body: Value = serde_json::from_slice(&out).unwrap();
+            (body, serde_json::from_slice::<Value>(&line).unwrap())
+        };
+        let text = record(
+            Input::Text {
+                text: "a \"quoted\" prompt".into(),
+                input_length: None,
+            },
+            Some(serde_json::json!({"temperature": 0.1})),
+        );
+        let (body, line) = saved(Api::OpenaiChat, &text);
+        assert_eq!(
+            line,
+            serde_json::json!({"index": 0, "prompt": "a \"quoted\" prompt"})
+        );
+        assert_eq!(body["temperature"], 0.1);
+        let (_, line) = saved(Api::OpenaiCompletions, &text);
+        assert_eq!(line["prompt"], "a \"quoted\" prompt");
+        let msgs = vec![serde_json::json!({"role": "user", "content": "u"})];
+        let rec = record(
+            Input::Messages {
+                messages: msgs.clone(),
+                tools: Some(serde_json::json!([{"type": "function"}])),
+            },
+            None,
+        );
+        let (_, line) = saved(Api::OpenaiChat, &rec);
+        assert_eq!(line, serde_json::json!({"index": 0, "messages": msgs}));
+    }
 }

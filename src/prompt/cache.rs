@@ -4,6 +4,12 @@
 //! miss just renders it again. The cache is direct-mapped (a hash id has exactly one slot and
 //! evicts whatever was there): no bookkeeping on the hot path, memory fixed by the budget
 //! whatever the number of distinct hash ids, and each producer owns one, so no locks.
+//!
+//! A block is stored only the second time its slot sees it (the slot remembers the last hash
+//! id that missed). Rendering costs ~4 ns a token, so storing a block that never comes back
+//! (most blocks of a real trace: the conversation trace's hit rate is ~37 %) costs more than
+//! it saves: measured, admit-on-first-miss halved build throughput and touched the whole
+//! budget, while admit-on-second-miss keeps one-off blocks out entirely.
 
 /// Rendered full blocks, keyed by hash id.
 pub struct BlockCache {
@@ -14,9 +20,11 @@ pub struct BlockCache {
 
 #[derive(Default)]
 struct Slot {
+    /// The hash id of the block held in `bytes` (meaningless while `bytes` is empty).
     hash: u64,
-    /// Empty when the slot holds nothing.
     bytes: Vec<u8>,
+    /// The last hash id that missed here: stored if it misses again.
+    candidate: u64,
 }
 
 /// Slot overhead beside the bytes themselves (key, vector header, allocator rounding).
@@ -51,13 +59,22 @@ impl BlockCache {
         let slot = &mut self.slots[i];
         if slot.hash == hash && !slot.bytes.is_empty() {
             self.hits += 1;
-        } else {
-            self.misses += 1;
+            out.extend_from_slice(&slot.bytes);
+            return;
+        }
+        self.misses += 1;
+        let start = out.len();
+        render(out);
+        if slot.candidate == hash {
+            // Second sighting: worth keeping (it replaces the block held). Copied from the
+            // body so the slot's allocation is exactly the block, within the budget.
             slot.hash = hash;
             slot.bytes.clear();
-            render(&mut slot.bytes);
+            slot.bytes.extend_from_slice(&out[start..]);
+        } else {
+            // First sighting: remember the id only; the block held stays.
+            slot.candidate = hash;
         }
-        out.extend_from_slice(&slot.bytes);
     }
 
     pub fn hits(&self) -> u64 {
@@ -89,14 +106,21 @@ mod tests {
                 o.extend_from_slice(b"seven")
             });
         }
-        assert_eq!((renders, cache.hits(), cache.misses()), (1, 2, 1));
+        // Admitted on its second miss, then served from the cache.
+        assert_eq!((renders, cache.hits(), cache.misses()), (2, 1, 2));
         assert_eq!(out, b"sevensevenseven");
-        // Many distinct ids through 4 slots: every answer is still right, memory stays put.
-        for h in 0..1000u64 {
-            let mut o = Vec::new();
-            cache.append(h, &mut o, |o| o.extend_from_slice(h.to_string().as_bytes()));
-            assert_eq!(o, h.to_string().as_bytes());
+        // Many distinct ids through 4 slots, each seen twice or thrice in a row and again
+        // later: every answer is still right, and memory stays put.
+        for round in 0..3 {
+            for h in 0..1000u64 {
+                for _ in 0..=(h + round) % 3 {
+                    let mut o = Vec::new();
+                    cache.append(h, &mut o, |o| o.extend_from_slice(h.to_string().as_bytes()));
+                    assert_eq!(o, h.to_string().as_bytes());
+                }
+            }
         }
+        assert!(cache.hits() > 0);
         assert!(cache.held_bytes() <= 4 * 8);
     }
 
