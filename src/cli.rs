@@ -31,9 +31,69 @@ pub enum Command {
     Mock(MockArgs),
     /// Validate a trace and print its statistics (records, span, rate, tokens, prefix reuse).
     Inspect(InspectArgs),
+    /// Re-render the summary, report.html and results.xlsx of a finished run from its
+    /// requests.jsonl (with other --goodput / --percentiles); with two runs, compare them.
+    Report(ReportArgs),
     /// Build every prompt of a trace without sending anything: build throughput, and with
     /// --verify a re-encoding of each prompt with the real tokenizer to prove exact lengths.
     Prompts(Box<PromptsArgs>),
+}
+
+/// How results are summarised and shown (`replay` and `report`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct ResultArgs {
+    /// SLOs for goodput, vLLM's syntax: `--goodput ttft:500 tpot:50 e2el:3000` (ms). A
+    /// request is good when it succeeded and meets every SLO given (inclusive).
+    #[arg(long, value_name = "METRIC:MS", num_args = 1..)]
+    pub goodput: Vec<String>,
+
+    /// Percentiles reported for every metric besides p25, p50, p75, p90 and p99, e.g.
+    /// `--percentiles 99.9,99.99`.
+    #[arg(long, value_name = "P,P,...", value_delimiter = ',')]
+    pub percentiles: Vec<f64>,
+
+    /// `text` prints the vLLM-style table; `json` prints summary.json to stdout for scripts.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output_format: OutputFormat,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl ResultArgs {
+    pub fn render_options(&self) -> crate::Result<crate::report::RenderOptions> {
+        if let Some(p) = self
+            .percentiles
+            .iter()
+            .find(|p| !(0.0..=100.0).contains(*p))
+        {
+            return Err(crate::Error::Usage(format!(
+                "--percentiles: {p} is not between 0 and 100"
+            )));
+        }
+        Ok(crate::report::RenderOptions {
+            slo: crate::stats::Slo::parse(&self.goodput).map_err(crate::Error::Usage)?,
+            percentiles: self.percentiles.clone(),
+        })
+    }
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ReportArgs {
+    /// A run directory (holding requests.jsonl); give two to compare them (A, then B).
+    #[arg(value_name = "DIR", num_args = 1..=2, required = true)]
+    pub dirs: Vec<PathBuf>,
+
+    /// With two runs: where compare.html goes (default: DIR2/compare.html).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub results: ResultArgs,
 }
 
 /// How synthetic prompts are built (for traces that give lengths and hash ids, not text).
@@ -295,6 +355,9 @@ pub struct ReplayArgs {
     /// Final stretch before each deadline that is spun instead of slept, in microseconds.
     #[arg(long, value_name = "US", default_value_t = 150)]
     pub spin_us: u64,
+
+    #[command(flatten)]
+    pub results: ResultArgs,
 
     /// Prompt synthesis (last, so its help heading covers only its own options).
     #[command(flatten)]

@@ -32,8 +32,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Replay(args) => {
             let outcome = replay::replay(&args)?;
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(outcome.summary.to_table().as_bytes());
+            print_summary(&outcome.summary, args.results.output_format);
             match &outcome.dir {
                 Some(dir) => eprintln!("results in {}", dir.display()),
                 None => eprintln!("requests in {}", outcome.requests_path.display()),
@@ -50,6 +49,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 .map_err(|e| Error::Run(format!("mock: {e}")))?;
             Ok(())
         }
+        Command::Report(args) => report_command(&args),
         Command::Prompts(args) => {
             let report = prompts::run(&args)?;
             if args.json {
@@ -86,5 +86,73 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+fn print_summary(summary: &stats::Summary, format: cli::OutputFormat) {
+    let text = match format {
+        cli::OutputFormat::Text => summary.to_table(),
+        cli::OutputFormat::Json => {
+            let mut t = serde_json::to_string_pretty(&summary.to_json()).expect("JSON");
+            t.push('\n');
+            t
+        }
+    };
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// `llmreplay report DIR [DIR2]`.
+fn report_command(args: &cli::ReportArgs) -> Result<()> {
+    let opts = args.results.render_options()?;
+    let requests = |dir: &std::path::Path| {
+        let path = dir.join("requests.jsonl");
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(Error::Usage(format!(
+                "{}: no requests.jsonl (give a run directory written by llmreplay replay)",
+                dir.display()
+            )))
+        }
+    };
+    match args.dirs.as_slice() {
+        [dir] => {
+            let summary = report::render(dir, &requests(dir)?, &opts)?;
+            print_summary(&summary, args.results.output_format);
+            eprintln!(
+                "re-rendered summary.json, summary.txt, report.html, results.xlsx in {}",
+                dir.display()
+            );
+            Ok(())
+        }
+        [a, b] => {
+            let mut run_a = report::load_run(a, &requests(a)?, &opts, None)?;
+            let mut run_b = report::load_run(b, &requests(b)?, &opts, None)?;
+            let rows = report::compare::rows(&run_a.summary, &run_b.summary);
+            let (name_a, name_b) = (a.display().to_string(), b.display().to_string());
+            match args.results.output_format {
+                cli::OutputFormat::Text => {
+                    print!("{}", report::compare::table(&rows, &name_a, &name_b))
+                }
+                cli::OutputFormat::Json => println!(
+                    "{}",
+                    serde_json::json!({
+                        "a": {"dir": name_a, "summary": run_a.summary.to_json()},
+                        "b": {"dir": name_b, "summary": run_b.summary.to_json()},
+                    })
+                ),
+            }
+            let page = report::compare::page(&rows, &mut run_a, &mut run_b, &name_a, &name_b);
+            let path = args
+                .output
+                .clone()
+                .unwrap_or_else(|| b.join("compare.html"));
+            report::write_atomic(&path, page.as_bytes())?;
+            eprintln!("comparison page in {}", path.display());
+            Ok(())
+        }
+        _ => Err(Error::Usage(
+            "report takes one or two run directories".into(),
+        )),
     }
 }

@@ -53,6 +53,22 @@ impl ErrorKind {
     }
 }
 
+impl ErrorKind {
+    /// The kind named in a record; unknown names read as `io`.
+    pub fn parse(name: &str) -> ErrorKind {
+        [
+            ErrorKind::Connect,
+            ErrorKind::Timeout,
+            ErrorKind::Reset,
+            ErrorKind::Http,
+            ErrorKind::Protocol,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
+        .unwrap_or(ErrorKind::Io)
+    }
+}
+
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -179,6 +195,68 @@ impl RequestRecord {
     }
 }
 
+impl RequestRecord {
+    /// Reads a record back from its JSON line (the inverse of [`RequestRecord::to_json`]:
+    /// milliseconds print as the shortest exact f64, so nanoseconds come back unchanged).
+    pub fn from_json(v: &Value) -> Result<RequestRecord, String> {
+        let obj = v.as_object().ok_or("not a JSON object")?;
+        let num = |k: &str| obj.get(k).and_then(Value::as_f64);
+        let ns = |k: &str| num(k).map(|ms| (ms * 1e6).round().max(0.0) as u64);
+        let uint = |k: &str| obj.get(k).and_then(Value::as_u64);
+        let error = match obj.get("error") {
+            Some(Value::Object(e)) => Some(RequestError {
+                kind: ErrorKind::parse(e.get("kind").and_then(Value::as_str).unwrap_or("io")),
+                message: e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            }),
+            _ => None,
+        };
+        let array = |k: &str| obj.get(k).and_then(Value::as_array);
+        Ok(RequestRecord {
+            index: uint("index").ok_or("missing field `index`")?,
+            endpoint: obj
+                .get("endpoint")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            status: uint("status").map(|s| s as u16),
+            error,
+            scheduled_ns: ns("scheduled_ms").ok_or("missing field `scheduled_ms`")?,
+            sent_ns: ns("sent_ms"),
+            first_token_ns: ns("first_token_ms"),
+            end_ns: ns("end_ms"),
+            input_tokens: uint("input_tokens"),
+            prompt_tokens: uint("prompt_tokens"),
+            output_tokens_target: uint("output_tokens_target"),
+            output_tokens: uint("output_tokens"),
+            chunks: uint("chunks").unwrap_or(0),
+            chunk_times_ns: array("chunk_times_ms").map(|a| {
+                a.iter()
+                    .filter_map(Value::as_f64)
+                    .map(|ms| (ms * 1e6).round() as u64)
+                    .collect()
+            }),
+            chunk_tokens: array("chunk_tokens").map(|a| {
+                a.iter()
+                    .filter_map(Value::as_u64)
+                    .map(|n| n as u32)
+                    .collect()
+            }),
+            ids: TraceIds {
+                session_id: obj
+                    .get("session_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                chat_id: obj.get("chat_id").and_then(Value::as_i64),
+                parent_chat_id: obj.get("parent_chat_id").and_then(Value::as_i64),
+            },
+        })
+    }
+}
+
 /// Writes records as JSON lines; the caller flushes after each batch so that a crash loses
 /// nothing already measured.
 pub struct RecordWriter<W: Write> {
@@ -228,6 +306,8 @@ mod tests {
         };
         assert_eq!(one.tpot_ms(), None);
         let v = r.to_json();
+        let back = RequestRecord::from_json(&v).unwrap();
+        assert_eq!(back, r, "a record reads back as it was written");
         for key in [
             "index",
             "endpoint",

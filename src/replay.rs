@@ -311,7 +311,8 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
 
     // Collect records as they complete.
     let mut writer = RecordWriter::new(BufWriter::with_capacity(1 << 16, requests_file));
-    let mut summary = SummaryBuilder::default();
+    let render = args.results.render_options()?;
+    let mut summary = SummaryBuilder::new(render.slo.clone());
     let mut live = LiveProgress::new(trace_stats.records, !args.quiet);
     let write_err = |e| Error::io(&requests_path, e);
     loop {
@@ -361,9 +362,11 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         m.stop().ok();
     }
 
-    let summary = summary.finish(&itl, &token_itl, &[]);
+    let mut summary = summary.finish(&itl, &token_itl, &render.percentiles);
     if let Some(d) = &dir {
-        report::write_summary(d, &summary)?;
+        // Everything in the directory is rendered from requests.jsonl, as `report DIR` does.
+        report::save_itl(d, &itl, &token_itl)?;
+        summary = report::render(d, &requests_path, &render)?;
     }
     if let Some(e) = producer_error {
         return Err(e);

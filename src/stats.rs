@@ -120,14 +120,121 @@ fn format_number(p: f64) -> String {
     }
 }
 
+/// Records one gap between content chunks: the chunk ITL, and the token ITL (the gap spread
+/// over the chunk's tokens).
+pub fn record_gap(
+    itl: &mut Histogram<u64>,
+    token_itl: &mut Histogram<u64>,
+    gap_ns: u64,
+    tokens: u64,
+) {
+    let gap = gap_ns.max(1);
+    let tokens = tokens.max(1);
+    let _ = itl.record(gap);
+    let _ = token_itl.record_n((gap / tokens).max(1), tokens);
+}
+
 /// A new histogram for nanosecond latencies up to an hour.
 pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }
 
+/// Service-level objectives for goodput (`--goodput ttft:MS tpot:MS e2el:MS`, vLLM's syntax).
+/// A request is good when it succeeded and meets every given SLO, inclusive.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Slo {
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2el_ms: Option<f64>,
+}
+
+impl Slo {
+    /// Parses `ttft:500`, `tpot:50`, `e2el:2000` items.
+    pub fn parse(items: &[String]) -> Result<Option<Slo>, String> {
+        if items.is_empty() {
+            return Ok(None);
+        }
+        let mut slo = Slo::default();
+        for item in items {
+            let bad = || format!("--goodput {item:?}: expected ttft:MS, tpot:MS or e2el:MS");
+            let (name, value) = item.split_once(':').ok_or_else(bad)?;
+            let ms: f64 = value.trim().parse().map_err(|_| bad())?;
+            if !(ms.is_finite() && ms >= 0.0) {
+                return Err(bad());
+            }
+            match name.trim() {
+                "ttft" => slo.ttft_ms = Some(ms),
+                "tpot" => slo.tpot_ms = Some(ms),
+                "e2el" => slo.e2el_ms = Some(ms),
+                _ => return Err(bad()),
+            }
+        }
+        Ok(Some(slo))
+    }
+
+    /// Whether a successful request meets every SLO. A request with one output token has no
+    /// TPOT and meets that SLO (as vLLM counts it 0).
+    pub fn met_by(&self, r: &RequestRecord) -> bool {
+        let within = |slo: Option<f64>, v: Option<f64>| match (slo, v) {
+            (None, _) => true,
+            (Some(s), Some(v)) => v <= s,
+            (Some(_), None) => false,
+        };
+        within(self.ttft_ms, r.ttft_ms())
+            && within(self.tpot_ms, r.tpot_ms().or(Some(0.0)))
+            && within(self.e2el_ms, r.e2el_ms())
+    }
+}
+
+/// Adds `amount` to per-second buckets, spread evenly over `[start_ns, end_ns]` (all at
+/// `start_ns` when the span is empty).
+pub fn spread_over_seconds(buckets: &mut Vec<f64>, start_ns: u64, end_ns: u64, amount: f64) {
+    const SEC: u64 = 1_000_000_000;
+    let end_ns = end_ns.max(start_ns);
+    let last = (end_ns / SEC) as usize;
+    if buckets.len() <= last {
+        buckets.resize(last + 1, 0.0);
+    }
+    if end_ns == start_ns {
+        buckets[last] += amount;
+        return;
+    }
+    let span = (end_ns - start_ns) as f64;
+    let mut t = start_ns;
+    while t < end_ns {
+        let next = ((t / SEC + 1) * SEC).min(end_ns);
+        buckets[(t / SEC) as usize] += amount * (next - t) as f64 / span;
+        t = next;
+    }
+}
+
+/// Output tokens of a record by the second they arrived: exact with `--record-itl` chunk
+/// times, else the first token at its time and the rest spread evenly until the end.
+pub fn add_output_tokens(buckets: &mut Vec<f64>, r: &RequestRecord) {
+    let Some(tokens) = r.output_tokens.filter(|&t| t > 0) else {
+        return;
+    };
+    if let (Some(times), Some(counts)) = (&r.chunk_times_ns, &r.chunk_tokens) {
+        for (&t, &n) in times.iter().zip(counts) {
+            spread_over_seconds(buckets, t, t, f64::from(n));
+        }
+        return;
+    }
+    let (Some(first), Some(end)) = (r.first_token_ns, r.end_ns) else {
+        return;
+    };
+    spread_over_seconds(buckets, first, first, 1.0);
+    if tokens > 1 {
+        spread_over_seconds(buckets, first, end, (tokens - 1) as f64);
+    }
+}
+
 /// Accumulates records into the figures of the summary.
 #[derive(Default)]
 pub struct SummaryBuilder {
+    slo: Option<Slo>,
+    good: u64,
+    output_per_second: Vec<f64>,
     total: u64,
     ok: u64,
     by_error_kind: BTreeMap<String, u64>,
@@ -150,6 +257,13 @@ pub struct SummaryBuilder {
 const LATE_SEND_MS: f64 = 1.0;
 
 impl SummaryBuilder {
+    pub fn new(slo: Option<Slo>) -> Self {
+        SummaryBuilder {
+            slo,
+            ..SummaryBuilder::default()
+        }
+    }
+
     pub fn add(&mut self, r: &RequestRecord) {
         self.total += 1;
         if let Some(d) = r.drift_ms() {
@@ -170,6 +284,10 @@ impl SummaryBuilder {
             return;
         }
         self.ok += 1;
+        if self.slo.as_ref().is_some_and(|slo| slo.met_by(r)) {
+            self.good += 1;
+        }
+        add_output_tokens(&mut self.output_per_second, r);
         self.input_tokens += r.prompt_tokens.or(r.input_tokens).unwrap_or(0);
         self.output_tokens += r.output_tokens.unwrap_or(0);
         if let (Some(target), Some(actual)) = (r.input_tokens, r.prompt_tokens) {
@@ -217,6 +335,10 @@ impl SummaryBuilder {
             request_throughput: per_s(self.ok as f64),
             output_throughput: per_s(self.output_tokens as f64),
             total_token_throughput: per_s((self.input_tokens + self.output_tokens) as f64),
+            goodput: self.slo.is_some().then(|| per_s(self.good as f64)),
+            good_requests: self.good,
+            slo: self.slo,
+            max_output_tokens_per_s: self.output_per_second.iter().copied().fold(0.0, f64::max),
             ttft: Distribution::of(&mut self.ttft, percentiles),
             ttft_from_schedule: Distribution::of(&mut self.ttft_sched, percentiles),
             tpot: Distribution::of(&mut self.tpot, percentiles),
@@ -246,6 +368,12 @@ pub struct Summary {
     pub request_throughput: f64,
     pub output_throughput: f64,
     pub total_token_throughput: f64,
+    /// Good requests per second, when SLOs were given.
+    pub goodput: Option<f64>,
+    pub good_requests: u64,
+    pub slo: Option<Slo>,
+    /// The most output tokens received in one second of the run (1-s buckets).
+    pub max_output_tokens_per_s: f64,
     pub ttft: Option<Distribution>,
     pub ttft_from_schedule: Option<Distribution>,
     pub tpot: Option<Distribution>,
@@ -261,7 +389,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    fn metrics(&self) -> [(&'static str, &'static str, &Option<Distribution>); 7] {
+    pub fn metrics(&self) -> [(&'static str, &'static str, &Option<Distribution>); 7] {
         [
             ("ttft_ms", "Time to First Token", &self.ttft),
             (
@@ -299,6 +427,15 @@ impl Summary {
         m.insert(
             "total_token_throughput".into(),
             json!(self.total_token_throughput),
+        );
+        m.insert("goodput".into(), json!(self.goodput));
+        if let Some(slo) = &self.slo {
+            m.insert("good_requests".into(), json!(self.good_requests));
+            m.insert("slo".into(), json!(slo));
+        }
+        m.insert(
+            "max_output_tokens_per_s".into(),
+            json!(self.max_output_tokens_per_s),
         );
         for (key, _, d) in self.metrics() {
             m.insert(
@@ -338,6 +475,13 @@ impl Summary {
             "Total Token throughput (tok/s):",
             format!("{:.2}", self.total_token_throughput),
         );
+        line(
+            "Peak output token throughput (tok/s):",
+            format!("{:.2}", self.max_output_tokens_per_s),
+        );
+        if let Some(g) = self.goodput {
+            line("Request goodput (req/s):", format!("{g:.2}"));
+        }
         if self.length_checked > 0 {
             line(
                 "Input length exact (server usage):",

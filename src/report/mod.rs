@@ -2,14 +2,25 @@
 //! Files are written through a temporary name and renamed, so a crash never leaves half a
 //! summary behind.
 
+pub mod compare;
+mod data;
+pub mod html;
+mod xlsx;
+
 use std::fs;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+pub use data::RunData;
+pub use xlsx::ResultsBook;
 
 use crate::error::{Error, Result};
-use crate::stats::Summary;
+use crate::record::RequestRecord;
+use crate::stats::{latency_histogram, record_gap, Slo, Summary, SummaryBuilder};
 
 /// Creates the output directory, refusing a non-empty one unless `force`.
 pub fn prepare_dir(dir: &Path, force: bool) -> Result<()> {
@@ -80,6 +91,141 @@ pub fn write_json(path: &Path, value: &Value) -> Result<()> {
 pub fn write_summary(dir: &Path, summary: &Summary) -> Result<()> {
     write_json(&dir.join("summary.json"), &summary.to_json())?;
     write_atomic(&dir.join("summary.txt"), summary.to_table().as_bytes())
+}
+
+/// What a summary is computed with (`--goodput`, `--percentiles`).
+#[derive(Clone, Debug, Default)]
+pub struct RenderOptions {
+    pub slo: Option<Slo>,
+    pub percentiles: Vec<f64>,
+}
+
+/// A finished run, read back from its files.
+pub struct LoadedRun {
+    pub summary: Summary,
+    pub data: RunData,
+    pub itl: Histogram<u64>,
+}
+
+const ITL_FILE: &str = "itl.json";
+
+/// Saves the chunk and token ITL histograms (`itl.json`, sparse `[value_ns, count]` pairs):
+/// requests.jsonl holds chunk times only with `--record-itl`, so this is what lets `report`
+/// recompute ITL statistics exactly.
+pub fn save_itl(dir: &Path, itl: &Histogram<u64>, token_itl: &Histogram<u64>) -> Result<()> {
+    let pairs = |h: &Histogram<u64>| -> Vec<[u64; 2]> {
+        h.iter_recorded()
+            .map(|v| [v.value_iterated_to(), v.count_at_value()])
+            .collect()
+    };
+    let value = json!({"itl_ns": pairs(itl), "token_itl_ns": pairs(token_itl)});
+    write_atomic(&dir.join(ITL_FILE), value.to_string().as_bytes())
+}
+
+fn load_itl(dir: &Path) -> Result<Option<(Histogram<u64>, Histogram<u64>)>> {
+    let path = dir.join(ITL_FILE);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let bad = |m: &str| Error::Trace {
+        file: path.clone(),
+        line: 1,
+        message: m.to_string(),
+    };
+    let v: Value = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
+    let hist = |key: &str| -> Result<Histogram<u64>> {
+        let mut h = latency_histogram();
+        for pair in v[key]
+            .as_array()
+            .ok_or_else(|| bad(&format!("missing field `{key}`")))?
+        {
+            let (Some(value), Some(count)) = (pair[0].as_u64(), pair[1].as_u64()) else {
+                return Err(bad(&format!(
+                    "field `{key}`: expected [value_ns, count] pairs"
+                )));
+            };
+            h.record_n(value, count).map_err(|e| bad(&e.to_string()))?;
+        }
+        Ok(h)
+    };
+    Ok(Some((hist("itl_ns")?, hist("token_itl_ns")?)))
+}
+
+/// Reads a run's `requests.jsonl` once: summary, plot data and (when given) the Requests
+/// sheet. ITL comes from `itl.json` in `dir`, else from recorded chunk times.
+pub fn load_run(
+    dir: &Path,
+    requests: &Path,
+    opts: &RenderOptions,
+    mut book: Option<&mut ResultsBook>,
+) -> Result<LoadedRun> {
+    let saved = load_itl(dir)?;
+    let from_chunks = saved.is_none();
+    let (mut itl, mut token_itl) =
+        saved.unwrap_or_else(|| (latency_histogram(), latency_histogram()));
+    let mut builder = SummaryBuilder::new(opts.slo.clone());
+    let mut data = RunData::default();
+    let file = fs::File::open(requests).map_err(|e| Error::io(requests, e))?;
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| Error::io(requests, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |message: String| Error::Trace {
+            file: requests.to_path_buf(),
+            line: i as u64 + 1,
+            message,
+        };
+        let value: Value =
+            serde_json::from_str(&line).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+        let r = RequestRecord::from_json(&value).map_err(bad)?;
+        builder.add(&r);
+        data.add(&r);
+        if let Some(book) = book.as_deref_mut() {
+            book.add(&r)?;
+        }
+        if let (true, Some(times), Some(tokens)) = (from_chunks, &r.chunk_times_ns, &r.chunk_tokens)
+        {
+            for (w, &n) in times.windows(2).zip(&tokens[1..]) {
+                record_gap(
+                    &mut itl,
+                    &mut token_itl,
+                    w[1].saturating_sub(w[0]),
+                    u64::from(n),
+                );
+            }
+        }
+    }
+    let summary = builder.finish(&itl, &token_itl, &opts.percentiles);
+    Ok(LoadedRun { summary, data, itl })
+}
+
+/// Writes `summary.json`, `summary.txt`, `report.html` and `results.xlsx` into `dir` from the
+/// run's records: the same code for a live run and for `llmreplay report DIR`.
+pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summary> {
+    let mut book = ResultsBook::new()?;
+    let mut run = load_run(dir, requests, opts, Some(&mut book))?;
+    write_summary(dir, &run.summary)?;
+    let title = format!("llmreplay report: {}", run_title(dir));
+    let page = html::report(&title, &run.summary, &mut run.data, &run.itl);
+    write_atomic(&dir.join("report.html"), page.as_bytes())?;
+    book.finish(&run.summary, &dir.join("results.xlsx"))?;
+    Ok(run.summary)
+}
+
+/// The trace name and start time from `run.json`, else the directory name.
+pub fn run_title(dir: &Path) -> String {
+    let run: Option<Value> = fs::read_to_string(dir.join("run.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let trace = run
+        .as_ref()
+        .and_then(|r| r["trace"].as_str().map(str::to_string));
+    match trace {
+        Some(t) => format!("{t} ({})", dir.display()),
+        None => dir.display().to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! One request on the wire: what has been written, and everything measured about its response.
 
+use crate::stats::record_gap;
 use hdrhistogram::Histogram;
 
 use crate::api::{excerpt, EventScanner, StreamEvent, EXCERPT};
@@ -91,11 +92,12 @@ impl Exchange {
         self.counted_tokens += tokens;
         match self.last_chunk_ns {
             None => self.first_token_ns = Some(now),
-            Some(prev) => {
-                let gap = now.saturating_sub(prev).max(1);
-                let _ = hists.itl.record(gap);
-                let _ = hists.token_itl.record_n((gap / tokens).max(1), tokens);
-            }
+            Some(prev) => record_gap(
+                &mut hists.itl,
+                &mut hists.token_itl,
+                now.saturating_sub(prev),
+                tokens,
+            ),
         }
         self.last_chunk_ns = Some(now);
         if let (Some(times), Some(counts)) = (&mut self.chunk_times, &mut self.chunk_tokens) {

@@ -1,0 +1,185 @@
+//! `llmreplay report A B`: two runs side by side, each metric with its relative change.
+
+use std::fmt::Write as _;
+
+use super::data::cdf;
+use super::html::{self, chart, escape, histogram_cdf, page_start, section, Series};
+use super::LoadedRun;
+use crate::stats::{percentile_key, Summary};
+
+/// One compared figure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub metric: String,
+    pub a: Option<f64>,
+    pub b: Option<f64>,
+}
+
+impl Row {
+    /// (B - A) / A in percent, when both exist and A is not zero.
+    pub fn delta_pct(&self) -> Option<f64> {
+        match (self.a, self.b) {
+            (Some(a), Some(b)) if a != 0.0 => Some((b - a) / a.abs() * 100.0),
+            _ => None,
+        }
+    }
+}
+
+/// The figures compared: headline numbers, then each distribution's mean, median, requested
+/// percentiles and max.
+pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut push = |metric: String, f: &dyn Fn(&Summary) -> Option<f64>| {
+        rows.push(Row {
+            metric,
+            a: f(a),
+            b: f(b),
+        })
+    };
+    push("requests_ok".into(), &|s| Some(s.ok as f64));
+    push("requests_failed".into(), &|s| Some(s.failed as f64));
+    push("duration_s".into(), &|s| Some(s.duration_s));
+    push("request_throughput".into(), &|s| Some(s.request_throughput));
+    push("output_throughput".into(), &|s| Some(s.output_throughput));
+    push("total_token_throughput".into(), &|s| {
+        Some(s.total_token_throughput)
+    });
+    push("max_output_tokens_per_s".into(), &|s| {
+        Some(s.max_output_tokens_per_s)
+    });
+    push("goodput".into(), &|s| s.goodput);
+    push("late_sends".into(), &|s| Some(s.late_sends as f64));
+    let mut stats = vec!["mean".to_string(), "median".into()];
+    stats.extend(a.percentiles.iter().map(|p| percentile_key(*p)));
+    stats.push("max".into());
+    for i in 0..a.metrics().len() {
+        let key = a.metrics()[i].0;
+        for stat in &stats {
+            push(format!("{key}.{stat}"), &|s: &Summary| {
+                s.metrics()[i].2.as_ref().and_then(|d| html::stat(d, stat))
+            });
+        }
+    }
+    rows
+}
+
+fn cell(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.3}"))
+}
+
+fn delta(r: &Row) -> String {
+    r.delta_pct().map_or("-".into(), |d| format!("{d:+.1}%"))
+}
+
+/// The side-by-side table printed by `report A B`.
+pub fn table(rows: &[Row], a_name: &str, b_name: &str) -> String {
+    let mut out = format!(
+        "A = {a_name}\nB = {b_name}\n{:<36}{:>14}{:>14}{:>10}\n",
+        "metric", "A", "B", "delta"
+    );
+    for r in rows {
+        if r.a.is_none() && r.b.is_none() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "{:<36}{:>14}{:>14}{:>10}",
+            r.metric,
+            cell(r.a),
+            cell(r.b),
+            delta(r)
+        );
+    }
+    out
+}
+
+/// `compare.html`: the table and overlaid latency CDFs of both runs.
+pub fn page(
+    rows: &[Row],
+    a: &mut LoadedRun,
+    b: &mut LoadedRun,
+    a_name: &str,
+    b_name: &str,
+) -> String {
+    let mut out = page_start(
+        "llmreplay comparison",
+        &format!("A = {a_name}; B = {b_name}"),
+    );
+    let mut t =
+        String::from("<table>\n<tr><th>metric</th><th>A</th><th>B</th><th>delta</th></tr>\n");
+    for r in rows.iter().filter(|r| r.a.is_some() || r.b.is_some()) {
+        let _ = writeln!(
+            t,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&r.metric),
+            cell(r.a),
+            cell(r.b),
+            delta(r)
+        );
+    }
+    t.push_str("</table>");
+    section(
+        &mut out,
+        "comparison-table",
+        "Side by side",
+        "delta = (B - A) / A",
+        &[t],
+    );
+    let both =
+        |f: &dyn Fn(&mut LoadedRun) -> Vec<(f64, f64)>, a: &mut LoadedRun, b: &mut LoadedRun| {
+            vec![Series::line("A", f(a)), Series::line("B", f(b))]
+        };
+    let ttft = both(
+        &|r| {
+            cdf(
+                &mut r.data.ttft.iter().map(|p| p.1).collect::<Vec<_>>(),
+                400,
+            )
+        },
+        a,
+        b,
+    );
+    let e2el = both(
+        &|r| {
+            cdf(
+                &mut r.data.e2el.iter().map(|p| p.1).collect::<Vec<_>>(),
+                400,
+            )
+        },
+        a,
+        b,
+    );
+    let tpot = both(&|r| cdf(&mut r.data.tpot, 400), a, b);
+    let itl = both(&|r| histogram_cdf(&r.itl), a, b);
+    section(
+        &mut out,
+        "comparison-cdfs",
+        "Latency CDFs, A vs B",
+        "",
+        &[
+            chart("TTFT CDF", "ms", "fraction of requests", &ttft),
+            chart("TPOT CDF", "ms", "fraction of requests", &tpot),
+            chart("ITL CDF", "ms", "fraction of chunks", &itl),
+            chart("E2EL CDF", "ms", "fraction of requests", &e2el),
+        ],
+    );
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas() {
+        let r = |a, b| Row {
+            metric: "m".into(),
+            a,
+            b,
+        };
+        assert_eq!(r(Some(100.0), Some(110.0)).delta_pct(), Some(10.0));
+        assert_eq!(r(Some(0.0), Some(1.0)).delta_pct(), None);
+        assert_eq!(r(None, Some(1.0)).delta_pct(), None);
+    }
+}
