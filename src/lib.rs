@@ -13,6 +13,7 @@ pub mod error;
 pub mod http;
 pub mod mock;
 pub mod pipeline;
+pub mod progress;
 pub mod prompt;
 pub mod prompts;
 pub mod record;

@@ -4,12 +4,12 @@
 //! collector (JSONL, flushed per batch) -> summary and reports.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
@@ -22,6 +22,7 @@ use crate::http::endpoint::Endpoint;
 use crate::http::probe;
 use crate::mock::{MockConfig, MockServer, PromptCounting};
 use crate::pipeline::{spawn_producers, PromptLog, RequestBuilder, Schedule};
+use crate::progress::{LiveProgress, Snapshot};
 use crate::prompt;
 use crate::record::{RecordWriter, RequestRecord};
 use crate::report;
@@ -33,7 +34,6 @@ use crate::trace::{detect_format, inspect, TraceReader};
 /// channel and senders open their connections meanwhile.
 const START_LEAD_NS: u64 = 500_000_000;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 /// What a finished replay leaves behind.
 pub struct RunOutcome {
@@ -313,7 +313,11 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     let mut writer = RecordWriter::new(BufWriter::with_capacity(1 << 16, requests_file));
     let render = args.results.render_options()?;
     let mut summary = SummaryBuilder::new(render.slo.clone());
-    let mut live = LiveProgress::new(trace_stats.records, !args.quiet);
+    let span_s = match args.duration {
+        Some(d) => (trace_stats.span_ms / 1000.0).min(d),
+        None => trace_stats.span_ms / 1000.0,
+    };
+    let mut live = LiveProgress::new(trace_stats.records, span_s, args.time_scale, !args.quiet);
     let write_err = |e| Error::io(&requests_path, e);
     loop {
         match rec_rx.recv_timeout(Duration::from_millis(200)) {
@@ -328,9 +332,13 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
         }
-        live.maybe_print(&progress, &clock, t0_ns);
+        live.tick(Snapshot {
+            sent: progress.sent.load(Ordering::Relaxed),
+            run_s: (clock.now_ns() as f64 - t0_ns as f64) / 1e9,
+        });
     }
     writer.flush().map_err(write_err)?;
+    live.finish();
 
     let mut producer_error = None;
     for p in producers {
@@ -536,69 +544,4 @@ fn run_json(
     );
     m.insert("extra_body".into(), json!(args.extra_body));
     Value::Object(m)
-}
-
-/// The progress line on stderr.
-struct LiveProgress {
-    enabled: bool,
-    total: u64,
-    done: u64,
-    failed: u64,
-    output_tokens: u64,
-    window_max_drift_ms: f64,
-    last: Instant,
-    last_done: u64,
-    last_tokens: u64,
-}
-
-impl LiveProgress {
-    fn new(total: u64, enabled: bool) -> Self {
-        LiveProgress {
-            enabled,
-            total,
-            done: 0,
-            failed: 0,
-            output_tokens: 0,
-            window_max_drift_ms: 0.0,
-            last: Instant::now(),
-            last_done: 0,
-            last_tokens: 0,
-        }
-    }
-
-    fn add(&mut self, r: &RequestRecord) {
-        self.done += 1;
-        if r.ok() {
-            self.output_tokens += r.output_tokens.unwrap_or(0);
-        } else {
-            self.failed += 1;
-        }
-        self.window_max_drift_ms = self.window_max_drift_ms.max(r.drift_ms().unwrap_or(0.0));
-    }
-
-    fn maybe_print(&mut self, progress: &Progress, clock: &RunClock, t0: u64) {
-        let elapsed = self.last.elapsed();
-        if !self.enabled || elapsed < PROGRESS_EVERY {
-            return;
-        }
-        let secs = elapsed.as_secs_f64();
-        let sent = progress.sent.load(Ordering::Relaxed);
-        let run_s = clock.now_ns().saturating_sub(t0) as f64 / 1e9;
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(
-            err,
-            "[{run_s:8.1}s] sent {sent}/{} done {} failed {} in-flight {} | {:.1} req/s {:.0} tok/s | max drift {:.3} ms",
-            self.total,
-            self.done,
-            self.failed,
-            sent.saturating_sub(self.done),
-            (self.done - self.last_done) as f64 / secs,
-            (self.output_tokens - self.last_tokens) as f64 / secs,
-            self.window_max_drift_ms
-        );
-        self.last = Instant::now();
-        self.last_done = self.done;
-        self.last_tokens = self.output_tokens;
-        self.window_max_drift_ms = 0.0;
-    }
 }
