@@ -396,6 +396,22 @@ pub struct MockArgs {
     /// `tokenizer_config.json` with the chat template (default: the one beside the tokenizer).
     #[arg(long, value_name = "PATH", requires = "tokenizer")]
     pub tokenizer_config: Option<PathBuf>,
+
+    /// Inject a fault into this share of requests (repeatable): `refuse` (close on accept),
+    /// `reset-mid-stream`, `status:CODE` (e.g. status:503:0.05, vLLM-shaped error body),
+    /// `stall` (stop mid-stream), `slow-head` (head 300 ms late), `malformed-sse`,
+    /// `truncated-chunk`, `close-after-response` (no keep-alive), `huge-head`.
+    #[arg(long = "fault", value_name = "KIND:RATE")]
+    pub faults: Vec<String>,
+
+    /// Seed of fault injection: which requests get a fault is a function of (seed, request
+    /// index), the same on every run.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Log every injected fault to this file, one JSON line each (`index`, `fault`).
+    #[arg(long, value_name = "FILE")]
+    pub fault_log: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -437,6 +453,9 @@ impl MockArgs {
             tokens_per_chunk: self.tokens_per_chunk.max(1),
             model: self.model.clone(),
             counting,
+            faults: crate::mock::FaultPlan::parse(&self.faults, self.seed)
+                .map_err(crate::Error::Usage)?,
+            fault_log: self.fault_log.clone(),
         })
     }
 }

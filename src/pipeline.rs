@@ -27,7 +27,8 @@ pub struct PreparedRequest {
     pub index: u64,
     /// Planned send time, nanoseconds after the run start.
     pub scheduled_ns: u64,
-    /// `Content-Length: N\r\n\r\n` followed by the body, from `start` on.
+    /// `X-Llmreplay-Index: i\r\nContent-Length: N\r\n\r\n` followed by the body, from
+    /// `start` on.
     pub bytes: Vec<u8>,
     pub start: usize,
     pub input_tokens: Option<u64>,
@@ -97,8 +98,9 @@ pub struct RequestBuilder {
     pub prompt_log: Option<PromptLog>,
 }
 
-/// Room kept in front of the body for the `Content-Length` header.
-const HEAD_ROOM: usize = 40;
+/// Room kept in front of the body for the per-request headers: the record index (so server
+/// logs and the mock's fault log name the record) and `Content-Length`.
+const HEAD_ROOM: usize = 80;
 
 impl RequestBuilder {
     /// A block cache for one producer.
@@ -141,7 +143,12 @@ impl RequestBuilder {
         let body_len = bytes.len() - HEAD_ROOM;
         let mut head = [0u8; HEAD_ROOM];
         let mut cursor = &mut head[..];
-        write!(cursor, "Content-Length: {body_len}\r\n\r\n").expect("fits in HEAD_ROOM");
+        write!(
+            cursor,
+            "X-Llmreplay-Index: {}\r\nContent-Length: {body_len}\r\n\r\n",
+            record.index
+        )
+        .expect("fits in HEAD_ROOM");
         let head_len = HEAD_ROOM - cursor.len();
         let start = HEAD_ROOM - head_len;
         bytes[start..HEAD_ROOM].copy_from_slice(&head[..head_len]);
@@ -365,7 +372,10 @@ mod tests {
             .unwrap();
         let text = std::str::from_utf8(req.payload()).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        assert_eq!(head, format!("Content-Length: {}", body.len()));
+        assert_eq!(
+            head,
+            format!("X-Llmreplay-Index: 4\r\nContent-Length: {}", body.len())
+        );
         assert_eq!(
             (
                 req.index,

@@ -17,6 +17,8 @@ pub struct StreamEvent {
     /// `continuous_usage_stats`).
     pub completion_tokens: Option<u64>,
     pub error: Option<String>,
+    /// The data is not a JSON object (cut or garbled): the stream cannot be trusted.
+    pub malformed: bool,
 }
 
 /// Pre-built substring searchers for one API (built once per sender thread).
@@ -58,6 +60,10 @@ impl EventScanner {
         let mut ev = StreamEvent::default();
         if payload == b"[DONE]" {
             ev.done = true;
+            return ev;
+        }
+        if !(payload.starts_with(b"{") && payload.ends_with(b"}")) {
+            ev.malformed = true;
             return ev;
         }
         if payload.starts_with(b"{\"error\"") || self.error_object.find(payload).is_some() {

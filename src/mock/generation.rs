@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::faults::FaultPlan;
 use crate::prompt::PromptCounter;
 
 /// Timing and shape of the mock model.
@@ -18,6 +19,9 @@ pub struct MockConfig {
     /// Model name served by `/v1/models`; requests may name any model.
     pub model: String,
     pub counting: PromptCounting,
+    pub faults: FaultPlan,
+    /// Where injected faults are logged (`--fault-log`).
+    pub fault_log: Option<std::path::PathBuf>,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
@@ -74,6 +78,8 @@ impl Default for MockConfig {
             tokens_per_chunk: 1,
             model: "mock-model".into(),
             counting: PromptCounting::Words { chat_overhead: 0 },
+            faults: FaultPlan::default(),
+            fault_log: None,
         }
     }
 }
@@ -96,6 +102,8 @@ pub struct Generation {
     continuous_usage: bool,
     /// Tokens already sent.
     pub sent: u64,
+    /// Events stop here (a fault cuts the stream); `u64::MAX` otherwise.
+    pub stop_at: u64,
     /// Arrival time of the request (mock clock, ns).
     pub arrival_ns: u64,
     id: u64,
@@ -167,6 +175,7 @@ impl Generation {
             include_usage: flag("include_usage"),
             continuous_usage: flag("continuous_usage_stats"),
             sent: 0,
+            stop_at: u64::MAX,
             arrival_ns,
             id,
             model,
@@ -215,7 +224,7 @@ impl Generation {
     pub fn write_due_events(&mut self, cfg: &MockConfig, now: u64, out: &mut Vec<u8>) -> u64 {
         let per = u64::from(cfg.tokens_per_chunk.max(1));
         let mut written = 0;
-        while !self.done() {
+        while !self.done() && self.sent < self.stop_at {
             let k = self.sent / per;
             if self.chunk_due(cfg, k) > now {
                 break;

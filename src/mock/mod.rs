@@ -6,9 +6,13 @@
 //! and one write. Due times come from a heap and a timerfd, so timing does not suffer from
 //! mio's millisecond poll timeout.
 
+mod faults;
 mod generation;
 
+pub use faults::{FaultKind, FaultPlan};
 pub use generation::{Dialect, Generation, MockConfig, PromptCounting};
+
+use faults::{FaultLog, HUGE_HEAD_BYTES, SLOW_HEAD_NS};
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -94,6 +98,10 @@ struct Conn {
     /// pipelining).
     generation: Option<Generation>,
     close_after: bool,
+    /// The fault injected into the request being answered.
+    fault: Option<FaultKind>,
+    /// A response head held back until the first events (`slow-head`).
+    head_pending: Option<Vec<u8>>,
 }
 
 struct MockLoop {
@@ -110,6 +118,7 @@ struct MockLoop {
     due: BinaryHeap<Reverse<(u64, usize, u32)>>,
     next_id: u64,
     stats: MockStats,
+    fault_log: Option<FaultLog>,
 }
 
 fn token(slot: usize, generation: u32) -> Token {
@@ -121,6 +130,7 @@ impl MockLoop {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
+        let fault_log = cfg.fault_log.as_deref().map(FaultLog::create).transpose()?;
         Ok(MockLoop {
             poll,
             listener,
@@ -134,6 +144,7 @@ impl MockLoop {
             due: BinaryHeap::new(),
             next_id: 0,
             stats: MockStats::default(),
+            fault_log,
         })
     }
 
@@ -166,6 +177,12 @@ impl MockLoop {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {
+                    self.stats.connections += 1;
+                    if self.cfg.faults.refuses_connection(self.stats.connections) {
+                        self.log_fault(None, FaultKind::Refuse);
+                        drop(stream);
+                        continue;
+                    }
                     let _ = stream.set_nodelay(true);
                     let slot = self.free.pop().unwrap_or_else(|| {
                         self.conns.push(None);
@@ -186,7 +203,6 @@ impl MockLoop {
                         self.free.push(slot);
                         continue;
                     }
-                    self.stats.connections += 1;
                     self.conns[slot] = Some((
                         generation,
                         Conn {
@@ -196,6 +212,8 @@ impl MockLoop {
                             written: 0,
                             generation: None,
                             close_after: false,
+                            fault: None,
+                            head_pending: None,
                         },
                     ));
                 }
@@ -281,7 +299,13 @@ impl MockLoop {
             }
         };
         let mut length = 0usize;
+        let mut index = None;
         for h in req.headers.iter() {
+            if h.name.eq_ignore_ascii_case("x-llmreplay-index") {
+                index = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok());
+            }
             if h.name.eq_ignore_ascii_case("content-length") {
                 length = std::str::from_utf8(h.value)
                     .ok()
@@ -347,10 +371,48 @@ impl MockLoop {
             }
         };
         self.next_id += 1;
+        let mut generation_state = generation_state;
+        let fault = cfg.faults.for_request(index.unwrap_or(id));
+        conn.fault = fault;
+        let mut head: Vec<u8> = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n".to_vec();
+        match fault {
+            Some(FaultKind::Status(code)) => {
+                conn.fault = None;
+                respond_json(conn, code, &error_body("injected fault", code));
+                self.log_fault(index, FaultKind::Status(code));
+                return true;
+            }
+            Some(FaultKind::HugeHead) => {
+                conn.fault = None;
+                conn.close_after = true;
+                let filler = "a".repeat(HUGE_HEAD_BYTES);
+                write!(
+                    conn.output,
+                    "HTTP/1.1 200 OK\r\nx-filler: {filler}\r\ncontent-length: 0\r\n\r\n"
+                )
+                .ok();
+                self.log_fault(index, FaultKind::HugeHead);
+                return true;
+            }
+            Some(FaultKind::CloseAfterResponse) => {
+                conn.close_after = true;
+                head.extend_from_slice(b"connection: close\r\n");
+            }
+            Some(FaultKind::SlowHead) => generation_state.arrival_ns += SLOW_HEAD_NS,
+            Some(FaultKind::Stall | FaultKind::ResetMidStream | FaultKind::TruncatedChunk) => {
+                generation_state.stop_at = generation_state.tokens / 2;
+            }
+            Some(FaultKind::MalformedSse | FaultKind::Refuse) | None => {}
+        }
+        head.extend_from_slice(b"\r\n");
         let first_due = generation_state.chunk_due(&cfg, 0);
         let done_due = generation_state.chunk_due(&cfg, generation_state.chunks(&cfg) - 1);
         if generation_state.stream {
-            conn.output.extend_from_slice(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n");
+            if fault == Some(FaultKind::SlowHead) {
+                conn.head_pending = Some(head);
+            } else {
+                conn.output.extend_from_slice(&head);
+            }
         }
         let due = if generation_state.stream {
             first_due
@@ -359,7 +421,16 @@ impl MockLoop {
         };
         conn.generation = Some(generation_state);
         self.due.push(Reverse((due, slot, generation)));
+        if let Some(f) = fault {
+            self.log_fault(index, f);
+        }
         false
+    }
+
+    fn log_fault(&mut self, index: Option<u64>, fault: FaultKind) {
+        if let Some(log) = self.fault_log.as_mut() {
+            log.log(index, fault);
+        }
     }
 
     /// Writes everything due on every connection whose time has come.
@@ -379,10 +450,18 @@ impl MockLoop {
             };
             let mut finished = false;
             let mut tokens_before = g.sent;
+            if let Some(head) = conn.head_pending.take() {
+                conn.output.extend_from_slice(&head);
+            }
             if g.stream {
                 // One HTTP chunk for all due events: size as fixed-width hex, patched after.
                 let start = conn.output.len();
                 conn.output.extend_from_slice(b"00000000\r\n");
+                if conn.fault == Some(FaultKind::MalformedSse) && g.sent == 0 {
+                    conn.output.extend_from_slice(
+                        b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"\n\n",
+                    );
+                }
                 let n = g.write_due_events(&cfg, now, &mut conn.output);
                 if n == 0 {
                     conn.output.truncate(start);
@@ -390,6 +469,11 @@ impl MockLoop {
                     let size = conn.output.len() - start - 10;
                     conn.output[start..start + 8].copy_from_slice(format!("{size:08x}").as_bytes());
                     conn.output.extend_from_slice(b"\r\n");
+                }
+                if g.sent >= g.stop_at && !g.done() {
+                    let fault = conn.fault.take();
+                    self.cut_stream(slot, generation, fault);
+                    continue;
                 }
                 if g.done() {
                     conn.output.extend_from_slice(b"0\r\n\r\n");
@@ -417,6 +501,31 @@ impl MockLoop {
                 self.next_request(slot, generation);
                 self.flush(slot, generation);
             }
+        }
+    }
+
+    /// Ends a stream the way its fault says: a stall leaves the connection open and silent, a
+    /// reset sends RST, a truncated chunk announces more than it sends and closes.
+    fn cut_stream(&mut self, slot: usize, generation: u32, fault: Option<FaultKind>) {
+        match fault {
+            Some(FaultKind::TruncatedChunk) => {
+                if let Some(conn) = self.conn_mut(slot, generation) {
+                    conn.output
+                        .extend_from_slice(b"00000400\r\ndata: {\"choices\"");
+                    conn.generation = None;
+                    conn.close_after = true;
+                }
+                self.flush(slot, generation);
+                self.close(slot);
+            }
+            Some(FaultKind::ResetMidStream) => {
+                self.flush(slot, generation);
+                if let Some(conn) = self.conn_mut(slot, generation) {
+                    reset_on_close(&conn.stream);
+                }
+                self.close(slot);
+            }
+            _ => self.flush(slot, generation), // stall: nothing more is ever sent
         }
     }
 
@@ -481,12 +590,32 @@ fn conn_in(conns: &mut [Option<(u32, Conn)>], slot: usize, generation: u32) -> O
     }
 }
 
+/// Makes the coming close send RST instead of FIN (SO_LINGER with a zero timeout).
+fn reset_on_close(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on an open socket we own, with a correctly sized linger struct.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            std::ptr::addr_of!(linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
 /// An error body shaped like vLLM's.
 pub fn error_body(message: &str, code: u16) -> Value {
     let kind = match code {
         400 => "BadRequestError",
         404 => "NotFoundError",
         429 => "RateLimitError",
+        503 => "ServiceUnavailableError",
         _ => "InternalServerError",
     };
     json!({"object": "error", "message": message, "type": kind, "param": null, "code": code})

@@ -69,6 +69,13 @@ impl Exchange {
     }
 
     fn on_event(&mut self, ev: StreamEvent, now: u64, hists: &mut Hists) {
+        if ev.malformed {
+            self.fail(
+                ErrorKind::Protocol,
+                "an SSE event's data is not a JSON object",
+            );
+            return;
+        }
         if let Some(message) = ev.error {
             self.fail(ErrorKind::Http, message);
             return;

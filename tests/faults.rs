@@ -1,0 +1,147 @@
+//! Nothing lost under faults: every fault of the mock at 5 % each, and each request still ends
+//! with exactly one record whose error kind matches what the mock injected.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+mod common;
+use common::{bin, read_jsonl, temp_dir, MockProcess};
+
+const FAULTS: [&str; 11] = [
+    "refuse",
+    "reset-mid-stream",
+    "status:429",
+    "status:500",
+    "status:503",
+    "stall",
+    "slow-head",
+    "malformed-sse",
+    "truncated-chunk",
+    "close-after-response",
+    "huge-head",
+];
+
+/// The error kinds a request with this fault may end with (`ok` = success).
+fn expected(fault: &str) -> &'static [&'static str] {
+    match fault {
+        "reset-mid-stream" => &["reset"],
+        "stall" => &["timeout"],
+        "malformed-sse" | "huge-head" => &["protocol"],
+        "truncated-chunk" => &["reset", "protocol"],
+        "slow-head" | "close-after-response" => &["ok"],
+        f if f.starts_with("status:") => &["http"],
+        other => panic!("unexpected fault {other}"),
+    }
+}
+
+#[test]
+fn fault_matrix_2000_requests_every_fault_at_5_percent() {
+    let n = 2000;
+    let dir = temp_dir("faults");
+    let trace = dir.join("trace.jsonl");
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 8}}"#,
+                i * 2
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let log = dir.join("faults.jsonl");
+    let mut args = vec![
+        "--ttft-ms".to_string(),
+        "5".into(),
+        "--itl-ms".into(),
+        "1".into(),
+        "--seed".into(),
+        "11".into(),
+        "--fault-log".into(),
+        log.to_str().unwrap().into(),
+    ];
+    for f in FAULTS {
+        args.push("--fault".into());
+        args.push(format!("{f}:0.05"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mock = MockProcess::start(&args);
+    let out = dir.join("run");
+    let status = bin()
+        .args([
+            "replay",
+            "--quiet",
+            "--endpoint",
+            &mock.url(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--request-timeout",
+            "1",
+            "--output",
+            out.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    drop(mock);
+    assert!(status.success(), "the run completes despite the faults");
+
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(records.len(), n);
+    let mut by_index: HashMap<u64, Value> = HashMap::new();
+    for r in records {
+        assert!(by_index.insert(r["index"].as_u64().unwrap(), r).is_none());
+    }
+    assert_eq!(by_index.len(), n, "one record per index");
+
+    let mut injected: HashMap<u64, String> = HashMap::new();
+    let mut refused = 0;
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    for f in read_jsonl(&log) {
+        let fault = f["fault"].as_str().unwrap().to_string();
+        *seen.entry(fault.clone()).or_default() += 1;
+        match f["index"].as_u64() {
+            Some(i) => {
+                injected.insert(i, fault);
+            }
+            None => refused += 1,
+        }
+    }
+    for f in FAULTS {
+        assert!(
+            seen.get(f).is_some_and(|&c| c > 0),
+            "{f} was never injected: {seen:?}"
+        );
+    }
+    let mut unexplained = 0;
+    for (i, r) in &by_index {
+        let kind = r["error"]["kind"].as_str().unwrap_or("ok");
+        match injected.get(i) {
+            Some(fault) => {
+                assert!(
+                    expected(fault).contains(&kind),
+                    "record {i}: fault {fault} ended as {kind}: {r}"
+                );
+                if let Some(code) = fault.strip_prefix("status:") {
+                    assert_eq!(r["status"].to_string(), code, "record {i}");
+                }
+            }
+            None if kind == "ok" => {}
+            None => {
+                // A request written onto a connection the mock refused just then.
+                assert!(
+                    ["reset", "connect"].contains(&kind),
+                    "record {i} failed with {kind}: {r}"
+                );
+                unexplained += 1;
+            }
+        }
+    }
+    assert!(
+        unexplained <= refused,
+        "{unexplained} failures without an injected fault, {refused} refused connections"
+    );
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["requests"]["total"], n as u64);
+}
