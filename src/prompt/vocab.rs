@@ -154,11 +154,6 @@ impl SafeVocab {
     pub fn slot(&self, i: usize) -> (&[u8; SLOT], usize) {
         (&self.slots[i], self.lens[i] as usize)
     }
-
-    /// Mean bytes per token, to size buffers and caches.
-    pub fn mean_len(&self) -> f64 {
-        self.lens.iter().map(|&l| f64::from(l)).sum::<f64>() / self.len().max(1) as f64
-    }
 }
 
 /// How a token's text is read in context: decoding a token alone drops its leading space with

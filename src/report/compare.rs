@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::data::cdf;
-use super::html::{self, chart, escape, histogram_cdf, page_start, section, Series};
+use super::html::{self, chart, escape, histogram_cdf, page_start, section, Series, CDF_POINTS};
 use super::LoadedRun;
 use crate::stats::{percentile_key, Summary};
 
@@ -133,7 +133,7 @@ pub fn page(
         &|r| {
             cdf(
                 &mut r.data.ttft.iter().map(|p| p.1).collect::<Vec<_>>(),
-                400,
+                CDF_POINTS,
             )
         },
         a,
@@ -143,13 +143,13 @@ pub fn page(
         &|r| {
             cdf(
                 &mut r.data.e2el.iter().map(|p| p.1).collect::<Vec<_>>(),
-                400,
+                CDF_POINTS,
             )
         },
         a,
         b,
     );
-    let tpot = both(&|r| cdf(&mut r.data.tpot, 400), a, b);
+    let tpot = both(&|r| cdf(&mut r.data.tpot, CDF_POINTS), a, b);
     let itl = both(&|r| histogram_cdf(&r.itl), a, b);
     section(
         &mut out,

@@ -20,7 +20,8 @@ const COLORS: [RGBColor; 6] = [
 ];
 /// Scatter plots keep at most this many points (evenly thinned) so pages stay light.
 const MAX_POINTS: usize = 4000;
-const CDF_POINTS: usize = 400;
+/// Points drawn per CDF curve.
+pub const CDF_POINTS: usize = 400;
 
 /// How a series is drawn.
 #[derive(Clone, Copy, PartialEq)]
@@ -292,10 +293,6 @@ fn per_second(series: &[f64]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn with_cdf(values: &mut [f32]) -> Vec<(f64, f64)> {
-    cdf(values, CDF_POINTS)
-}
-
 /// The whole `report.html` of one run.
 pub fn report(title: &str, summary: &Summary, data: &mut RunData, itl: &Histogram<u64>) -> String {
     let mut out = page_start(
@@ -327,10 +324,10 @@ pub fn report(title: &str, summary: &Summary, data: &mut RunData, itl: &Histogra
         "Latency CDFs",
         "TTFT = first token - sent; TPOT = (E2EL - TTFT) / (output tokens - 1); ITL = gap between content chunks; E2EL = last byte - sent.",
         &[
-            cdf_chart("TTFT", with_cdf(&mut ttft)),
-            cdf_chart("TPOT", with_cdf(&mut data.tpot)),
+            cdf_chart("TTFT", cdf(&mut ttft, CDF_POINTS)),
+            cdf_chart("TPOT", cdf(&mut data.tpot, CDF_POINTS)),
             chart("ITL CDF", "ms", "fraction of chunks", &[Series::line("", itl_points)]),
-            cdf_chart("E2EL", with_cdf(&mut e2el)),
+            cdf_chart("E2EL", cdf(&mut e2el, CDF_POINTS)),
         ],
     );
     let scatter = |v: &[(f32, f32)]| -> Vec<(f64, f64)> {
