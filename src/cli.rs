@@ -325,6 +325,17 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS", default_value_t = 600.0)]
     pub request_timeout: f64,
 
+    /// A streamed request with no first token this many seconds after it was sent fails with
+    /// `timeout` (default: only --request-timeout applies).
+    #[arg(long, value_name = "SECS")]
+    pub first_token_timeout: Option<f64>,
+
+    /// On Ctrl-C or SIGTERM: nothing new is sent, requests in flight get this many seconds to
+    /// finish and are then recorded as `cancelled`, and every output is written (exit status
+    /// 130). A second signal exits at once, leaving requests.jsonl intact to its last line.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub drain_timeout: f64,
+
     /// Also record each chunk's arrival time and tokens (`chunk_times_ms`, `chunk_tokens`).
     #[arg(long)]
     pub record_itl: bool,

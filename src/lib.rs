@@ -21,6 +21,7 @@ pub mod replay;
 pub mod report;
 pub mod sender;
 pub mod stats;
+pub mod stop;
 pub mod trace;
 
 use std::io::Write;
@@ -28,17 +29,24 @@ use std::io::Write;
 use cli::{Cli, Command};
 pub use error::{Error, Result};
 
-/// Runs one command line; the binary's `main` maps the error to an exit status.
-pub fn run(cli: Cli) -> Result<()> {
+/// Runs one command line and returns the exit status; the binary's `main` maps an error to
+/// its own status (CONTRACT §2).
+pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Replay(args) => {
+            stop::install_signal_handlers();
             let outcome = replay::replay(&args)?;
             print_summary(&outcome.summary, args.results.output_format);
-            match &outcome.dir {
-                Some(dir) => eprintln!("results in {}", dir.display()),
-                None => eprintln!("requests in {}", outcome.requests_path.display()),
+            let place = match &outcome.dir {
+                Some(dir) => format!("results in {}", dir.display()),
+                None => format!("requests in {}", outcome.requests_path.display()),
+            };
+            if outcome.stopped {
+                eprintln!("stopped early by a signal; {place}");
+                return Ok(stop::STOPPED_EXIT_CODE);
             }
-            Ok(())
+            eprintln!("{place}");
+            Ok(0)
         }
         Command::Mock(args) => {
             let server = mock::MockServer::start(args.listen, args.config()?)
@@ -48,9 +56,9 @@ pub fn run(cli: Cli) -> Result<()> {
             server
                 .wait()
                 .map_err(|e| Error::Run(format!("mock: {e}")))?;
-            Ok(())
+            Ok(0)
         }
-        Command::Report(args) => report_command(&args),
+        Command::Report(args) => report_command(&args).map(|()| 0),
         Command::Prompts(args) => {
             let report = prompts::run(&args)?;
             if args.json {
@@ -70,7 +78,7 @@ pub fn run(cli: Cli) -> Result<()> {
                         v.prefix_pairs_differing
                     )))
                 }
-                _ => Ok(()),
+                _ => Ok(0),
             }
         }
         Command::Inspect(args) => {
@@ -85,7 +93,7 @@ pub fn run(cli: Cli) -> Result<()> {
             } else {
                 print!("{stats}");
             }
-            Ok(())
+            Ok(0)
         }
     }
 }

@@ -2,8 +2,9 @@ use clap::Parser;
 
 fn main() {
     let cli = llmreplay::cli::Cli::parse();
-    if let Err(e) = llmreplay::run(cli) {
+    let code = llmreplay::run(cli).unwrap_or_else(|e| {
         eprintln!("error: {e}");
-        std::process::exit(e.exit_code());
-    }
+        e.exit_code()
+    });
+    std::process::exit(code);
 }

@@ -21,6 +21,10 @@ pub enum ErrorKind {
     Http,
     /// The response broke HTTP, chunked or SSE framing.
     Protocol,
+    /// The TLS handshake or a TLS record failed.
+    Tls,
+    /// The run was stopped (a signal) before the request finished.
+    Cancelled,
     /// Another I/O error.
     Io,
 }
@@ -33,6 +37,8 @@ impl ErrorKind {
             ErrorKind::Reset => "reset",
             ErrorKind::Http => "http",
             ErrorKind::Protocol => "protocol",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Cancelled => "cancelled",
             ErrorKind::Io => "io",
         }
     }
@@ -62,6 +68,8 @@ impl ErrorKind {
             ErrorKind::Reset,
             ErrorKind::Http,
             ErrorKind::Protocol,
+            ErrorKind::Tls,
+            ErrorKind::Cancelled,
         ]
         .into_iter()
         .find(|k| k.as_str() == name)
@@ -257,23 +265,37 @@ impl RequestRecord {
     }
 }
 
-/// Writes records as JSON lines; the caller flushes after each batch so that a crash loses
-/// nothing already measured.
+/// Writes records as JSON lines. Lines are gathered in memory and handed to the file whole:
+/// the caller flushes after each batch, so a crash or a forced exit loses nothing already
+/// flushed and never leaves half a line.
 pub struct RecordWriter<W: Write> {
     out: W,
+    lines: Vec<u8>,
 }
+
+/// Gathered lines are written out once they pass this size, even before a flush.
+const WRITE_CHUNK: usize = 1 << 20;
 
 impl<W: Write> RecordWriter<W> {
     pub fn new(out: W) -> Self {
-        RecordWriter { out }
+        RecordWriter {
+            out,
+            lines: Vec::with_capacity(WRITE_CHUNK),
+        }
     }
 
     pub fn write(&mut self, record: &RequestRecord) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, &record.to_json())?;
-        self.out.write_all(b"\n")
+        serde_json::to_writer(&mut self.lines, &record.to_json())?;
+        self.lines.push(b'\n');
+        if self.lines.len() >= WRITE_CHUNK {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
+        self.out.write_all(&self.lines)?;
+        self.lines.clear();
         self.out.flush()
     }
 }

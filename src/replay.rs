@@ -4,7 +4,6 @@
 //! collector (JSONL, flushed per batch) -> summary and reports.
 
 use std::fs::File;
-use std::io::BufWriter;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +27,7 @@ use crate::record::{RecordWriter, RequestRecord};
 use crate::report;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, Target};
 use crate::stats::{latency_histogram, Summary, SummaryBuilder};
+use crate::stop::{signals_received, StopRequest};
 use crate::trace::{detect_format, inspect, TraceReader};
 
 /// Time between resolving everything and the first possible deadline: producers fill the
@@ -42,6 +42,8 @@ pub struct RunOutcome {
     pub dir: Option<PathBuf>,
     pub requests_path: PathBuf,
     pub sender_cpu_s: f64,
+    /// The run was stopped early by a signal (the outputs hold what was measured until then).
+    pub stopped: bool,
 }
 
 pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
@@ -229,6 +231,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     }
 
     let clock = RunClock::new();
+    let stop_request = Arc::new(StopRequest::default());
     let t0_ns = clock.now_ns() + START_LEAD_NS;
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -248,6 +251,9 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         api: args.api,
         stream,
         request_timeout_ns: (args.request_timeout * 1e9) as u64,
+        first_token_timeout_ns: args.first_token_timeout.map(|s| (s * 1e9) as u64),
+        drain_timeout_ns: (args.drain_timeout * 1e9) as u64,
+        stop: Arc::clone(&stop_request),
         spare_connections: args.connections.max(1),
         lookahead: (args.channel_capacity / num_sender).clamp(16, 1024),
         spin_ns: args.spin_us * 1000,
@@ -310,7 +316,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     drop(rec_tx);
 
     // Collect records as they complete.
-    let mut writer = RecordWriter::new(BufWriter::with_capacity(1 << 16, requests_file));
+    let mut writer = RecordWriter::new(requests_file);
     let render = args.results.render_options()?;
     let mut summary = SummaryBuilder::new(render.slo.clone());
     let span_s = match args.duration {
@@ -319,8 +325,20 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     };
     let mut live = LiveProgress::new(trace_stats.records, span_s, args.time_scale, !args.quiet);
     let write_err = |e| Error::io(&requests_path, e);
+    let mut stopped = false;
     loop {
-        match rec_rx.recv_timeout(Duration::from_millis(200)) {
+        if !stopped && signals_received() > 0 {
+            stopped = true;
+            stop.store(true, Ordering::Relaxed);
+            stop_request.request(clock.now_ns());
+            live.finish();
+            eprintln!(
+                "stopping: nothing new is sent; waiting up to {} s for requests in flight \
+                 (signal again to exit at once)",
+                args.drain_timeout
+            );
+        }
+        match rec_rx.recv_timeout(Duration::from_millis(50)) {
             Ok(first) => {
                 for r in std::iter::once(first).chain(rec_rx.try_iter()) {
                     writer.write(&r).map_err(write_err)?;
@@ -332,13 +350,17 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
         }
-        live.tick(Snapshot {
-            sent: progress.sent.load(Ordering::Relaxed),
-            run_s: (clock.now_ns() as f64 - t0_ns as f64) / 1e9,
-        });
+        if !stopped {
+            live.tick(Snapshot {
+                sent: progress.sent.load(Ordering::Relaxed),
+                run_s: (clock.now_ns() as f64 - t0_ns as f64) / 1e9,
+            });
+        }
     }
     writer.flush().map_err(write_err)?;
-    live.finish();
+    if !stopped {
+        live.finish();
+    }
 
     let mut producer_error = None;
     for p in producers {
@@ -384,6 +406,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         dir,
         requests_path,
         sender_cpu_s: sender_cpu_ns as f64 / 1e9,
+        stopped,
     })
 }
 
@@ -399,6 +422,15 @@ fn check_args(args: &ReplayArgs) -> Result<()> {
     };
     positive("--time-scale", args.time_scale)?;
     positive("--request-timeout", args.request_timeout)?;
+    if let Some(t) = args.first_token_timeout {
+        positive("--first-token-timeout", t)?;
+    }
+    if !(args.drain_timeout.is_finite() && args.drain_timeout >= 0.0) {
+        return Err(Error::Usage(format!(
+            "--drain-timeout must be zero or more seconds, got {}",
+            args.drain_timeout
+        )));
+    }
     if let Some(d) = args.duration {
         positive("--duration", d)?;
     }

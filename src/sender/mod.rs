@@ -30,6 +30,7 @@ use crate::http::sse::SseScanner;
 use crate::pipeline::PreparedRequest;
 use crate::record::{ErrorKind, RequestRecord};
 use crate::stats::latency_histogram;
+use crate::stop::StopRequest;
 use exchange::{Exchange, Feed, Hists};
 
 const TIMER: Token = Token(usize::MAX);
@@ -38,6 +39,8 @@ const READ_BUF: usize = 64 << 10;
 const HOUSEKEEPING_NS: u64 = 10_000_000;
 const FIRST_BACKOFF_NS: u64 = 10_000_000;
 const MAX_BACKOFF_NS: u64 = 1_000_000_000;
+/// The longest `poll` sleeps, so that a stop request is seen promptly even with no traffic.
+const MAX_POLL_WAIT: Duration = Duration::from_millis(50);
 
 /// One endpoint as the senders see it.
 #[derive(Clone, Debug)]
@@ -54,6 +57,11 @@ pub struct SenderConfig {
     pub api: Api,
     pub stream: bool,
     pub request_timeout_ns: u64,
+    /// A request sent this long ago with no first token yet fails as a timeout.
+    pub first_token_timeout_ns: Option<u64>,
+    /// After a stop request, how long requests in flight may still finish.
+    pub drain_timeout_ns: u64,
+    pub stop: Arc<StopRequest>,
     /// Idle connections kept ready per endpoint (opened before the first deadline).
     pub spare_connections: usize,
     /// Requests held in a sender's heap at most.
@@ -140,6 +148,8 @@ struct SenderLoop {
     in_flight: usize,
     rx: Receiver<PreparedRequest>,
     producers_done: bool,
+    /// Once a stop is requested: when requests still in flight are cancelled.
+    cancel_at: Option<u64>,
     records: ChannelSender<RequestRecord>,
     progress: Arc<Progress>,
     read_buf: Vec<u8>,
@@ -189,6 +199,7 @@ impl SenderLoop {
             in_flight: 0,
             rx,
             producers_done: false,
+            cancel_at: None,
             records,
             progress,
             read_buf: vec![0; READ_BUF],
@@ -209,6 +220,7 @@ impl SenderLoop {
         }
         let mut events = Events::with_capacity(1024);
         loop {
+            self.check_stop();
             self.refill();
             self.send_due();
             if self.finished() {
@@ -216,13 +228,13 @@ impl SenderLoop {
             }
             self.arm_timer();
             let timeout = if !self.producers_done && self.heap.len() < self.cfg.lookahead {
-                Some(Duration::from_millis(1))
+                Duration::from_millis(1)
             } else if self.in_flight > 0 || self.pools.iter().any(|p| !p.waiting.is_empty()) {
-                Some(Duration::from_nanos(HOUSEKEEPING_NS))
+                Duration::from_nanos(HOUSEKEEPING_NS)
             } else {
-                None
+                MAX_POLL_WAIT
             };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e);
                 }
@@ -247,14 +259,54 @@ impl SenderLoop {
     }
 
     fn finished(&self) -> bool {
-        self.producers_done
+        (self.producers_done || self.cancel_at.is_some())
             && self.heap.is_empty()
             && self.in_flight == 0
             && self.pools.iter().all(|p| p.waiting.is_empty())
     }
 
+    /// On a stop request: requests not yet due are dropped unrecorded (they were never part of
+    /// the run), due ones still waiting for a connection are `cancelled`; requests in flight
+    /// are cancelled once the drain timeout has passed.
+    fn check_stop(&mut self) {
+        let Some(at) = self.cfg.stop.requested_at() else {
+            return;
+        };
+        if self.cancel_at.is_none() {
+            self.cancel_at = Some(at + self.cfg.drain_timeout_ns);
+            self.heap.clear();
+            for target in 0..self.pools.len() {
+                for mut ex in std::mem::take(&mut self.pools[target].waiting) {
+                    ex.fail(ErrorKind::Cancelled, "run stopped before it could be sent");
+                    self.emit(ex, target);
+                }
+            }
+        }
+        if self.in_flight > 0 && self.clock.now_ns() >= self.cancel_at.expect("set above") {
+            let busy: Vec<usize> = (0..self.slots.len())
+                .filter(|&i| {
+                    self.slots[i]
+                        .conn
+                        .as_ref()
+                        .is_some_and(|c| c.exchange.is_some())
+                })
+                .collect();
+            let secs = self.cfg.drain_timeout_ns as f64 / 1e9;
+            for slot in busy {
+                self.fail_and_close(
+                    slot,
+                    ErrorKind::Cancelled,
+                    format!("run stopped; not finished within the {secs} s drain timeout"),
+                );
+            }
+        }
+    }
+
     /// Moves prepared requests from the channel into the deadline heap.
     fn refill(&mut self) {
+        if self.cancel_at.is_some() {
+            return;
+        }
         while self.heap.len() < self.cfg.lookahead {
             match self.rx.try_recv() {
                 Ok(req) => self.heap.push(req),
@@ -622,23 +674,25 @@ impl SenderLoop {
         self.next_housekeeping = now + HOUSEKEEPING_NS;
         let timeout = self.cfg.request_timeout_ns;
         let t0 = self.cfg.t0_ns;
-        let expired: Vec<usize> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                let ex = s.conn.as_ref()?.exchange.as_ref()?;
-                let since = ex.sent_ns.unwrap_or(t0 + ex.req.scheduled_ns);
-                (now.saturating_sub(since) > timeout).then_some(i)
-            })
-            .collect();
-        for slot in expired {
-            let secs = timeout as f64 / 1e9;
-            self.fail_and_close(
-                slot,
-                ErrorKind::Timeout,
-                format!("no complete response within {secs} s"),
-            );
+        let mut expired = Vec::new();
+        for (slot, s) in self.slots.iter().enumerate() {
+            let Some(ex) = s.conn.as_ref().and_then(|c| c.exchange.as_ref()) else {
+                continue;
+            };
+            let since = ex.sent_ns.unwrap_or(t0 + ex.req.scheduled_ns);
+            let waited = now.saturating_sub(since);
+            if waited > timeout {
+                let secs = timeout as f64 / 1e9;
+                expired.push((slot, format!("no complete response within {secs} s")));
+            } else if let (true, Some(limit)) = (self.cfg.stream, self.cfg.first_token_timeout_ns) {
+                if ex.sent_ns.is_some() && ex.first_token_ns.is_none() && waited > limit {
+                    let secs = limit as f64 / 1e9;
+                    expired.push((slot, format!("no first token within {secs} s")));
+                }
+            }
+        }
+        for (slot, message) in expired {
+            self.fail_and_close(slot, ErrorKind::Timeout, message);
         }
         for target in 0..self.pools.len() {
             while let Some(ex) = self.pools[target].waiting.front() {

@@ -1,0 +1,82 @@
+//! Stopping a run early: by SIGINT/SIGTERM, or by the library's caller.
+//!
+//! The first signal asks the run to stop: producers stop reading the trace, senders send
+//! nothing new, requests in flight get `--drain-timeout` to finish and are then recorded as
+//! `cancelled`, and every output is written. A second signal exits at once: `requests.jsonl`
+//! is written in whole lines per `write(2)`, so it stays intact up to its last line.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Exit status of a run stopped by a signal (128 + SIGINT, as shells report Ctrl-C).
+pub const STOPPED_EXIT_CODE: i32 = 130;
+
+static SIGNALS: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    if SIGNALS.fetch_add(1, Ordering::SeqCst) > 0 {
+        const MSG: &[u8] =
+            b"\nsecond signal: exiting now (requests.jsonl holds what was recorded)\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(STOPPED_EXIT_CODE);
+        }
+    }
+}
+
+/// Routes SIGINT and SIGTERM to [`signals_received`] (the binary's replay calls this once).
+pub fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installs a handler that only touches an atomic and async-signal-safe calls.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// How many stop signals have arrived since the handlers were installed.
+pub fn signals_received() -> usize {
+    SIGNALS.load(Ordering::SeqCst)
+}
+
+/// A stop request shared by the collector and the senders: the run-clock time it was made.
+#[derive(Debug, Default)]
+pub struct StopRequest {
+    /// 0 while running, else the request time + 1 (so that time 0 is representable).
+    at_ns: AtomicU64,
+}
+
+impl StopRequest {
+    /// Asks the run to stop; the first request's time is kept.
+    pub fn request(&self, now_ns: u64) {
+        let _ = self
+            .at_ns
+            .compare_exchange(0, now_ns + 1, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// When the stop was requested, if it was.
+    pub fn requested_at(&self) -> Option<u64> {
+        match self.at_ns.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t - 1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_request_time_is_kept() {
+        let s = StopRequest::default();
+        assert_eq!(s.requested_at(), None);
+        s.request(0);
+        s.request(50);
+        assert_eq!(s.requested_at(), Some(0));
+    }
+}

@@ -1,0 +1,171 @@
+//! Ctrl-C keeps what was measured: SIGINT to the real binary mid-run stops scheduling, lets
+//! short requests finish, records long ones as `cancelled`, and writes every output.
+
+use std::path::Path;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::{bin, read_jsonl, temp_dir, MockProcess};
+
+/// 600 requests 10 ms apart (6 s of schedule): even ones stream 5 tokens, odd ones 2,000
+/// (40 s at 20 ms a token), so at any moment some requests are done and some in flight.
+fn write_trace(dir: &Path) -> std::path::PathBuf {
+    let trace = dir.join("trace.jsonl");
+    let lines: Vec<String> = (0..600)
+        .map(|i| {
+            let out = if i % 2 == 0 { 5 } else { 2000 };
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": {out}}}"#,
+                i * 10
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    trace
+}
+
+fn start_replay(mock: &MockProcess, trace: &Path, out: &Path, drain_s: &str) -> Child {
+    bin()
+        .args(["replay", "--quiet", "--model", "mock"])
+        .args(["--endpoint", &mock.url()])
+        .arg("--trace")
+        .arg(trace)
+        .arg("--output")
+        .arg(out)
+        .args(["--drain-timeout", drain_s])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn interrupt(child: &Child) {
+    // SAFETY: plain kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+}
+
+/// Waits for the child, killing it if it outlives `limit` (so the test always ends).
+fn wait_bounded(child: &mut Child, limit: Duration) -> (ExitStatus, Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, start.elapsed());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("replay did not exit within {limit:?} of the signal");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until requests.jsonl has at least `n` lines (bounded).
+fn wait_for_records(path: &Path, n: usize) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        let lines = std::fs::read_to_string(path).map_or(0, |t| t.lines().count());
+        if lines >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{} never reached {n} records", path.display());
+}
+
+fn kind(r: &Value) -> Option<&str> {
+    r["error"]["kind"].as_str()
+}
+
+#[test]
+fn first_sigint_drains_cancels_and_writes_everything() {
+    let dir = temp_dir("sigint");
+    let trace = write_trace(&dir);
+    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
+    let out = dir.join("run");
+    let mut child = start_replay(&mock, &trace, &out, "0.3");
+    wait_for_records(&out.join("requests.jsonl"), 20);
+    interrupt(&child);
+    let (status, took) = wait_bounded(&mut child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(130), "a stopped run exits 130");
+    assert!(
+        took < Duration::from_secs(10),
+        "drain of 0.3 s took {took:?}"
+    );
+
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    let n = records.len();
+    assert!((20..600).contains(&n), "{n} records: the stop came mid-run");
+    // Deadlines are in index order, so the recorded requests are exactly 0..n, each once.
+    let mut indices: Vec<u64> = records
+        .iter()
+        .map(|r| r["index"].as_u64().unwrap())
+        .collect();
+    indices.sort_unstable();
+    assert_eq!(indices, (0..n as u64).collect::<Vec<_>>());
+    let cancelled: Vec<&Value> = records
+        .iter()
+        .filter(|r| kind(r) == Some("cancelled"))
+        .collect();
+    assert!(
+        !cancelled.is_empty(),
+        "long streams in flight are cancelled"
+    );
+    for r in &cancelled {
+        assert_eq!(
+            r["index"].as_u64().unwrap() % 2,
+            1,
+            "only long streams: {r}"
+        );
+        assert!(r["sent_ms"].is_number(), "what was measured is kept: {r}");
+        assert!(r["end_ms"].is_number(), "{r}");
+    }
+    let ok = records.iter().filter(|r| r["error"].is_null()).count();
+    assert!(ok >= 10, "short requests finished: {ok}");
+    assert!(
+        records
+            .iter()
+            .all(|r| r["error"].is_null() || kind(r) == Some("cancelled")),
+        "no other failures"
+    );
+
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["requests"]["total"], n as u64);
+    assert_eq!(summary["requests"]["ok"], ok as u64);
+    assert_eq!(
+        summary["requests"]["by_error_kind"]["cancelled"],
+        cancelled.len() as u64
+    );
+    for file in ["run.json", "report.html", "results.xlsx", "itl.json"] {
+        assert!(out.join(file).is_file(), "{file} written");
+    }
+}
+
+#[test]
+fn second_sigint_exits_at_once_with_whole_lines() {
+    let dir = temp_dir("sigint2");
+    let trace = write_trace(&dir);
+    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
+    let out = dir.join("run");
+    // A drain of 60 s: only the second signal can end the run quickly.
+    let mut child = start_replay(&mock, &trace, &out, "60");
+    wait_for_records(&out.join("requests.jsonl"), 20);
+    interrupt(&child);
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&child);
+    let (status, took) = wait_bounded(&mut child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        took < Duration::from_secs(5),
+        "exited at once, not after the drain: {took:?}"
+    );
+    let text = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    assert!(text.ends_with('\n'), "the last line is whole");
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(records.len() >= 20);
+}
