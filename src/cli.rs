@@ -230,6 +230,9 @@ pub struct ReplayArgs {
     #[arg(long, visible_alias = "dataset", value_enum, default_value = "auto")]
     pub format: Format,
 
+    #[command(flatten)]
+    pub input: TraceInputArgs,
+
     /// Base URL of an inference server (`http://host:port`); repeat to drive several
     /// instances directly, requests spread round-robin by record number.
     #[arg(long = "endpoint", value_name = "URL")]
@@ -437,9 +440,27 @@ pub struct InspectArgs {
     #[arg(long, value_name = "N")]
     pub block_size: Option<u32>,
 
+    #[command(flatten)]
+    pub input: TraceInputArgs,
+
     /// Print the statistics as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How strictly a trace is read (replay and inspect).
+#[derive(Debug, Args, Clone, Default)]
+pub struct TraceInputArgs {
+    /// Skip lines that fail to parse (wrong types, missing fields, invalid JSON or UTF-8,
+    /// over-long lines) instead of stopping at the first; they are counted and the first is
+    /// shown. Records are numbered without them.
+    #[arg(long)]
+    pub skip_invalid: bool,
+
+    /// Refuse a trace whose timestamps go backwards. Without it such records are sorted
+    /// (within a window of 1024 records) and a warning says how many there were.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 impl MockArgs {

@@ -84,7 +84,14 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Inspect(args) => {
             let format = trace::detect_format(&args.trace, args.format)?;
             let block = args.block_size.unwrap_or(format.default_block_size());
-            let stats = trace::inspect::scan(&args.trace, format, block, None)?;
+            let options = trace::ReadOptions {
+                skip_invalid: args.input.skip_invalid,
+                max_records: None,
+            };
+            let stats = trace::inspect::scan(&args.trace, format, block, options)?;
+            if args.input.strict {
+                stats.require_order(&args.trace)?;
+            }
             if args.json {
                 println!(
                     "{}",

@@ -19,7 +19,7 @@ use crossbeam_channel::Sender;
 use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
 use crate::prompt::{BlockCache, PromptSynth};
-use crate::trace::{TraceIds, TraceReader, TraceRecord};
+use crate::trace::{OrderedReader, TraceIds, TraceRecord};
 
 /// A request ready to be written: everything but the per-endpoint request line and headers.
 #[derive(Debug)]
@@ -60,25 +60,20 @@ impl PartialEq for PreparedRequest {
 }
 impl Eq for PreparedRequest {}
 
-/// When each record is sent, and which records are.
+/// When each record is sent (`--max-requests` is applied by the trace reader).
 #[derive(Clone, Debug)]
 pub struct Schedule {
-    /// The first record's timestamp: trace time 0.
+    /// The earliest timestamp of the trace: trace time 0.
     pub origin_ms: f64,
     /// Replay this many times faster.
     pub time_scale: f64,
     /// Stop at this trace time (ms after the origin), unscaled.
     pub duration_ms: Option<f64>,
-    pub max_requests: Option<u64>,
 }
 
 impl Schedule {
-    /// Planned send time in nanoseconds after the run start; `None` once past `--duration`
-    /// or `--max-requests`. A record without timestamp keeps the previous one's time.
-    pub fn plan(&self, index: u64, timestamp_ms: f64) -> Option<u64> {
-        if self.max_requests.is_some_and(|m| index >= m) {
-            return None;
-        }
+    /// Planned send time in nanoseconds after the run start; `None` once past `--duration`.
+    pub fn plan(&self, timestamp_ms: f64) -> Option<u64> {
         let trace_ms = (timestamp_ms - self.origin_ms).max(0.0);
         if self.duration_ms.is_some_and(|d| trace_ms > d) {
             return None;
@@ -223,10 +218,9 @@ impl PromptLog {
     }
 }
 
-/// The trace reader shared by the producers, with the position of the schedule.
+/// The trace reader shared by the producers.
 struct SharedReader {
-    reader: TraceReader,
-    last_timestamp_ms: f64,
+    reader: OrderedReader,
     finished: bool,
 }
 
@@ -234,7 +228,7 @@ struct SharedReader {
 /// `cores` are pinned round-robin when given.
 pub fn spawn_producers(
     n: usize,
-    reader: TraceReader,
+    reader: OrderedReader,
     schedule: Schedule,
     builder: Arc<RequestBuilder>,
     tx: Sender<PreparedRequest>,
@@ -243,7 +237,6 @@ pub fn spawn_producers(
 ) -> Vec<JoinHandle<Result<u64>>> {
     let shared = Arc::new(Mutex::new(SharedReader {
         reader,
-        last_timestamp_ms: schedule.origin_ms,
         finished: false,
     }));
     (0..n.max(1))
@@ -284,13 +277,11 @@ fn produce(
             if s.finished {
                 break;
             }
-            let Some(record) = s.reader.next_record()? else {
+            let Some((record, ts)) = s.reader.next_record()? else {
                 s.finished = true;
                 break;
             };
-            let ts = record.timestamp_ms.unwrap_or(s.last_timestamp_ms);
-            s.last_timestamp_ms = ts;
-            match schedule.plan(record.index, ts) {
+            match schedule.plan(ts) {
                 Some(at) => (record, at),
                 None => {
                     s.finished = true;
@@ -303,7 +294,7 @@ fn produce(
             .map_err(|message| Error::Trace {
                 file: shared
                     .lock()
-                    .map(|s| s.reader.path().to_path_buf())
+                    .map(|s| s.reader.reader().path().to_path_buf())
                     .unwrap_or_default(),
                 line: record.line,
                 message,
@@ -327,18 +318,16 @@ mod tests {
             origin_ms: 1000.0,
             time_scale: 2.0,
             duration_ms: Some(4000.0),
-            max_requests: Some(10),
         };
-        assert_eq!(s.plan(0, 1000.0), Some(0));
-        assert_eq!(s.plan(1, 3000.0), Some(1_000_000_000));
+        assert_eq!(s.plan(1000.0), Some(0));
+        assert_eq!(s.plan(3000.0), Some(1_000_000_000));
         assert_eq!(
-            s.plan(2, 500.0),
+            s.plan(500.0),
             Some(0),
             "earlier than the origin is sent at once"
         );
-        assert_eq!(s.plan(3, 5000.0), Some(2_000_000_000));
-        assert_eq!(s.plan(4, 5000.1), None);
-        assert_eq!(s.plan(10, 1000.0), None);
+        assert_eq!(s.plan(5000.0), Some(2_000_000_000));
+        assert_eq!(s.plan(5000.1), None);
     }
 
     #[test]

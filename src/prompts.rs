@@ -15,7 +15,7 @@ use crate::cli::PromptsArgs;
 use crate::error::{Error, Result};
 use crate::pipeline::{PromptLog, RequestBuilder};
 use crate::prompt::{self, verify, LengthOf, PromptCounter, Wrapping};
-use crate::trace::{detect_format, Input, TraceReader, TraceRecord};
+use crate::trace::{detect_format, Input, ReadOptions, TraceReader, TraceRecord};
 
 /// Records taken from the reader at once by a thread.
 const BATCH: usize = 64;
@@ -103,7 +103,12 @@ pub fn run(args: &PromptsArgs) -> Result<PromptsReport> {
         prompt_log,
     };
     let shared = Shared {
-        reader: Mutex::new(TraceReader::open(&args.trace, format)?),
+        reader: Mutex::new(
+            TraceReader::open(&args.trace, format)?.with_options(ReadOptions {
+                skip_invalid: false,
+                max_records: args.max_requests,
+            }),
+        ),
         args,
         builder,
         counter: &prepared.counter,
@@ -111,7 +116,6 @@ pub fn run(args: &PromptsArgs) -> Result<PromptsReport> {
         length_of: opts.length_of,
         block_size: u64::from(opts.block_size),
         prefixes: Mutex::new(HashMap::new()),
-        remaining: Mutex::new(args.max_requests),
     };
     let started = Instant::now();
     let mut report = std::thread::scope(|scope| {
@@ -152,7 +156,6 @@ struct Shared<'a> {
     block_size: u64,
     /// Digest of the hash ids of a prefix -> digest of its content token ids.
     prefixes: Mutex<HashMap<u64, u64>>,
-    remaining: Mutex<Option<u64>>,
 }
 
 impl Shared<'_> {
@@ -161,18 +164,11 @@ impl Shared<'_> {
             .reader
             .lock()
             .map_err(|_| Error::Run("a prompt-building thread panicked".into()))?;
-        let mut remaining = self
-            .remaining
-            .lock()
-            .map_err(|_| Error::Run("a prompt-building thread panicked".into()))?;
         let mut batch = Vec::with_capacity(BATCH);
-        while batch.len() < BATCH && remaining.is_none_or(|r| r > 0) {
+        while batch.len() < BATCH {
             let Some(record) = reader.next_record()? else {
                 break;
             };
-            if let Some(r) = remaining.as_mut() {
-                *r -= 1;
-            }
             batch.push(record);
         }
         Ok(batch)

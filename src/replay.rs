@@ -28,7 +28,7 @@ use crate::report;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, Target};
 use crate::stats::{latency_histogram, Summary, SummaryBuilder};
 use crate::stop::{signals_received, StopRequest};
-use crate::trace::{detect_format, inspect, TraceReader};
+use crate::trace::{detect_format, inspect, OrderedReader, ReadOptions, TraceReader};
 
 /// Time between resolving everything and the first possible deadline: producers fill the
 /// channel and senders open their connections meanwhile.
@@ -53,7 +53,14 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         .prompt
         .block_size
         .unwrap_or(format.default_block_size());
-    let trace_stats = inspect::scan(&args.trace, format, block_size, args.max_requests)?;
+    let read_options = ReadOptions {
+        skip_invalid: args.input.skip_invalid,
+        max_records: args.max_requests,
+    };
+    let trace_stats = inspect::scan(&args.trace, format, block_size, read_options)?;
+    if args.input.strict {
+        trace_stats.require_order(&args.trace)?;
+    }
     if trace_stats.records == 0 {
         return Err(Error::Trace {
             file: args.trace.clone(),
@@ -75,6 +82,9 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         trace_stats.mean_rate()
     ));
 
+    for w in trace_stats.warnings() {
+        eprintln!("warning: {w}");
+    }
     if trace_stats.hash_length_mismatches > 0 {
         say(format!(
             "note: {} records have a hash_ids count that disagrees with ceil(input_length / {block_size}): \
@@ -286,9 +296,9 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         origin_ms: trace_stats.first_timestamp_ms,
         time_scale: args.time_scale,
         duration_ms: args.duration.map(|d| d * 1000.0),
-        max_requests: args.max_requests,
     };
-    let reader = TraceReader::open(&args.trace, format)?;
+    let reader =
+        OrderedReader::new(TraceReader::open(&args.trace, format)?.with_options(read_options));
     let producers = spawn_producers(
         num_producer,
         reader,

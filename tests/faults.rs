@@ -145,3 +145,52 @@ fn fault_matrix_2000_requests_every_fault_at_5_percent() {
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["requests"]["total"], n as u64);
 }
+
+/// `--first-token-timeout` ends a stream that has not started in time, long before the
+/// request timeout, and leaves streams that did start alone.
+#[test]
+fn first_token_timeout_fails_only_slow_starts() {
+    let dir = temp_dir("first-token");
+    let trace = dir.join("trace.jsonl");
+    let lines: Vec<String> = (0..6)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 40}}"#,
+                i * 5
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let run = |ttft_ms: &str, name: &str| {
+        let out = dir.join(name);
+        let status = bin()
+            .args(["replay", "--mock", "--quiet", "--mock-itl-ms", "20"])
+            .args(["--mock-ttft-ms", ttft_ms, "--first-token-timeout", "0.3"])
+            .arg("--trace")
+            .arg(&trace)
+            .arg("--output-path")
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        read_jsonl(&out)
+    };
+    // 40 tokens at 20 ms take 0.8 s after a 50 ms first token: longer than the limit, but
+    // the limit is on the first token only.
+    for r in run("50", "fast.jsonl") {
+        assert!(r["error"].is_null(), "{r}");
+    }
+    let slow = run("3000", "slow.jsonl");
+    assert_eq!(slow.len(), 6);
+    for r in slow {
+        assert_eq!(r["error"]["kind"], "timeout", "{r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.contains("first token"), "{message}");
+        let waited = r["end_ms"].as_f64().unwrap() - r["sent_ms"].as_f64().unwrap();
+        assert!(
+            waited < 2500.0,
+            "ended by the 0.3 s limit, not the 3 s TTFT: {waited} ms"
+        );
+    }
+}

@@ -16,7 +16,7 @@ fn real_mooncake_traces_read_completely() {
             detect_format(&path, Format::Auto).unwrap(),
             Format::Mooncake
         );
-        let stats = inspect::scan(&path, Format::Mooncake, 512, None).unwrap();
+        let stats = inspect::scan(&path, Format::Mooncake, 512, Default::default()).unwrap();
         assert_eq!(stats.records, lines);
         // SOURCE.txt: len(hash_ids) == ceil(input_length/512) for every record of both files.
         assert_eq!(stats.hash_length_mismatches, 0);
@@ -44,7 +44,7 @@ fn bailian_records_in_seconds_and_gzip() {
         .unwrap();
     assert_eq!(records[1].timestamp_ms, Some(1500.0));
     assert_eq!(records[1].ids.parent_chat_id, Some(0));
-    let stats = inspect::scan(&path, Format::Bailian, 16, None).unwrap();
+    let stats = inspect::scan(&path, Format::Bailian, 16, Default::default()).unwrap();
     assert_eq!(stats.span_ms, 1500.0);
     assert_eq!(stats.prefix_hit_tokens, 32, "two 16-token blocks reused");
     std::fs::remove_dir_all(&dir).unwrap();

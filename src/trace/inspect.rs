@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 
-use super::{Format, TraceReader};
-use crate::error::Result;
+use super::{Format, OrderStats, OrderedReader, ReadOptions, Skipped, TraceReader};
+use crate::error::{Error, Result};
 
 /// Aggregate facts about a trace.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -15,6 +15,7 @@ pub struct TraceStats {
     pub records: u64,
     /// First to last timestamp, in milliseconds of trace time.
     pub span_ms: f64,
+    /// The earliest timestamp (ms): trace time 0.
     pub first_timestamp_ms: f64,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -23,14 +24,23 @@ pub struct TraceStats {
     /// Records carrying text or messages instead of lengths.
     pub verbatim_records: u64,
     pub unique_hash_ids: u64,
+    /// More distinct hash ids than [`MAX_TRACKED_HASH_IDS`]: the unique count and the prefix
+    /// hit share are lower bounds.
+    pub hash_ids_capped: bool,
     pub block_size: u32,
     /// Input tokens covered by a prefix of blocks already seen (cache that never evicts).
     pub prefix_hit_tokens: u64,
     /// Records whose `hash_ids` count differs from ceil(input_length / block_size).
     pub hash_length_mismatches: u64,
-    /// Records whose timestamp is earlier than the one before.
-    pub out_of_order: u64,
+    /// Timestamp order, as the replay reads the trace.
+    pub order: OrderStats,
+    /// Invalid lines skipped under `--skip-invalid`.
+    pub skipped: Skipped,
 }
+
+/// Distinct hash ids remembered for the prefix statistics (~40 MB at most), so that memory
+/// does not grow with the trace.
+pub const MAX_TRACKED_HASH_IDS: usize = 2_000_000;
 
 impl TraceStats {
     pub fn mean_rate(&self) -> f64 {
@@ -39,6 +49,48 @@ impl TraceStats {
         } else {
             0.0
         }
+    }
+
+    /// `--strict`: timestamps that go backwards are an input error naming the first.
+    pub fn require_order(&self, path: &Path) -> Result<()> {
+        match self.order.first_out_of_order {
+            Some((line, ts, previous)) => Err(Error::Trace {
+                file: path.to_path_buf(),
+                line,
+                message: format!(
+                    "field `timestamp`: {ts} ms is earlier than the previous record's {previous} ms \
+                     ({} records out of order; without --strict they are sorted)",
+                    self.order.out_of_order
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// What a replay of this trace should be warned about (skipped lines, reordering).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(first) = &self.skipped.first {
+            out.push(format!(
+                "skipped {} invalid lines (--skip-invalid); the first: {first}",
+                self.skipped.lines
+            ));
+        }
+        if let Some((line, _, _)) = self.order.first_out_of_order {
+            let mut w = format!(
+                "{} records have a timestamp earlier than the record before them (the first at line {line}): they are sent in timestamp order",
+                self.order.out_of_order
+            );
+            if self.order.late > 0 {
+                w.push_str(&format!(
+                    "; {} are further out of order than the {}-record window and will be sent late",
+                    self.order.late,
+                    super::ORDER_WINDOW
+                ));
+            }
+            out.push(w);
+        }
+        out
     }
 
     pub fn prefix_hit_share(&self) -> f64 {
@@ -50,37 +102,29 @@ impl TraceStats {
     }
 }
 
-/// Reads and validates every record of the trace (first error aborts) and gathers statistics.
-/// `max_records` stops early; the format must already be resolved.
+/// Reads and validates every record of the trace, in the order a replay reads it, and gathers
+/// statistics. The first invalid line aborts unless `options.skip_invalid`; the format must
+/// already be resolved.
 pub fn scan(
     path: &Path,
     format: Format,
     block_size: u32,
-    max_records: Option<u64>,
+    options: ReadOptions,
 ) -> Result<TraceStats> {
-    let mut reader = TraceReader::open(path, format)?;
+    let mut reader = OrderedReader::new(TraceReader::open(path, format)?.with_options(options));
     let mut stats = TraceStats {
         format: format!("{format:?}").to_lowercase(),
         block_size,
         ..TraceStats::default()
     };
     let mut seen: HashSet<u64> = HashSet::new();
-    let mut first_ts: Option<f64> = None;
-    let mut last_ts = 0.0f64;
-    let mut max_ts = 0.0f64;
+    let mut min_ts = f64::INFINITY;
+    let mut max_ts = f64::NEG_INFINITY;
     let b = u64::from(block_size.max(1));
-    while max_records.is_none_or(|m| stats.records < m) {
-        let Some(rec) = reader.next_record()? else {
-            break;
-        };
+    while let Some((rec, ts)) = reader.next_record()? {
         stats.records += 1;
-        let ts = rec.timestamp_ms.unwrap_or(last_ts);
-        let first = *first_ts.get_or_insert(ts);
-        if ts < last_ts {
-            stats.out_of_order += 1;
-        }
-        last_ts = ts;
-        max_ts = max_ts.max(ts - first);
+        min_ts = min_ts.min(ts);
+        max_ts = max_ts.max(ts);
         let input = rec.input_length().unwrap_or(0);
         let output = rec.output_length.unwrap_or(0);
         stats.input_tokens += input;
@@ -97,9 +141,14 @@ pub fn scan(
         // Prefix caching reuses a block only when every block before it is reused too.
         let mut prefix = true;
         for (i, id) in ids.iter().enumerate() {
-            let newly = seen.insert(*id);
-            if newly {
+            let known = seen.contains(id);
+            if !known {
                 prefix = false;
+                if seen.len() < MAX_TRACKED_HASH_IDS {
+                    seen.insert(*id);
+                } else {
+                    stats.hash_ids_capped = true;
+                }
             }
             if prefix {
                 let start = i as u64 * b;
@@ -107,9 +156,13 @@ pub fn scan(
             }
         }
     }
-    stats.first_timestamp_ms = first_ts.unwrap_or(0.0);
-    stats.span_ms = max_ts;
+    if stats.records > 0 {
+        stats.first_timestamp_ms = min_ts;
+        stats.span_ms = max_ts - min_ts;
+    }
     stats.unique_hash_ids = seen.len() as u64;
+    stats.order = reader.stats().clone();
+    stats.skipped = reader.reader().skipped().clone();
     Ok(stats)
 }
 
@@ -151,18 +204,42 @@ impl fmt::Display for TraceStats {
             "Block size (tokens per hash id):",
             self.block_size.to_string(),
         )?;
-        row(f, "Unique hash ids:", self.unique_hash_ids.to_string())?;
+        let at_least = if self.hash_ids_capped { ">= " } else { "" };
+        row(
+            f,
+            "Unique hash ids:",
+            format!("{at_least}{}", self.unique_hash_ids),
+        )?;
         row(
             f,
             "Prefix-cache hit share (infinite cache):",
-            format!("{:.2} % of input tokens", 100.0 * self.prefix_hit_share()),
+            format!(
+                "{at_least}{:.2} % of input tokens",
+                100.0 * self.prefix_hit_share()
+            ),
         )?;
         row(
             f,
             "Records with hash_ids != length:",
             self.hash_length_mismatches.to_string(),
         )?;
-        row(f, "Out-of-order timestamps:", self.out_of_order.to_string())
+        row(
+            f,
+            "Out-of-order timestamps:",
+            match self.order.late {
+                0 => self.order.out_of_order.to_string(),
+                late => format!(
+                    "{} ({late} beyond the {}-record reorder window)",
+                    self.order.out_of_order,
+                    super::ORDER_WINDOW
+                ),
+            },
+        )?;
+        if let Some(first) = &self.skipped.first {
+            row(f, "Invalid lines skipped:", self.skipped.lines.to_string())?;
+            row(f, "First invalid line:", first.clone())?;
+        }
+        Ok(())
     }
 }
 
@@ -188,16 +265,20 @@ mod tests {
         .unwrap();
         writeln!(f, r#"{{"timestamp": 2000, "input_length": 12, "output_length": 1, "hash_ids": [1, 5, 3]}}"#).unwrap();
         drop(f);
-        let s = scan(&path, Format::Mooncake, 4, None).unwrap();
+        let s = scan(&path, Format::Mooncake, 4, ReadOptions::default()).unwrap();
         assert_eq!(s.records, 3);
         assert_eq!(s.input_tokens, 31);
         assert_eq!(s.output_tokens, 7);
         assert_eq!(s.unique_hash_ids, 5);
         assert_eq!(s.prefix_hit_tokens, 8 + 4);
         assert_eq!(s.span_ms, 2000.0);
-        assert_eq!(s.out_of_order, 1);
+        assert_eq!(s.order.out_of_order, 1);
         assert_eq!(s.hash_length_mismatches, 0);
-        let s = scan(&path, Format::Mooncake, 4, Some(1)).unwrap();
+        let first = ReadOptions {
+            max_records: Some(1),
+            ..ReadOptions::default()
+        };
+        let s = scan(&path, Format::Mooncake, 4, first).unwrap();
         assert_eq!(s.records, 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }

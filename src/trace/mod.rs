@@ -4,11 +4,13 @@
 //! Every parse error names the file, the 1-based line and the field.
 
 pub mod inspect;
+mod order;
 mod parse;
 mod reader;
 
+pub use order::{OrderStats, OrderedReader, WINDOW as ORDER_WINDOW};
 pub use parse::parse_record;
-pub use reader::{detect_format, RawLine, TraceReader};
+pub use reader::{detect_format, RawLine, ReadOptions, Skipped, TraceReader};
 
 use serde_json::{Map, Value};
 

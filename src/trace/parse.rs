@@ -11,6 +11,12 @@ use serde_json::{Map, Value};
 use super::{Format, Input, RawLine, TraceIds, TraceRecord};
 use crate::error::{Error, Result};
 
+/// Largest `input_length` / `output_length` accepted: above any model's context, and small
+/// enough that one synthesised prompt stays a bounded allocation.
+pub const MAX_LENGTH: u64 = 10_000_000;
+/// Largest timestamp accepted, in ms (~31,000 years; epoch milliseconds fit easily).
+const MAX_TIMESTAMP_MS: f64 = 1e15;
+
 #[derive(Deserialize)]
 struct RawRecord {
     timestamp: Option<f64>,
@@ -40,6 +46,11 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
         Some(t) if t < 0.0 => {
             return Err(fail(format!(
                 "field `timestamp`: must not be negative, got {t}"
+            )))
+        }
+        Some(t) if t * format.ms_per_time_unit() > MAX_TIMESTAMP_MS => {
+            return Err(fail(format!(
+                "field `timestamp`: {t:e} is out of range (at most {MAX_TIMESTAMP_MS:e} ms)"
             )))
         }
         Some(t) => Some(t * format.ms_per_time_unit()),
@@ -81,6 +92,16 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
             ))
         }
     };
+    for (field, value) in [
+        ("input_length", rec.input_length),
+        ("output_length", rec.output_length),
+    ] {
+        if let Some(v) = value.filter(|&v| v > MAX_LENGTH) {
+            return Err(fail(format!(
+                "field `{field}`: {v} tokens is more than the {MAX_LENGTH} supported"
+            )));
+        }
+    }
     if matches!(input, Input::Synthetic { .. }) && rec.output_length.is_none() {
         return Err(fail("missing field `output_length`".into()));
     }
@@ -265,5 +286,59 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("missing field `timestamp`"), "{e}");
+    }
+
+    #[test]
+    fn hostile_values_are_clear_errors() {
+        let cases: [(&[u8], &str); 9] = [
+            (
+                br#"{"timestamp": 1e400, "input_length": 5, "output_length": 1}"#,
+                "invalid JSON",
+            ),
+            (
+                br#"{"timestamp": NaN, "input_length": 5, "output_length": 1}"#,
+                "invalid JSON",
+            ),
+            (
+                br#"{"timestamp": 1e300, "input_length": 5, "output_length": 1}"#,
+                "field `timestamp`: 1e300 is out of range",
+            ),
+            (
+                br#"{"timestamp": "12", "input_length": 5, "output_length": 1}"#,
+                "field `timestamp`: expected a number",
+            ),
+            (
+                br#"{"timestamp": 0, "input_length": 18446744073709551616, "output_length": 1}"#,
+                "field `input_length`: expected a non-negative integer",
+            ),
+            (
+                br#"{"timestamp": 0, "input_length": 5.5, "output_length": 1}"#,
+                "field `input_length`: expected a non-negative integer",
+            ),
+            (
+                br#"{"timestamp": 0, "input_length": 99999999999, "output_length": 1}"#,
+                "field `input_length`: 99999999999 tokens is more than",
+            ),
+            (
+                br#"{"timestamp": 0, "input_length": 5, "output_length": 20000000}"#,
+                "field `output_length`: 20000000 tokens",
+            ),
+            (
+                b"{\"timestamp\": 0, \"text_input\": \"\xff\xfe\", \"output_length\": 1}",
+                "invalid UTF-8",
+            ),
+        ];
+        for (line, expected) in cases {
+            let raw = RawLine {
+                line: 2,
+                index: 0,
+                bytes: line.to_vec(),
+            };
+            let e = parse_record(&raw, Format::Mooncake, Path::new("t.jsonl"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("t.jsonl:2: "), "{e}");
+            assert!(e.contains(expected), "{e} (expected {expected:?})");
+        }
     }
 }

@@ -18,13 +18,33 @@ pub struct RawLine {
     pub bytes: Vec<u8>,
 }
 
+/// How a trace is read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadOptions {
+    /// Skip (and count) lines that fail to parse instead of stopping at the first.
+    pub skip_invalid: bool,
+    /// Stop after this many records.
+    pub max_records: Option<u64>,
+}
+
+/// Lines skipped under `skip_invalid`.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Skipped {
+    pub lines: u64,
+    /// The first skipped line's error (`file:line: field ...`).
+    pub first: Option<String>,
+}
+
 /// Reads a trace line by line; never holds more than one line in memory.
 pub struct TraceReader {
     path: PathBuf,
     format: Format,
     input: Box<dyn BufRead + Send>,
+    options: ReadOptions,
     line: u64,
+    /// Records returned so far (the next record's index).
     index: u64,
+    skipped: Skipped,
 }
 
 impl TraceReader {
@@ -48,9 +68,20 @@ impl TraceReader {
             path: path.to_path_buf(),
             format,
             input,
+            options: ReadOptions::default(),
             line: 0,
             index: 0,
+            skipped: Skipped::default(),
         })
+    }
+
+    pub fn with_options(mut self, options: ReadOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    pub fn skipped(&self) -> &Skipped {
+        &self.skipped
     }
 
     pub fn path(&self) -> &Path {
@@ -73,7 +104,8 @@ impl TraceReader {
                 return Ok(None);
             }
             self.line += 1;
-            if bytes.len() > MAX_LINE_BYTES {
+            if bytes.len() > MAX_LINE_BYTES && bytes.last() != Some(&b'\n') {
+                self.discard_rest_of_line()?;
                 return Err(Error::Trace {
                     file: self.path.clone(),
                     line: self.line,
@@ -83,22 +115,70 @@ impl TraceReader {
             if bytes.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let raw = RawLine {
+            return Ok(Some(RawLine {
                 line: self.line,
                 index: self.index,
                 bytes,
-            };
-            self.index += 1;
-            return Ok(Some(raw));
+            }));
         }
     }
 
-    /// The next record, parsed and validated.
-    pub fn next_record(&mut self) -> Result<Option<TraceRecord>> {
-        match self.next_line()? {
-            None => Ok(None),
-            Some(raw) => parse_record(&raw, self.format, &self.path).map(Some),
+    /// Skips to the start of the next line without keeping what it reads.
+    fn discard_rest_of_line(&mut self) -> Result<()> {
+        loop {
+            let buf = self
+                .input
+                .fill_buf()
+                .map_err(|e| Error::io(&self.path, e))?;
+            if buf.is_empty() {
+                return Ok(());
+            }
+            match memchr::memchr(b'\n', buf) {
+                Some(i) => {
+                    self.input.consume(i + 1);
+                    return Ok(());
+                }
+                None => {
+                    let n = buf.len();
+                    self.input.consume(n);
+                }
+            }
         }
+    }
+
+    /// The next record, parsed and validated; invalid lines are an error, or skipped and
+    /// counted with `skip_invalid`. Records are numbered without the skipped lines.
+    pub fn next_record(&mut self) -> Result<Option<TraceRecord>> {
+        loop {
+            if self.options.max_records.is_some_and(|m| self.index >= m) {
+                return Ok(None);
+            }
+            let raw = match self.next_line() {
+                Ok(Some(raw)) => raw,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    // A line too long is skippable; a failing read is not.
+                    if self.options.skip_invalid && matches!(e, Error::Trace { .. }) {
+                        self.skip(&e);
+                        continue;
+                    }
+                    return Err(e);
+                }
+            };
+            match parse_record(&raw, self.format, &self.path) {
+                Ok(record) => {
+                    self.index += 1;
+                    return Ok(Some(record));
+                }
+                Err(e) if self.options.skip_invalid => self.skip(&e),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn skip(&mut self, e: &Error) {
+        self.skipped.lines += 1;
+        self.skipped.first.get_or_insert_with(|| e.to_string());
     }
 }
 
