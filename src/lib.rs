@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clock;
 pub mod error;
 pub mod http;
+pub mod limits;
 pub mod mock;
 pub mod pipeline;
 pub mod progress;

@@ -19,6 +19,7 @@ use crate::clock::RunClock;
 use crate::error::{Error, Result};
 use crate::http::endpoint::Endpoint;
 use crate::http::probe;
+use crate::limits;
 use crate::mock::{MockConfig, MockServer, PromptCounting};
 use crate::pipeline::{spawn_producers, PromptLog, RequestBuilder, Schedule};
 use crate::progress::{LiveProgress, Snapshot};
@@ -196,6 +197,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             .join("requests.jsonl")
     });
     let requests_file = File::create(&requests_path).map_err(|e| Error::io(&requests_path, e))?;
+    warn_if_disk_short(&requests_path, &trace_stats, args.record_itl);
 
     let stream = !args.no_stream;
     let extra_body = match &args.extra_body {
@@ -215,6 +217,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         .num_producer
         .unwrap_or_else(|| cores.saturating_sub(num_sender).max(1));
     let placement = affinity::plan(&args.pin_cores, num_sender, num_producer)?;
+    check_fd_limit(args.connections.max(1) * endpoints.len() * num_sender, &say)?;
     let prompt_log =
         match (&dir, args.save_prompts) {
             (Some(d), true) => Some(PromptLog::create(&d.join("prompts.jsonl"))?),
@@ -455,6 +458,53 @@ fn check_args(args: &ReplayArgs) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Raises the descriptor limit to the hard limit; refuses a limit too low for the connection
+/// pools, and warns when it caps how many requests can be in flight.
+fn check_fd_limit(pooled: usize, say: &impl Fn(String)) -> Result<()> {
+    let limit = limits::raise_fd_limit();
+    let needed = pooled as u64 + limits::FD_RESERVE;
+    if limit < needed {
+        return Err(Error::Usage(format!(
+            "ulimit -n is {limit}, but the connection pools alone need {needed} file descriptors: \
+             raise it (ulimit -n 65536) or lower --connections / --num-sender"
+        )));
+    }
+    if limit < 4096 {
+        say(format!(
+            "warning: ulimit -n is {limit} (hard limit): at most ~{} requests can be in flight at once; \
+             raise it (ulimit -n 65536) for more",
+            limit - limits::FD_RESERVE
+        ));
+    }
+    Ok(())
+}
+
+/// Warns when the output's file system has less room than the records will probably take
+/// (a rough estimate: a few hundred bytes a record, more with --record-itl).
+fn warn_if_disk_short(requests_path: &std::path::Path, stats: &inspect::TraceStats, itl: bool) {
+    let dir = requests_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let per_record = 700
+        + if itl {
+            24 * stats.output_tokens / stats.records.max(1)
+        } else {
+            0
+        };
+    let needed = stats.records * per_record;
+    if let Some(free) = limits::free_bytes(dir) {
+        if free < needed {
+            eprintln!(
+                "warning: {} has {} MB free; the records may need about {} MB",
+                dir.display(),
+                free >> 20,
+                needed >> 20
+            );
+        }
+    }
 }
 
 /// Validates `Name: value` and returns it as a header line.

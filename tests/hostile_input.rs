@@ -117,3 +117,44 @@ fn bad_lines_are_errors_or_counted_skips_and_backward_timestamps_are_sorted() {
     assert_eq!(stats["span_ms"], 250.0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A descriptor limit too low for the connection pools is refused up front with the fix.
+#[test]
+fn too_low_ulimit_is_refused_before_the_run() {
+    let dir = temp_dir("ulimit");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(&trace, good(0)).unwrap();
+    let script = format!(
+        "ulimit -n 60 && exec '{}' replay --mock --quiet --trace '{}' --output '{}'",
+        env!("CARGO_BIN_EXE_llmreplay"),
+        trace.display(),
+        dir.join("run").display()
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("ulimit -n is 60") && stderr.contains("raise it"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An output directory that cannot be created is an error naming it, before anything is sent.
+#[test]
+fn unwritable_output_is_refused_before_the_run() {
+    let dir = temp_dir("unwritable");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(&trace, good(0)).unwrap();
+    let blocker = dir.join("a-file");
+    std::fs::write(&blocker, "").unwrap();
+    let out = replay(&trace, &blocker.join("run"), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("a-file/run"), "{stderr}");
+    assert!(out.stdout.is_empty(), "no run took place, so no summary");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -27,6 +27,7 @@ use crate::api::{Api, EventScanner};
 use crate::clock::{minimise_timer_slack, thread_cpu_ns, DeadlineTimer, RunClock};
 use crate::http::response::{ResponseParser, Step};
 use crate::http::sse::SseScanner;
+use crate::limits;
 use crate::pipeline::PreparedRequest;
 use crate::record::{ErrorKind, RequestRecord};
 use crate::stats::latency_histogram;
@@ -420,8 +421,13 @@ impl SenderLoop {
         if pool.connecting == 0 {
             // Nothing else will connect soon: the queued requests fail now, at their deadlines.
             let waiting = std::mem::take(&mut pool.waiting);
+            let hint = if limits::is_fd_exhaustion(e) {
+                " (raise ulimit -n: every request in flight needs a connection)"
+            } else {
+                ""
+            };
             for mut ex in waiting {
-                ex.fail(ErrorKind::Connect, format!("connect to {url}: {e}"));
+                ex.fail(ErrorKind::Connect, format!("connect to {url}: {e}{hint}"));
                 self.emit(ex, target);
             }
         }

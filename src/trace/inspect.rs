@@ -38,9 +38,9 @@ pub struct TraceStats {
     pub skipped: Skipped,
 }
 
-/// Distinct hash ids remembered for the prefix statistics (~40 MB at most), so that memory
+/// Distinct hash ids remembered for the prefix statistics (~20 MB at most), so that memory
 /// does not grow with the trace.
-pub const MAX_TRACKED_HASH_IDS: usize = 2_000_000;
+pub const MAX_TRACKED_HASH_IDS: usize = 1_000_000;
 
 impl TraceStats {
     pub fn mean_rate(&self) -> f64 {
