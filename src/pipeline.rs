@@ -1,8 +1,8 @@
 //! Producers: read the trace, build each request's bytes ahead of its deadline, and hand them
 //! to the senders through one bounded channel (the back-pressure that bounds memory).
 //!
-//! Producers take records from the shared reader in file order (a short critical section: one
-//! line parse) and build bodies in parallel (the expensive part). They may finish out of
+//! Producers take records from the shared reader in timestamp order (a short critical section:
+//! one line parse; see `trace::OrderedReader`) and build bodies in parallel (the expensive part). They may finish out of
 //! order; the senders order what they receive by deadline.
 
 use std::cmp::Ordering;
@@ -160,8 +160,8 @@ impl RequestBuilder {
 }
 
 /// `prompts.jsonl`, written in record order although producers finish out of order, so two
-/// runs with the same seed write identical files. Lines wait in a small reorder buffer (at most
-/// one per producer in flight, since producers take records in file order).
+/// runs with the same seed write identical files. Lines wait in a small reorder buffer (one per
+/// producer in flight for a sorted trace; up to the reorder window for an unsorted one).
 pub struct PromptLog {
     path: PathBuf,
     state: Mutex<PromptLogState>,
