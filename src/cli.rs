@@ -426,6 +426,12 @@ pub struct MockArgs {
     /// Log every injected fault to this file, one JSON line each (`index`, `fault`).
     #[arg(long, value_name = "FILE")]
     pub fault_log: Option<PathBuf>,
+
+    /// Log every request's arrival, one JSON line each (`index` from X-Llmreplay-Index,
+    /// `arrival_ns` on the mock's monotonic clock): send drift as the server sees it, from the
+    /// gaps between arrivals (scripts/bench.sh compares them with the schedule).
+    #[arg(long, value_name = "FILE")]
+    pub arrival_log: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -488,6 +494,7 @@ impl MockArgs {
             faults: crate::mock::FaultPlan::parse(&self.faults, self.seed)
                 .map_err(crate::Error::Usage)?,
             fault_log: self.fault_log.clone(),
+            arrival_log: self.arrival_log.clone(),
         })
     }
 }

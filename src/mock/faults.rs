@@ -147,17 +147,16 @@ fn uniform(seed: u64, key: u64, stream: u64) -> f64 {
     (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// `--fault-log`: one line per injection, flushed at once.
-pub struct FaultLog(BufWriter<File>);
+/// `--fault-log` and `--arrival-log`: one JSON line per event, flushed at once.
+pub struct JsonlLog(BufWriter<File>);
 
-impl FaultLog {
-    pub fn create(path: &Path) -> std::io::Result<FaultLog> {
-        Ok(FaultLog(BufWriter::new(File::create(path)?)))
+impl JsonlLog {
+    pub fn create(path: &Path) -> std::io::Result<JsonlLog> {
+        Ok(JsonlLog(BufWriter::new(File::create(path)?)))
     }
 
-    /// `index` is the request's, or `None` for a refused connection.
-    pub fn log(&mut self, index: Option<u64>, fault: FaultKind) {
-        let line = serde_json::json!({"index": index, "fault": fault.name()});
+    /// Writes one line and flushes it, so a killed mock loses nothing.
+    pub fn log(&mut self, line: &serde_json::Value) {
         let _ = writeln!(self.0, "{line}");
         let _ = self.0.flush();
     }

@@ -22,6 +22,8 @@ pub struct MockConfig {
     pub faults: FaultPlan,
     /// Where injected faults are logged (`--fault-log`).
     pub fault_log: Option<std::path::PathBuf>,
+    /// Where each request's arrival time is logged (`--arrival-log`).
+    pub arrival_log: Option<std::path::PathBuf>,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
@@ -80,6 +82,7 @@ impl Default for MockConfig {
             counting: PromptCounting::Words { chat_overhead: 0 },
             faults: FaultPlan::default(),
             fault_log: None,
+            arrival_log: None,
         }
     }
 }

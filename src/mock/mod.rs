@@ -12,7 +12,7 @@ mod generation;
 pub use faults::{FaultKind, FaultPlan};
 pub use generation::{Dialect, Generation, MockConfig, PromptCounting};
 
-use faults::{FaultLog, HUGE_HEAD_BYTES, SLOW_HEAD_NS};
+use faults::{JsonlLog, HUGE_HEAD_BYTES, SLOW_HEAD_NS};
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -118,7 +118,8 @@ struct MockLoop {
     due: BinaryHeap<Reverse<(u64, usize, u32)>>,
     next_id: u64,
     stats: MockStats,
-    fault_log: Option<FaultLog>,
+    fault_log: Option<JsonlLog>,
+    arrival_log: Option<JsonlLog>,
 }
 
 fn token(slot: usize, generation: u32) -> Token {
@@ -130,7 +131,12 @@ impl MockLoop {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
-        let fault_log = cfg.fault_log.as_deref().map(FaultLog::create).transpose()?;
+        let fault_log = cfg.fault_log.as_deref().map(JsonlLog::create).transpose()?;
+        let arrival_log = cfg
+            .arrival_log
+            .as_deref()
+            .map(JsonlLog::create)
+            .transpose()?;
         Ok(MockLoop {
             poll,
             listener,
@@ -145,6 +151,7 @@ impl MockLoop {
             next_id: 0,
             stats: MockStats::default(),
             fault_log,
+            arrival_log,
         })
     }
 
@@ -320,6 +327,11 @@ impl MockLoop {
         if conn.input.len() < head_len + length {
             return false; // body still arriving
         }
+        if let Some(log) = self.arrival_log.as_mut() {
+            // `now` is when the loop woke for this read: the request's arrival, on this
+            // process's clock (compare gaps between arrivals, not absolute times).
+            log.log(&json!({"index": index, "arrival_ns": now}));
+        }
         let method = req.method.unwrap_or("").to_string();
         let path = req
             .path
@@ -429,7 +441,7 @@ impl MockLoop {
 
     fn log_fault(&mut self, index: Option<u64>, fault: FaultKind) {
         if let Some(log) = self.fault_log.as_mut() {
-            log.log(index, fault);
+            log.log(&json!({"index": index, "fault": fault.name()}));
         }
     }
 

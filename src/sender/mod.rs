@@ -40,6 +40,8 @@ const READ_BUF: usize = 64 << 10;
 const HOUSEKEEPING_NS: u64 = 10_000_000;
 const FIRST_BACKOFF_NS: u64 = 10_000_000;
 const MAX_BACKOFF_NS: u64 = 1_000_000_000;
+/// Socket events handled between two looks at the deadline heap.
+const DEADLINE_CHECK_EVERY: usize = 16;
 /// The longest `poll` sleeps, so that a stop request is seen promptly even with no traffic.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(50);
 
@@ -240,12 +242,17 @@ impl SenderLoop {
                     return Err(e);
                 }
             }
-            for event in events.iter() {
+            for (i, event) in events.iter().enumerate() {
                 if event.token() == TIMER {
                     self.timer.drain();
                     self.armed_for = None;
                 } else {
                     self.on_socket_event(event.token());
+                }
+                // A busy poll returns up to 1024 sockets: keep deadlines from waiting behind
+                // all of them.
+                if i % DEADLINE_CHECK_EVERY == DEADLINE_CHECK_EVERY - 1 {
+                    self.send_due();
                 }
             }
             self.housekeeping();
