@@ -37,6 +37,49 @@ pub enum Command {
     /// Build every prompt of a trace without sending anything: build throughput, and with
     /// --verify a re-encoding of each prompt with the real tokenizer to prove exact lengths.
     Prompts(Box<PromptsArgs>),
+    /// Measure how fast this machine replays on schedule: increasing request rates against the
+    /// in-process mock (or --endpoint), with drift, late sends and sender CPU per rate, and the
+    /// highest rate that keeps p99 send drift under 1 ms.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct CalibrateArgs {
+    /// Request rates to try, in req/s, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "250,500,1000,2000,4000,8000"
+    )]
+    pub rates: Vec<f64>,
+
+    /// Seconds of schedule replayed at each rate.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub seconds: f64,
+
+    /// Streamed output tokens per request (one per SSE event from the mock).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub tokens: u64,
+
+    /// Drive this server instead of the in-process mock (it must accept any model name).
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+
+    /// In-process mock: time to first token, ms.
+    #[arg(long, value_name = "MS", default_value_t = 20.0)]
+    pub mock_ttft_ms: f64,
+
+    /// In-process mock: gap between tokens, ms.
+    #[arg(long, value_name = "MS", default_value_t = 1.0)]
+    pub mock_itl_ms: f64,
+
+    /// Sender threads.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub num_sender: usize,
+
+    /// Print the table as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// How results are summarised and shown (`replay` and `report`).

@@ -7,6 +7,7 @@
 
 pub mod affinity;
 pub mod api;
+pub mod calibrate;
 pub mod cli;
 pub mod clock;
 pub mod error;
@@ -81,6 +82,18 @@ pub fn run(cli: Cli) -> Result<i32> {
                 }
                 _ => Ok(0),
             }
+        }
+        Command::Calibrate(args) => {
+            let calibration = calibrate::run(&args)?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&calibration).expect("calibration serialises")
+                );
+            } else {
+                print!("{calibration}");
+            }
+            Ok(0)
         }
         Command::Inspect(args) => {
             let format = trace::detect_format(&args.trace, args.format)?;

@@ -264,3 +264,39 @@ fn mock_subcommand_prints_its_address_and_serves() {
         "{response}"
     );
 }
+
+/// `calibrate` replays each rate for real: every request of every step is sent and answered,
+/// and the table has one row per rate (no timing is asserted: this machine is shared).
+#[test]
+fn calibrate_reports_one_step_per_rate() {
+    let out = bin()
+        .args([
+            "calibrate",
+            "--rates",
+            "40,80",
+            "--seconds",
+            "0.5",
+            "--tokens",
+            "5",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let steps = c["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    for (step, rate) in steps.iter().zip([40.0, 80.0]) {
+        assert_eq!(step["target_rps"], rate);
+        assert_eq!(step["failed"], 0);
+        assert!(step["achieved_rps"].as_f64().unwrap() > 0.0);
+        assert!(step["output_tokens_per_s"].as_f64().unwrap() > 0.0);
+        assert!(step["drift_p99_ms"].is_number());
+    }
+    let trusted = c["max_trusted_rps"].as_f64();
+    assert!(trusted.is_none() || [40.0, 80.0].contains(&trusted.unwrap()));
+}

@@ -1,0 +1,172 @@
+//! `llmreplay calibrate`: how fast this machine can replay with a trusted schedule.
+//!
+//! Replays a generated trace at increasing request rates against the in-process mock (or
+//! `--endpoint`) and reports, per rate: achieved req/s and tok/s, send drift p50/p99/max, late
+//! sends and the sender threads' CPU share; then the highest rate whose p99 drift stays under
+//! 1 ms. Each step is an ordinary replay, so the figures mean what `replay` reports.
+
+use std::fmt;
+use std::io::Write;
+
+use clap::Parser;
+use serde::Serialize;
+
+use crate::cli::{CalibrateArgs, Cli, Command};
+use crate::error::{Error, Result};
+
+/// The p99 drift a trusted rate must stay under.
+const TRUSTED_P99_MS: f64 = 1.0;
+
+#[derive(Debug, Serialize)]
+pub struct Step {
+    pub target_rps: f64,
+    pub achieved_rps: f64,
+    pub output_tokens_per_s: f64,
+    pub drift_p50_ms: f64,
+    pub drift_p99_ms: f64,
+    pub drift_max_ms: f64,
+    pub late_sends: u64,
+    pub failed: u64,
+    /// Sender threads' CPU time over the run's duration, in % of one core.
+    pub sender_cpu_pct: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Calibration {
+    pub steps: Vec<Step>,
+    /// The highest target rate with p99 drift under 1 ms and no failures.
+    pub max_trusted_rps: Option<f64>,
+}
+
+pub fn run(args: &CalibrateArgs) -> Result<Calibration> {
+    if !(args.seconds.is_finite() && args.seconds > 0.0) {
+        return Err(Error::Usage("--seconds must be positive".into()));
+    }
+    let dir = std::env::temp_dir().join(format!("llmreplay-calibrate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let mut steps = Vec::new();
+    for &rate in &args.rates {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(Error::Usage(format!(
+                "--rates: {rate} is not a positive rate"
+            )));
+        }
+        if !args.json {
+            eprintln!("replaying {rate} req/s for {} s ...", args.seconds);
+        }
+        let step = run_step(args, rate, &dir);
+        let _ = std::fs::remove_file(dir.join("trace.jsonl"));
+        let _ = std::fs::remove_file(dir.join("requests.jsonl"));
+        steps.push(step?);
+    }
+    let _ = std::fs::remove_dir(&dir);
+    let max_trusted_rps = steps
+        .iter()
+        .filter(|s| s.drift_p99_ms < TRUSTED_P99_MS && s.failed == 0)
+        .map(|s| s.target_rps)
+        .reduce(f64::max);
+    Ok(Calibration {
+        steps,
+        max_trusted_rps,
+    })
+}
+
+fn run_step(args: &CalibrateArgs, rate: f64, dir: &std::path::Path) -> Result<Step> {
+    let trace = dir.join("trace.jsonl");
+    let n = ((rate * args.seconds).ceil() as u64).max(1);
+    let mut f =
+        std::io::BufWriter::new(std::fs::File::create(&trace).map_err(|e| Error::io(&trace, e))?);
+    for i in 0..n {
+        writeln!(
+            f,
+            r#"{{"timestamp": {:.6}, "text_input": "calibrate", "input_length": 1, "output_length": {}}}"#,
+            i as f64 * 1000.0 / rate,
+            args.tokens
+        )
+        .map_err(|e| Error::io(&trace, e))?;
+    }
+    f.flush().map_err(|e| Error::io(&trace, e))?;
+    drop(f);
+
+    let mut argv: Vec<String> = ["llmreplay", "replay", "--quiet", "--model", "calibrate"]
+        .map(String::from)
+        .to_vec();
+    argv.extend(["--trace".into(), trace.display().to_string()]);
+    argv.extend([
+        "--output-path".into(),
+        dir.join("requests.jsonl").display().to_string(),
+    ]);
+    argv.extend(["--num-sender".into(), args.num_sender.to_string()]);
+    match &args.endpoint {
+        Some(url) => argv.extend(["--endpoint".into(), url.clone()]),
+        None => argv.extend([
+            "--mock".into(),
+            "--mock-ttft-ms".into(),
+            args.mock_ttft_ms.to_string(),
+            "--mock-itl-ms".into(),
+            args.mock_itl_ms.to_string(),
+        ]),
+    }
+    let Command::Replay(replay_args) = Cli::try_parse_from(&argv)
+        .map_err(|e| Error::Usage(e.to_string()))?
+        .command
+    else {
+        unreachable!("parsed a replay command line")
+    };
+    let outcome = crate::replay::replay(&replay_args)?;
+    let s = &outcome.summary;
+    let drift = |p: f64| {
+        s.drift
+            .as_ref()
+            .and_then(|d| d.percentile(p))
+            .unwrap_or(f64::NAN)
+    };
+    Ok(Step {
+        target_rps: rate,
+        achieved_rps: s.request_throughput,
+        output_tokens_per_s: s.output_throughput,
+        drift_p50_ms: drift(50.0),
+        drift_p99_ms: drift(99.0),
+        drift_max_ms: s.drift.as_ref().map_or(f64::NAN, |d| d.max),
+        late_sends: s.late_sends,
+        failed: s.failed,
+        sender_cpu_pct: 100.0 * outcome.sender_cpu_s / s.duration_s.max(1e-9),
+    })
+}
+
+const HEADER: &str =
+    "target req/s  achieved  out tok/s  drift p50 ms  p99 ms  max ms  late  failed  sender CPU %";
+
+fn row(s: &Step) -> String {
+    format!(
+        "{:>12.0}  {:>8.1}  {:>9.0}  {:>12.3}  {:>6.3}  {:>6.3}  {:>4}  {:>6}  {:>12.0}",
+        s.target_rps,
+        s.achieved_rps,
+        s.output_tokens_per_s,
+        s.drift_p50_ms,
+        s.drift_p99_ms,
+        s.drift_max_ms,
+        s.late_sends,
+        s.failed,
+        s.sender_cpu_pct
+    )
+}
+
+impl fmt::Display for Calibration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{HEADER}")?;
+        for s in &self.steps {
+            writeln!(f, "{}", row(s))?;
+        }
+        match self.max_trusted_rps {
+            Some(r) => writeln!(
+                f,
+                "highest rate with p99 send drift under {TRUSTED_P99_MS} ms: {r} req/s"
+            ),
+            None => writeln!(
+                f,
+                "no rate kept p99 send drift under {TRUSTED_P99_MS} ms without failures"
+            ),
+        }
+    }
+}
