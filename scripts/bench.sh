@@ -53,7 +53,7 @@ PY
   for _ in $(seq 50); do grep -q listening "$work/mock.addr" && break; sleep 0.1; done
   addr=$(sed -n 's/^listening on //p' "$work/mock.addr")
   /usr/bin/time -v -o "$work/time.txt" "$bin" replay --quiet --endpoint "http://$addr" --model mock \
-    --trace "$work/trace.jsonl" --num-sender "$NUM_SENDER" ${CONNECTIONS:+--connections "$CONNECTIONS"} --output "$work/run" "${extra[@]}" > /dev/null
+    --trace "$work/trace.jsonl" --num-sender "$NUM_SENDER" ${CONNECTIONS:+--connections "$CONNECTIONS"} ${CLIENT_FLAGS:-} --output "$work/run" "${extra[@]}" > /dev/null
   python3 - "$config" "$work" <<'PY'
 import json, re, sys
 config, work = sys.argv[1], sys.argv[2]

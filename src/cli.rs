@@ -413,6 +413,12 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "US", default_value_t = 150)]
     pub spin_us: u64,
 
+    /// Run sender threads under the SCHED_FIFO real-time policy, so that producers, the
+    /// collector or a server on the same machine never preempt a send (needs CAP_SYS_NICE).
+    /// Without it senders ask for nice -10 where allowed.
+    #[arg(long)]
+    pub realtime: bool,
+
     #[command(flatten)]
     pub results: ResultArgs,
 

@@ -271,6 +271,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         lookahead: (args.channel_capacity / num_sender).clamp(16, 1024),
         spin_ns: args.spin_us * 1000,
         record_itl: args.record_itl,
+        realtime: args.realtime,
         t0_ns,
     });
 
@@ -629,6 +630,7 @@ fn run_json(
     m.insert("request_timeout_s".into(), json!(args.request_timeout));
     m.insert("record_itl".into(), json!(args.record_itl));
     m.insert("spin_us".into(), json!(args.spin_us));
+    m.insert("realtime".into(), json!(args.realtime));
     m.insert("header_names".into(), json!(header_names));
     m.insert(
         "api_key".into(),

@@ -24,7 +24,9 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::api::{Api, EventScanner};
-use crate::clock::{minimise_timer_slack, thread_cpu_ns, DeadlineTimer, RunClock};
+use crate::clock::{
+    minimise_timer_slack, raise_thread_priority, thread_cpu_ns, DeadlineTimer, RunClock,
+};
 use crate::http::response::{ResponseParser, Step};
 use crate::http::sse::SseScanner;
 use crate::limits;
@@ -40,6 +42,9 @@ const READ_BUF: usize = 64 << 10;
 const HOUSEKEEPING_NS: u64 = 10_000_000;
 const FIRST_BACKOFF_NS: u64 = 10_000_000;
 const MAX_BACKOFF_NS: u64 = 1_000_000_000;
+/// Bytes of a request written when its deadline comes; the rest follows once every request
+/// due at that moment has started.
+const FIRST_WRITE: usize = 16 << 10;
 /// Socket events handled between two looks at the deadline heap.
 const DEADLINE_CHECK_EVERY: usize = 16;
 /// The longest `poll` sleeps, so that a stop request is seen promptly even with no traffic.
@@ -72,6 +77,8 @@ pub struct SenderConfig {
     /// The final stretch before a deadline that is spun rather than slept.
     pub spin_ns: u64,
     pub record_itl: bool,
+    /// `--realtime`: run under SCHED_FIFO.
+    pub realtime: bool,
     /// The run start on the shared clock; deadlines are `t0 + scheduled_ns`.
     pub t0_ns: u64,
 }
@@ -107,6 +114,9 @@ pub fn spawn_sender(
                 core_affinity::set_for_current(core);
             }
             minimise_timer_slack();
+            if !raise_thread_priority(cfg.realtime) && cfg.realtime {
+                eprintln!("warning: --realtime needs CAP_SYS_NICE (root); sender {id} runs at normal priority");
+            }
             SenderLoop::new(cfg, clock, rx, records, progress)?.run()
         })
         .expect("spawn sender thread")
@@ -151,6 +161,8 @@ struct SenderLoop {
     in_flight: usize,
     rx: Receiver<PreparedRequest>,
     producers_done: bool,
+    /// Requests whose first bytes were written on time and whose rest is still to write.
+    unfinished_writes: Vec<(usize, u32)>,
     /// Once a stop is requested: when requests still in flight are cancelled.
     cancel_at: Option<u64>,
     records: ChannelSender<RequestRecord>,
@@ -202,6 +214,7 @@ impl SenderLoop {
             in_flight: 0,
             rx,
             producers_done: false,
+            unfinished_writes: Vec::new(),
             cancel_at: None,
             records,
             progress,
@@ -226,6 +239,7 @@ impl SenderLoop {
             self.check_stop();
             self.refill();
             self.send_due();
+            self.finish_writes();
             if self.finished() {
                 break;
             }
@@ -253,6 +267,7 @@ impl SenderLoop {
                 // all of them.
                 if i % DEADLINE_CHECK_EVERY == DEADLINE_CHECK_EVERY - 1 {
                     self.send_due();
+                    self.finish_writes();
                 }
             }
             self.housekeeping();
@@ -450,16 +465,25 @@ impl SenderLoop {
         conn.body.clear();
         conn.exchange = Some(ex);
         self.in_flight += 1;
-        self.write_some(slot);
+        // Only the start now: the rest waits until every request due at this moment has
+        // started, so a burst of large prompts does not delay the last one's first byte.
+        if self.write_some(slot, FIRST_WRITE) {
+            let generation = self.slots[slot].generation;
+            self.unfinished_writes.push((slot, generation));
+        }
     }
 
-    fn write_some(&mut self, slot: usize) {
+    /// Writes up to `budget` more bytes of the request on `slot` (less if the socket is full:
+    /// its WRITABLE event resumes). True when the budget ran out with bytes still to write.
+    fn write_some(&mut self, slot: usize, budget: usize) -> bool {
         let conn = self.slots[slot].conn.as_mut().expect("live slot");
         let Some(ex) = conn.exchange.as_mut() else {
-            return;
+            return false;
         };
         let head = &self.cfg.targets[conn.target].request_head;
         let mut failure = None;
+        let mut left = budget;
+        let mut out_of_budget = false;
         loop {
             let payload = ex.req.payload();
             let total = head.len() + payload.len();
@@ -469,13 +493,20 @@ impl SenderLoop {
                 ex.req.start = 0;
                 break;
             }
+            if left == 0 {
+                out_of_budget = true;
+                break;
+            }
             let parts = if ex.written < head.len() {
-                [IoSlice::new(&head[ex.written..]), IoSlice::new(payload)]
-            } else {
+                let rest = left.saturating_sub(head.len() - ex.written);
                 [
-                    IoSlice::new(&payload[ex.written - head.len()..]),
-                    IoSlice::new(&[]),
+                    IoSlice::new(&head[ex.written..]),
+                    IoSlice::new(&payload[..rest.min(payload.len())]),
                 ]
+            } else {
+                let from = ex.written - head.len();
+                let to = from.saturating_add(left).min(payload.len());
+                [IoSlice::new(&payload[from..to]), IoSlice::new(&[])]
             };
             let before = self.clock.now_ns();
             match conn.stream.write_vectored(&parts) {
@@ -492,6 +523,7 @@ impl SenderLoop {
                         self.progress.sent.fetch_add(1, Ordering::Relaxed);
                     }
                     ex.written += n;
+                    left = left.saturating_sub(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -503,6 +535,17 @@ impl SenderLoop {
         }
         if let Some((kind, message)) = failure {
             self.fail_and_close(slot, kind, message);
+            return false;
+        }
+        out_of_budget
+    }
+
+    /// Writes the rest of the requests started by `send_due`.
+    fn finish_writes(&mut self) {
+        while let Some((slot, generation)) = self.unfinished_writes.pop() {
+            if self.slots[slot].generation == generation && self.slots[slot].conn.is_some() {
+                self.write_some(slot, usize::MAX);
+            }
         }
     }
 
@@ -540,7 +583,7 @@ impl SenderLoop {
             }
             return;
         }
-        self.write_some(slot);
+        self.write_some(slot, usize::MAX);
         self.read_all(slot);
     }
 
