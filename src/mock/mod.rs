@@ -53,6 +53,11 @@ impl MockServer {
     /// Binds `listen` (port 0 picks a free one) and serves until [`MockServer::stop`].
     pub fn start(listen: SocketAddr, cfg: MockConfig) -> io::Result<MockServer> {
         let listener = TcpListener::bind(listen)?;
+        // mio listens with a backlog of 1024: thousands of clients connecting at once would
+        // overflow it and wait out SYN retransmits (1, 3, 7 s). Ask for more (the kernel caps
+        // it at net.core.somaxconn); listen(2) on a listening socket only updates the backlog.
+        // SAFETY: listen on a descriptor this listener owns.
+        unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 65535) };
         let addr = listener.local_addr()?;
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);

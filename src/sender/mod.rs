@@ -45,6 +45,8 @@ const MAX_BACKOFF_NS: u64 = 1_000_000_000;
 /// Bytes of a request written when its deadline comes; the rest follows once every request
 /// due at that moment has started.
 const FIRST_WRITE: usize = 16 << 10;
+/// How far ahead of their deadlines requests get a connection opened for them.
+const CONNECT_AHEAD_NS: u64 = 100_000_000;
 /// Socket events handled between two looks at the deadline heap.
 const DEADLINE_CHECK_EVERY: usize = 16;
 /// The longest `poll` sleeps, so that a stop request is seen promptly even with no traffic.
@@ -146,6 +148,9 @@ struct Pool {
     /// After a failed connect, no new connection before this time.
     down_until: u64,
     backoff_ns: u64,
+    /// Requests in the heap due within [`CONNECT_AHEAD_NS`]: connections are opened for them
+    /// before their deadlines, so a rising load does not wait for connects.
+    upcoming: usize,
 }
 
 struct SenderLoop {
@@ -198,6 +203,7 @@ impl SenderLoop {
                 waiting: VecDeque::new(),
                 down_until: 0,
                 backoff_ns: FIRST_BACKOFF_NS,
+                upcoming: 0,
             })
             .collect();
         Ok(SenderLoop {
@@ -396,7 +402,7 @@ impl SenderLoop {
         if now < pool.down_until {
             return;
         }
-        let want = pool.waiting.len() + self.cfg.spare_connections;
+        let want = pool.waiting.len() + pool.upcoming + self.cfg.spare_connections;
         let have = pool.idle.len() + pool.connecting;
         for _ in have..want {
             if let Err(e) = self.open(target) {
@@ -721,6 +727,20 @@ impl SenderLoop {
         let _ = self.records.send(record);
     }
 
+    /// Counts, per endpoint, the requests due soon (the pools are topped up below).
+    fn count_upcoming(&mut self, now: u64) {
+        for pool in &mut self.pools {
+            pool.upcoming = 0;
+        }
+        let horizon = now + CONNECT_AHEAD_NS;
+        let targets = self.cfg.targets.len() as u64;
+        for req in self.heap.iter() {
+            if self.cfg.t0_ns + req.scheduled_ns <= horizon {
+                self.pools[(req.index % targets) as usize].upcoming += 1;
+            }
+        }
+    }
+
     /// Request timeouts, and reconnecting endpoints after their backoff.
     fn housekeeping(&mut self) {
         let now = self.clock.now_ns();
@@ -728,6 +748,7 @@ impl SenderLoop {
             return;
         }
         self.next_housekeeping = now + HOUSEKEEPING_NS;
+        self.count_upcoming(now);
         let timeout = self.cfg.request_timeout_ns;
         let t0 = self.cfg.t0_ns;
         let mut expired = Vec::new();
