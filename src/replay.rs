@@ -470,6 +470,8 @@ fn keep_bodies_off_mmap() {
     // SAFETY: mallopt only tunes glibc's allocator; it is called before the worker threads.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        // Nor give freed memory back after each large free (that takes the same lock).
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
     }
 }
 

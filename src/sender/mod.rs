@@ -51,6 +51,8 @@ const MAX_BACKOFF_NS: u64 = 1_000_000_000;
 /// Bytes of a request written when its deadline comes; the rest follows once every request
 /// due at that moment has started.
 const FIRST_WRITE: usize = 16 << 10;
+/// Time kept free before a deadline when opening connections.
+const CONNECT_COST_NS: u64 = 200_000;
 /// How far ahead of their deadlines requests get a connection opened for them.
 const CONNECT_AHEAD_NS: u64 = 100_000_000;
 /// Socket events handled between two looks at the deadline heap.
@@ -410,12 +412,27 @@ impl SenderLoop {
         }
         let want = pool.waiting.len() + pool.upcoming + self.cfg.spare_connections;
         let have = pool.idle.len() + pool.connecting;
-        for _ in have..want {
+        let needed_now = pool.waiting.len();
+        for n in have..want {
+            // A connect costs tens of microseconds: opening a hundred ahead of need would hold
+            // up a send, so those wait for a later pass when a deadline is near. Connections
+            // for requests already waiting are opened at once.
+            if n >= needed_now && self.send_is_near() {
+                return;
+            }
             if let Err(e) = self.open(target) {
                 self.connect_failed(target, &e);
                 return;
             }
         }
+    }
+
+    /// A deadline falls within the spin window (plus the cost of one connect).
+    fn send_is_near(&self) -> bool {
+        self.heap.peek().is_some_and(|top| {
+            self.cfg.t0_ns + top.scheduled_ns
+                <= self.clock.now_ns() + self.cfg.spin_ns + CONNECT_COST_NS
+        })
     }
 
     fn open(&mut self, target: usize) -> io::Result<()> {
