@@ -2,15 +2,14 @@
 //! to the senders through one bounded channel (the back-pressure that bounds memory).
 //!
 //! Producers take records from the shared reader in timestamp order (a short critical section:
-//! one line parse; see `trace::OrderedReader`) and build bodies in parallel (the expensive part). They may finish out of
-//! order; the senders order what they receive by deadline.
+//! one line parse; see `trace::OrderedReader`) and build bodies in parallel (the expensive
+//! part). They may finish out of order; the senders order what they receive by deadline.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -19,6 +18,7 @@ use crossbeam_channel::Sender;
 use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
 use crate::prompt::{BlockCache, PromptSynth};
+use crate::stop::StopRequest;
 use crate::trace::{OrderedReader, TraceIds, TraceRecord};
 
 /// A request ready to be written: everything but the per-endpoint request line and headers.
@@ -233,7 +233,7 @@ pub fn spawn_producers(
     builder: Arc<RequestBuilder>,
     tx: Sender<PreparedRequest>,
     cores: Vec<core_affinity::CoreId>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<StopRequest>,
 ) -> Vec<JoinHandle<Result<u64>>> {
     let shared = Arc::new(Mutex::new(SharedReader {
         reader,
@@ -265,11 +265,11 @@ fn produce(
     schedule: &Schedule,
     builder: &RequestBuilder,
     tx: &Sender<PreparedRequest>,
-    stop: &AtomicBool,
+    stop: &StopRequest,
 ) -> Result<u64> {
     let mut built = 0;
     let mut cache = builder.new_cache();
-    while !stop.load(AtomicOrdering::Relaxed) {
+    while stop.requested_at().is_none() {
         let (record, scheduled_ns) = {
             let mut s = shared
                 .lock()

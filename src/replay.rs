@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -296,7 +296,6 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     // Start the stages.
     let (tx, rx) = crossbeam_channel::bounded(args.channel_capacity.max(1));
     let (rec_tx, rec_rx) = crossbeam_channel::unbounded::<RequestRecord>();
-    let stop = Arc::new(AtomicBool::new(false));
     let schedule = Schedule {
         origin_ms: trace_stats.first_timestamp_ms,
         time_scale: args.time_scale,
@@ -311,7 +310,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         Arc::clone(&builder),
         tx,
         placement.producers.clone(),
-        Arc::clone(&stop),
+        Arc::clone(&stop_request),
     );
     let progress = Arc::new(Progress::default());
     let senders: Vec<_> = (0..num_sender)
@@ -344,7 +343,6 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     loop {
         if !stopped && signals_received() > 0 {
             stopped = true;
-            stop.store(true, Ordering::Relaxed);
             stop_request.request(clock.now_ns());
             live.finish();
             eprintln!(

@@ -1,4 +1,4 @@
-//! Stopping a run early: by SIGINT/SIGTERM, or by the library's caller.
+//! Stopping a run early on SIGINT/SIGTERM.
 //!
 //! The first signal asks the run to stop: producers stop reading the trace, senders send
 //! nothing new, requests in flight get `--drain-timeout` to finish and are then recorded as
@@ -43,7 +43,8 @@ pub fn signals_received() -> usize {
     SIGNALS.load(Ordering::SeqCst)
 }
 
-/// A stop request shared by the collector and the senders: the run-clock time it was made.
+/// A stop request made by the collector and read by the producers and senders: the run-clock
+/// time it was made.
 #[derive(Debug, Default)]
 pub struct StopRequest {
     /// 0 while running, else the request time + 1 (so that time 0 is representable).

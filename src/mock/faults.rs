@@ -6,10 +6,6 @@
 //! order. Each injection is logged (`--fault-log FILE`, one JSON line each) so tests can
 //! match the client's records against what was done.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::Path;
-
 /// What can go wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultKind {
@@ -145,21 +141,6 @@ fn uniform(seed: u64, key: u64, stream: u64) -> f64 {
         z ^= z >> 31;
     }
     (z >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// `--fault-log` and `--arrival-log`: one JSON line per event, flushed at once.
-pub struct JsonlLog(BufWriter<File>);
-
-impl JsonlLog {
-    pub fn create(path: &Path) -> std::io::Result<JsonlLog> {
-        Ok(JsonlLog(BufWriter::new(File::create(path)?)))
-    }
-
-    /// Writes one line and flushes it, so a killed mock loses nothing.
-    pub fn log(&mut self, line: &serde_json::Value) {
-        let _ = writeln!(self.0, "{line}");
-        let _ = self.0.flush();
-    }
 }
 
 #[cfg(test)]

@@ -12,12 +12,14 @@ mod generation;
 pub use faults::{FaultKind, FaultPlan};
 pub use generation::{Dialect, Generation, MockConfig, PromptCounting};
 
-use faults::{JsonlLog, HUGE_HEAD_BYTES, SLOW_HEAD_NS};
+use faults::{HUGE_HEAD_BYTES, SLOW_HEAD_NS};
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{self, Read, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -604,6 +606,21 @@ fn conn_in(conns: &mut [Option<(u32, Conn)>], slot: usize, generation: u32) -> O
     match conns.get_mut(slot) {
         Some(Some((g, conn))) if *g == generation => Some(conn),
         _ => None,
+    }
+}
+
+/// `--fault-log` and `--arrival-log`: one JSON line per event, flushed at once.
+pub struct JsonlLog(BufWriter<File>);
+
+impl JsonlLog {
+    pub fn create(path: &Path) -> std::io::Result<JsonlLog> {
+        Ok(JsonlLog(BufWriter::new(File::create(path)?)))
+    }
+
+    /// Writes one line and flushes it, so a killed mock loses nothing.
+    pub fn log(&mut self, line: &serde_json::Value) {
+        let _ = writeln!(self.0, "{line}");
+        let _ = self.0.flush();
     }
 }
 

@@ -320,14 +320,7 @@ impl SenderLoop {
             }
         }
         if self.in_flight > 0 && self.clock.now_ns() >= self.cancel_at.expect("set above") {
-            let busy: Vec<usize> = (0..self.slots.len())
-                .filter(|&i| {
-                    self.slots[i]
-                        .conn
-                        .as_ref()
-                        .is_some_and(|c| c.exchange.is_some())
-                })
-                .collect();
+            let busy: Vec<usize> = self.in_flight_exchanges().map(|(slot, _)| slot).collect();
             let secs = self.cfg.drain_timeout_ns as f64 / 1e9;
             for slot in busy {
                 self.fail_and_close(
@@ -750,6 +743,14 @@ impl SenderLoop {
         let _ = self.records.send(record);
     }
 
+    /// The slots with a request in flight, and that request.
+    fn in_flight_exchanges(&self) -> impl Iterator<Item = (usize, &Exchange)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, s)| Some((slot, s.conn.as_ref()?.exchange.as_ref()?)))
+    }
+
     /// Counts, per endpoint, the requests due soon (the pools are topped up below).
     fn count_upcoming(&mut self, now: u64) {
         for pool in &mut self.pools {
@@ -775,10 +776,7 @@ impl SenderLoop {
         let timeout = self.cfg.request_timeout_ns;
         let t0 = self.cfg.t0_ns;
         let mut expired = Vec::new();
-        for (slot, s) in self.slots.iter().enumerate() {
-            let Some(ex) = s.conn.as_ref().and_then(|c| c.exchange.as_ref()) else {
-                continue;
-            };
+        for (slot, ex) in self.in_flight_exchanges() {
             let since = ex.sent_ns.unwrap_or(t0 + ex.req.scheduled_ns);
             let waited = now.saturating_sub(since);
             if waited > timeout {
