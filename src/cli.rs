@@ -419,6 +419,13 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub realtime: bool,
 
+    /// After each round of socket events, wait up to this many microseconds (never past the
+    /// next send) before reading again, so that one wake-up collects the tokens of many
+    /// streams. Saves client CPU at hundreds of thousands of tokens/s; token timestamps
+    /// (TTFT, inter-token gaps) may then be late by up to this much. 0 = read at once.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub read_coalesce_us: u64,
+
     #[command(flatten)]
     pub results: ResultArgs,
 

@@ -43,6 +43,8 @@ pub struct RunOutcome {
     pub dir: Option<PathBuf>,
     pub requests_path: PathBuf,
     pub sender_cpu_s: f64,
+    /// Successful read(2) calls of all senders (tokens per read shows how reads batch).
+    pub sender_reads: u64,
     /// The run was stopped early by a signal (the outputs hold what was measured until then).
     pub stopped: bool,
 }
@@ -272,6 +274,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         lookahead: (args.channel_capacity / num_sender).clamp(16, 1024),
         spin_ns: args.spin_us * 1000,
         record_itl: args.record_itl,
+        read_coalesce_ns: args.read_coalesce_us * 1000,
         realtime: args.realtime,
         t0_ns,
     });
@@ -392,6 +395,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     let mut itl = latency_histogram();
     let mut token_itl = latency_histogram();
     let mut sender_cpu_ns = 0;
+    let mut sender_reads = 0;
     for s in senders {
         let report: SenderReport = s
             .join()
@@ -400,6 +404,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         itl.add(&report.itl_ns).ok();
         token_itl.add(&report.token_itl_ns).ok();
         sender_cpu_ns += report.cpu_ns;
+        sender_reads += report.reads;
     }
     if let Some(m) = mock {
         m.stop().ok();
@@ -419,6 +424,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         dir,
         requests_path,
         sender_cpu_s: sender_cpu_ns as f64 / 1e9,
+        sender_reads,
         stopped,
     })
 }
@@ -643,6 +649,7 @@ fn run_json(
     m.insert("record_itl".into(), json!(args.record_itl));
     m.insert("spin_us".into(), json!(args.spin_us));
     m.insert("realtime".into(), json!(args.realtime));
+    m.insert("read_coalesce_us".into(), json!(args.read_coalesce_us));
     m.insert("header_names".into(), json!(header_names));
     m.insert(
         "api_key".into(),

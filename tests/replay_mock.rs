@@ -300,3 +300,49 @@ fn calibrate_reports_one_step_per_rate() {
     let trusted = c["max_trusted_rps"].as_f64();
     assert!(trusted.is_none() || [40.0, 80.0].contains(&trusted.unwrap()));
 }
+
+#[test]
+fn read_coalescing_gathers_several_tokens_per_read_and_loses_none() {
+    let dir = temp_dir("coalesce");
+    let trace = dir.join("trace.jsonl");
+    let (streams, tokens) = (8u64, 400u64);
+    let lines: String = (0..streams)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": {i}, \"text_input\": \"a b c\", \"output_length\": {tokens}}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines).unwrap();
+    let cli = llmreplay::cli::Cli::parse_from([
+        "llmreplay",
+        "replay",
+        "--mock",
+        "--quiet",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--mock-ttft-ms",
+        "1",
+        "--mock-itl-ms",
+        "0.2",
+        "--read-coalesce-us",
+        "5000",
+        "--output",
+        dir.join("run").to_str().unwrap(),
+    ]);
+    let llmreplay::cli::Command::Replay(args) = cli.command else {
+        panic!("replay")
+    };
+    let outcome = llmreplay::replay::replay(&args).unwrap();
+    assert_eq!(outcome.summary.ok, streams);
+    let records = read_jsonl(&dir.join("run/requests.jsonl"));
+    let streamed: u64 = records.iter().map(|r| r["chunks"].as_u64().unwrap()).sum();
+    assert_eq!(streamed, streams * tokens, "every token event counted");
+    // A token every 0.2 ms and a 5 ms pause between reads: each read finds many tokens
+    // queued (a slower machine only queues more). Without the pause a read finds about one.
+    assert!(
+        outcome.sender_reads * 4 < streamed,
+        "{} reads for {streamed} tokens",
+        outcome.sender_reads
+    );
+}
