@@ -4,7 +4,10 @@
 # and prints: requests recorded, tokens/s, client send drift (and the drift the mock saw, from
 # its arrival log), client CPU-seconds and peak RSS from /usr/bin/time, CPU-s per 1M tokens and
 # events per CPU-second.
+# Also printed: the time the hypervisor gave this VM's CPUs to others during the run (steal),
+# the usual cause of a rare multi-millisecond send delay on a shared VM.
 # Usage: scripts/bench.sh [bench-configs/a-max-tokens.env ...]   (default: a, b, c, d)
+# KEEP=1 keeps each run's work directory (trace, records, arrival log) for a closer look.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q
@@ -19,7 +22,7 @@ for config in "${configs[@]}"; do
   # shellcheck disable=SC1090
   source "$config"
   work=$(mktemp -d)
-  trap 'kill $mock 2>/dev/null; rm -rf "$work"' EXIT
+  trap 'kill $mock 2>/dev/null; [ -n "${KEEP:-}" ] && echo "kept $work" || rm -rf "$work"' EXIT
   case "$SCENARIO" in
     streams)
       python3 - "$work/trace.jsonl" "$STREAMS" "$SPREAD_MS" "$TOKENS_PER_STREAM" <<'PY'
@@ -47,16 +50,23 @@ PY
       extra=(--time-scale "$scale" --tokenizer "$TOKENIZER") ;;
     *) echo "$config: unknown SCENARIO=$SCENARIO" >&2; exit 1 ;;
   esac
-  "$bin" mock --listen 127.0.0.1:0 --ttft-ms "$MOCK_TTFT_MS" --itl-ms "$MOCK_ITL_MS" \
+  # The mock stands for a server on another machine: it is kept on the first core, away from
+  # the sender thread (which `--pin-cores auto` puts on the last one). MOCK_CORES= disables.
+  pin_mock=()
+  [ -n "${MOCK_CORES-0}" ] && [ "$(nproc)" -ge 2 ] && pin_mock=(taskset -c "${MOCK_CORES-0}")
+  "${pin_mock[@]}" "$bin" mock --listen 127.0.0.1:0 --ttft-ms "$MOCK_TTFT_MS" --itl-ms "$MOCK_ITL_MS" \
     --arrival-log "$work/arrivals.jsonl" > "$work/mock.addr" &
   mock=$!
   for _ in $(seq 50); do grep -q listening "$work/mock.addr" && break; sleep 0.1; done
   addr=$(sed -n 's/^listening on //p' "$work/mock.addr")
+  steal_ticks() { awk '/^cpu /{print $9}' /proc/stat; }
+  steal0=$(steal_ticks)
   /usr/bin/time -v -o "$work/time.txt" "$bin" replay --quiet --endpoint "http://$addr" --model mock \
     --trace "$work/trace.jsonl" --num-sender "$NUM_SENDER" ${CONNECTIONS:+--connections "$CONNECTIONS"} ${CLIENT_FLAGS:-} --output "$work/run" "${extra[@]}" > /dev/null
-  python3 - "$config" "$work" <<'PY'
+  steal_ms=$(( ($(steal_ticks) - steal0) * 1000 / $(getconf CLK_TCK) ))
+  python3 - "$config" "$work" "$steal_ms" <<'PY'
 import json, re, sys
-config, work = sys.argv[1], sys.argv[2]
+config, work, steal_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
 s = json.load(open(f"{work}/run/summary.json"))
 t = open(f"{work}/time.txt").read()
 num = lambda k: float(re.search(re.escape(k) + r":\s*([\d.:]+)", t).group(1))
@@ -79,6 +89,7 @@ print(f"client drift ms: p50 {d['p50']:.3f} p99 {d['p99']:.3f} max {d['max']:.3f
 print(f"mock-side drift ms (arrival - schedule, over the fastest): p50 {pct(mock_drift, 50):.3f} "
       f"p99 {pct(mock_drift, 99):.3f} max {pct(mock_drift, 100):.3f}")
 print(f"client CPU {cpu:.2f} s ({cpu / max(s['duration_s'], 1e-9) * 100:.0f} % of one core), peak RSS {rss_mb:.0f} MB")
+print(f"CPU time stolen by the hypervisor during the run (all CPUs): {steal_ms} ms")
 print(f"per 1M tokens: {cpu / max(tok, 1) * 1e6:.3f} CPU-s; events per CPU-second: {events / max(cpu, 1e-9):,.0f}")
 PY
   )

@@ -67,6 +67,25 @@ fn plan_on(spec: &str, senders: usize, producers: usize, cores: &[CoreId]) -> Re
     Ok(placement)
 }
 
+/// Restricts the calling thread (and the threads it starts later) to `cores`; nothing when
+/// the list is empty. The replay's main thread, which collects and writes the records, moves
+/// off the senders' cores this way: on kernels that do not preempt kernel code (PREEMPT_NONE),
+/// a sender's wake-up waits until the thread on its core leaves the kernel.
+pub fn pin_current_to(cores: &[CoreId]) {
+    if cores.is_empty() {
+        return;
+    }
+    // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for ids below CPU_SETSIZE, and
+    // sched_setaffinity reads it for the calling thread (pid 0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for core in cores.iter().filter(|c| c.id < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(core.id, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// Parses `0,2,4-7`.
 fn parse_list(spec: &str) -> Result<Vec<usize>> {
     let bad = || {

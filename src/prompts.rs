@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::api::BodyOptions;
 use crate::cli::PromptsArgs;
 use crate::error::{Error, Result};
-use crate::pipeline::{PromptLog, RequestBuilder};
+use crate::pipeline::{BufferPool, PromptLog, RequestBuilder};
 use crate::prompt::{self, verify, LengthOf, PromptCounter, Wrapping};
 use crate::trace::{detect_format, Input, ReadOptions, TraceReader, TraceRecord};
 
@@ -100,6 +100,7 @@ pub fn run(args: &PromptsArgs) -> Result<PromptsReport> {
         },
         synth: Some(Arc::clone(&prepared.synth)),
         cache_bytes_per_producer: args.prompt.block_cache_bytes() / args.threads,
+        buffers: BufferPool::new(0),
         prompt_log,
     };
     let shared = Shared {

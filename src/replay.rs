@@ -21,7 +21,7 @@ use crate::http::endpoint::Endpoint;
 use crate::http::probe;
 use crate::limits;
 use crate::mock::{MockConfig, MockServer, PromptCounting};
-use crate::pipeline::{spawn_producers, PromptLog, RequestBuilder, Schedule};
+use crate::pipeline::{spawn_producers, BufferPool, PromptLog, RequestBuilder, Schedule};
 use crate::progress::{LiveProgress, Snapshot};
 use crate::prompt;
 use crate::record::{RecordWriter, RequestRecord};
@@ -219,6 +219,9 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         .num_producer
         .unwrap_or_else(|| cores.saturating_sub(num_sender).max(1));
     let placement = affinity::plan(&args.pin_cores, num_sender, num_producer)?;
+    // This thread collects the records: keep it, and the helpers it starts, off the senders'
+    // cores.
+    affinity::pin_current_to(&placement.producers);
     check_fd_limit(args.connections.max(1) * endpoints.len() * num_sender, &say)?;
     let prompt_log =
         match (&dir, args.save_prompts) {
@@ -229,6 +232,9 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             )),
             (_, false) => None,
         };
+    // Room for every buffer that can be out at once: in the channel, in the senders' heaps
+    // and being built.
+    let buffers = BufferPool::new(args.channel_capacity + num_sender * 1024 + num_producer);
     let builder = Arc::new(RequestBuilder {
         api: args.api,
         body: BodyOptions {
@@ -240,6 +246,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         synth,
         cache_bytes_per_producer: args.prompt.block_cache_bytes() / num_producer,
         prompt_log,
+        buffers: buffers.clone(),
     });
     if let Some(w) = &placement.warning {
         say(format!("warning: {w}"));
@@ -275,6 +282,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         spin_ns: args.spin_us * 1000,
         record_itl: args.record_itl,
         read_coalesce_ns: args.read_coalesce_us * 1000,
+        buffers,
         realtime: args.realtime,
         t0_ns,
     });

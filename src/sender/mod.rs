@@ -14,6 +14,7 @@
 //! thread asks for a higher priority (SCHED_FIFO with `--realtime`). A stop request
 //! ([`StopRequest`]) ends sending and, after the drain timeout, cancels what is in flight.
 
+mod connector;
 mod exchange;
 
 use std::collections::{BinaryHeap, VecDeque};
@@ -27,7 +28,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender as ChannelSender, TryRecvError};
 use hdrhistogram::Histogram;
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::api::{Api, EventScanner};
 use crate::clock::{
@@ -36,13 +37,16 @@ use crate::clock::{
 use crate::http::response::{ResponseParser, Step};
 use crate::http::sse::SseScanner;
 use crate::limits;
-use crate::pipeline::PreparedRequest;
+use crate::pipeline::{BufferPool, PreparedRequest};
 use crate::record::{ErrorKind, RequestRecord};
 use crate::stats::latency_histogram;
 use crate::stop::StopRequest;
+use connector::Connector;
 use exchange::{Exchange, Feed, Hists};
 
 const TIMER: Token = Token(usize::MAX);
+/// The connector thread has opened a socket.
+const CONNECTED: Token = Token(usize::MAX - 1);
 const READ_BUF: usize = 64 << 10;
 /// How often in-flight requests are checked against `--request-timeout`.
 const HOUSEKEEPING_NS: u64 = 10_000_000;
@@ -89,6 +93,8 @@ pub struct SenderConfig {
     /// The final stretch before a deadline that is spun rather than slept.
     pub spin_ns: u64,
     pub record_itl: bool,
+    /// Written requests' buffers go back to the producers through it.
+    pub buffers: BufferPool,
     /// `--read-coalesce-us`: pause after socket events so that tokens gather (0 = never).
     pub read_coalesce_ns: u64,
     /// `--realtime`: run under SCHED_FIFO.
@@ -123,14 +129,17 @@ pub fn spawn_sender(
     std::thread::Builder::new()
         .name(format!("sender-{id}"))
         .spawn(move || {
+            // Built first, so that its connector thread keeps the caller's cores and priority.
+            let realtime = cfg.realtime;
+            let sender = SenderLoop::new(cfg, clock, rx, records, progress)?;
             if let Some(core) = core {
                 core_affinity::set_for_current(core);
             }
             minimise_timer_slack();
-            if !raise_thread_priority(cfg.realtime) && cfg.realtime {
+            if !raise_thread_priority(realtime) && realtime {
                 eprintln!("warning: --realtime needs CAP_SYS_NICE (root); sender {id} runs at normal priority");
             }
-            SenderLoop::new(cfg, clock, rx, records, progress)?.run()
+            sender.run()
         })
         .expect("spawn sender thread")
 }
@@ -169,6 +178,7 @@ struct SenderLoop {
     clock: RunClock,
     poll: Poll,
     timer: DeadlineTimer,
+    connector: Connector,
     armed_for: Option<u64>,
     slots: Vec<Slot>,
     free: Vec<usize>,
@@ -204,6 +214,13 @@ impl SenderLoop {
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
         let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
+        let connector = Connector::spawn(
+            format!(
+                "{}-connect",
+                std::thread::current().name().unwrap_or("sender")
+            ),
+            Waker::new(poll.registry(), CONNECTED)?,
+        )?;
         let pools = cfg
             .targets
             .iter()
@@ -222,6 +239,7 @@ impl SenderLoop {
             clock,
             poll,
             timer,
+            connector,
             armed_for: None,
             slots: Vec::new(),
             free: Vec::new(),
@@ -275,6 +293,8 @@ impl SenderLoop {
                 if event.token() == TIMER {
                     self.timer.drain();
                     self.armed_for = None;
+                } else if event.token() == CONNECTED {
+                    self.take_opened();
                 } else {
                     self.on_socket_event(event.token(), event.is_read_closed());
                 }
@@ -427,16 +447,15 @@ impl SenderLoop {
         let have = pool.idle.len() + pool.connecting;
         let needed_now = pool.waiting.len();
         for n in have..want {
-            // A connect costs tens of microseconds: opening a hundred ahead of need would hold
-            // up a send, so those wait for a later pass when a deadline is near. Connections
-            // for requests already waiting are opened at once.
+            // Each new socket costs this thread its registration and handshake events: a
+            // hundred opened ahead of need would hold up a send, so those wait for a later
+            // pass when a deadline is near. Connections for waiting requests are asked at once.
             if n >= needed_now && self.send_is_near() {
                 return;
             }
-            if let Err(e) = self.open(target) {
-                self.connect_failed(target, &e);
-                return;
-            }
+            self.connector
+                .request(target, self.cfg.targets[target].addr);
+            self.pools[target].connecting += 1;
         }
     }
 
@@ -448,8 +467,18 @@ impl SenderLoop {
         })
     }
 
-    fn open(&mut self, target: usize) -> io::Result<()> {
-        let mut stream = TcpStream::connect(self.cfg.targets[target].addr)?;
+    /// Takes in the sockets the connector opened.
+    fn take_opened(&mut self) {
+        while let Some((target, opened)) = self.connector.try_opened() {
+            if let Err(e) = opened.and_then(|stream| self.adopt(target, stream)) {
+                self.pools[target].connecting -= 1;
+                self.connect_failed(target, &e);
+            }
+        }
+    }
+
+    /// Registers a socket whose connect is under way; its first event tells how it went.
+    fn adopt(&mut self, target: usize, mut stream: TcpStream) -> io::Result<()> {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(Slot {
                 generation: 0,
@@ -458,11 +487,14 @@ impl SenderLoop {
             self.slots.len() - 1
         });
         let generation = self.slots[slot].generation;
-        self.poll.registry().register(
+        if let Err(e) = self.poll.registry().register(
             &mut stream,
             token(slot, generation),
             Interest::READABLE | Interest::WRITABLE,
-        )?;
+        ) {
+            self.free.push(slot);
+            return Err(e);
+        }
         self.slots[slot].conn = Some(Conn {
             stream,
             target,
@@ -472,7 +504,6 @@ impl SenderLoop {
             sse: SseScanner::default(),
             body: Vec::new(),
         });
-        self.pools[target].connecting += 1;
         Ok(())
     }
 
@@ -565,7 +596,7 @@ impl SenderLoop {
                     left = left.saturating_sub(n);
                     if ex.written == total {
                         // The bytes are no longer needed while the response streams.
-                        ex.req.bytes = Vec::new();
+                        self.cfg.buffers.give(std::mem::take(&mut ex.req.bytes));
                         ex.req.start = 0;
                         delay_acks(&conn.stream);
                         break;
