@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -119,6 +120,79 @@ impl BufferPool {
         if buf.capacity() > 0 {
             let _ = self.tx.try_send(buf);
         }
+    }
+}
+
+/// Bytes of prepared requests in the channel, bounded (`--channel-mb`), so that memory does
+/// not depend on prompt sizes: producers wait for room, senders make room as they take.
+#[derive(Debug)]
+pub struct ChannelBudget {
+    used: AtomicUsize,
+    limit: usize,
+    /// Sender threads still taking: when none is left, nothing will make room.
+    senders: AtomicUsize,
+}
+
+impl ChannelBudget {
+    pub fn new(limit: usize, senders: usize) -> Self {
+        ChannelBudget {
+            used: AtomicUsize::new(0),
+            limit,
+            senders: AtomicUsize::new(senders),
+        }
+    }
+
+    /// Waits until `bytes` more fit (or the channel is empty: one request always fits); false
+    /// when a stop is requested or every sender has ended.
+    pub fn reserve(&self, bytes: usize, stop: &StopRequest) -> bool {
+        loop {
+            let used = self.used.load(AtomicOrdering::Acquire);
+            if used == 0 || used + bytes <= self.limit {
+                if self
+                    .used
+                    .compare_exchange(
+                        used,
+                        used + bytes,
+                        AtomicOrdering::AcqRel,
+                        AtomicOrdering::Relaxed,
+                    )
+                    .is_ok()
+                {
+                    return true;
+                }
+                continue;
+            }
+            if stop.requested_at().is_some() || self.senders.load(AtomicOrdering::Acquire) == 0 {
+                return false;
+            }
+            // The senders take requests in deadline order, a few per millisecond at most.
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// A sender thread has ended (normally or not).
+    pub fn sender_ended(&self) {
+        self.senders.fetch_sub(1, AtomicOrdering::AcqRel);
+    }
+
+    /// A sender took `bytes` out of the channel.
+    pub fn release(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, AtomicOrdering::AcqRel);
+    }
+}
+
+/// The producers' end of the channel to the senders, bounded in count and in bytes.
+#[derive(Clone)]
+pub struct ToSenders {
+    pub tx: Sender<PreparedRequest>,
+    pub budget: Arc<ChannelBudget>,
+}
+
+impl ToSenders {
+    /// Waits for room, then hands the request over; false when stopping or the senders are
+    /// gone.
+    fn send(&self, request: PreparedRequest, stop: &StopRequest) -> bool {
+        self.budget.reserve(request.bytes.capacity(), stop) && self.tx.send(request).is_ok()
     }
 }
 
@@ -273,7 +347,7 @@ pub fn spawn_producers(
     reader: OrderedReader,
     schedule: Schedule,
     builder: Arc<RequestBuilder>,
-    tx: Sender<PreparedRequest>,
+    out: ToSenders,
     cores: Vec<core_affinity::CoreId>,
     stop: Arc<StopRequest>,
 ) -> Vec<JoinHandle<Result<u64>>> {
@@ -286,7 +360,7 @@ pub fn spawn_producers(
             let shared = Arc::clone(&shared);
             let schedule = schedule.clone();
             let builder = Arc::clone(&builder);
-            let tx = tx.clone();
+            let out = out.clone();
             let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
             let stop = Arc::clone(&stop);
             std::thread::Builder::new()
@@ -295,7 +369,7 @@ pub fn spawn_producers(
                     if let Some(core) = core {
                         core_affinity::set_for_current(core);
                     }
-                    produce(&shared, &schedule, &builder, &tx, &stop)
+                    produce(&shared, &schedule, &builder, &out, &stop)
                 })
                 .expect("spawn producer thread")
         })
@@ -306,7 +380,7 @@ fn produce(
     shared: &Mutex<SharedReader>,
     schedule: &Schedule,
     builder: &RequestBuilder,
-    tx: &Sender<PreparedRequest>,
+    out: &ToSenders,
     stop: &StopRequest,
 ) -> Result<u64> {
     let mut built = 0;
@@ -341,8 +415,8 @@ fn produce(
                 line: record.line,
                 message,
             })?;
-        if tx.send(request).is_err() {
-            break; // the senders are gone (stopping)
+        if !out.send(request, stop) {
+            break; // stopping, or the senders are gone
         }
         built += 1;
     }
@@ -370,6 +444,32 @@ mod tests {
         );
         assert_eq!(s.plan(5000.0), Some(2_000_000_000));
         assert_eq!(s.plan(5000.1), None);
+    }
+
+    #[test]
+    fn channel_budget_holds_producers_until_senders_take() {
+        let budget = Arc::new(ChannelBudget::new(1000, 1));
+        let stop = Arc::new(StopRequest::default());
+        assert!(
+            budget.reserve(5000, &stop),
+            "an empty channel takes any one request"
+        );
+        let (b, s) = (Arc::clone(&budget), Arc::clone(&stop));
+        let waiter = std::thread::spawn(move || b.reserve(10, &s));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "over the limit: the producer waits");
+        budget.release(5000);
+        assert!(waiter.join().unwrap(), "room made: the producer goes on");
+        assert!(budget.reserve(990, &stop));
+        stop.request(1);
+        assert!(!budget.reserve(1, &stop), "a stop ends the wait");
+        let ended = ChannelBudget::new(10, 1);
+        assert!(ended.reserve(10, &StopRequest::default()));
+        ended.sender_ended();
+        assert!(
+            !ended.reserve(1, &StopRequest::default()),
+            "no sender left to make room"
+        );
     }
 
     #[test]

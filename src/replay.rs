@@ -21,7 +21,9 @@ use crate::http::endpoint::Endpoint;
 use crate::http::probe;
 use crate::limits;
 use crate::mock::{MockConfig, MockServer, PromptCounting};
-use crate::pipeline::{spawn_producers, BufferPool, PromptLog, RequestBuilder, Schedule};
+use crate::pipeline::{
+    spawn_producers, BufferPool, ChannelBudget, PromptLog, RequestBuilder, Schedule, ToSenders,
+};
 use crate::progress::{LiveProgress, Snapshot};
 use crate::prompt;
 use crate::record::{RecordWriter, RequestRecord};
@@ -234,6 +236,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         };
     // Room for every buffer that can be out at once: in the channel, in the senders' heaps
     // and being built.
+    let channel_budget = Arc::new(ChannelBudget::new(args.channel_mb.max(1) << 20, num_sender));
     let buffers = BufferPool::new(args.channel_capacity + num_sender * 1024 + num_producer);
     let builder = Arc::new(RequestBuilder {
         api: args.api,
@@ -283,6 +286,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         record_itl: args.record_itl,
         read_coalesce_ns: args.read_coalesce_us * 1000,
         buffers,
+        channel_budget: Arc::clone(&channel_budget),
         realtime: args.realtime,
         t0_ns,
     });
@@ -319,7 +323,10 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         reader,
         schedule,
         Arc::clone(&builder),
-        tx,
+        ToSenders {
+            tx,
+            budget: channel_budget,
+        },
         placement.producers.clone(),
         Arc::clone(&stop_request),
     );
@@ -651,6 +658,7 @@ fn run_json(
     m.insert("num_producer".into(), json!(num_producer));
     m.insert("num_sender".into(), json!(num_sender));
     m.insert("channel_capacity".into(), json!(args.channel_capacity));
+    m.insert("channel_mb".into(), json!(args.channel_mb));
     m.insert("pin_cores".into(), json!(args.pin_cores));
     m.insert("connections".into(), json!(args.connections));
     m.insert("request_timeout_s".into(), json!(args.request_timeout));

@@ -37,7 +37,7 @@ use crate::clock::{
 use crate::http::response::{ResponseParser, Step};
 use crate::http::sse::SseScanner;
 use crate::limits;
-use crate::pipeline::{BufferPool, PreparedRequest};
+use crate::pipeline::{BufferPool, ChannelBudget, PreparedRequest};
 use crate::record::{ErrorKind, RequestRecord};
 use crate::stats::latency_histogram;
 use crate::stop::StopRequest;
@@ -95,6 +95,8 @@ pub struct SenderConfig {
     pub record_itl: bool,
     /// Written requests' buffers go back to the producers through it.
     pub buffers: BufferPool,
+    /// Bytes in the channel; taking a request makes room for the producers.
+    pub channel_budget: Arc<ChannelBudget>,
     /// `--read-coalesce-us`: pause after socket events so that tokens gather (0 = never).
     pub read_coalesce_ns: u64,
     /// `--realtime`: run under SCHED_FIFO.
@@ -129,6 +131,7 @@ pub fn spawn_sender(
     std::thread::Builder::new()
         .name(format!("sender-{id}"))
         .spawn(move || {
+            let _ended = SenderEnded(Arc::clone(&cfg.channel_budget));
             // Built first, so that its connector thread keeps the caller's cores and priority.
             let realtime = cfg.realtime;
             let sender = SenderLoop::new(cfg, clock, rx, records, progress)?;
@@ -142,6 +145,15 @@ pub fn spawn_sender(
             sender.run()
         })
         .expect("spawn sender thread")
+}
+
+/// Tells the producers, however the sender thread ends, that it takes no more requests.
+struct SenderEnded(Arc<ChannelBudget>);
+
+impl Drop for SenderEnded {
+    fn drop(&mut self) {
+        self.0.sender_ended();
+    }
 }
 
 struct Conn {
@@ -379,7 +391,10 @@ impl SenderLoop {
         }
         while self.heap.len() < self.cfg.lookahead {
             match self.rx.try_recv() {
-                Ok(req) => self.heap.push(req),
+                Ok(req) => {
+                    self.cfg.channel_budget.release(req.bytes.capacity());
+                    self.heap.push(req);
+                }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     self.producers_done = true;
