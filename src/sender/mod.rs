@@ -700,6 +700,7 @@ impl SenderLoop {
             };
             let now = self.clock.now_ns();
             self.reads += 1;
+            delay_acks(&conn.stream);
             if n == 0 {
                 self.on_eof(slot, now);
                 break;
@@ -885,13 +886,15 @@ impl SenderLoop {
     }
 }
 
-/// Puts the socket in delayed-ACK mode (TCP_QUICKACK off) for the response that follows.
+/// Puts the socket (back) in delayed-ACK mode (TCP_QUICKACK off): once the request is
+/// written, and after every read.
 ///
 /// A token stream is many small segments, and in quick-ACK mode Linux answers nearly each
 /// with an ACK whose transmit, and on loopback the server's processing of it, is charged to
 /// this thread: a fifth of the client's CPU at 500k tokens/s (bench-configs/d). The kernel
-/// leaves this mode by itself after a delayed ACK times out, which only happens on slow
-/// streams where ACKs cost nothing.
+/// leaves the mode by itself (when a delayed ACK times out), hence the call per read, which
+/// costs less than the ACKs it saves. The server never waits on it: a read that empties the
+/// socket still ACKs once two small segments or a full one are unacknowledged.
 fn delay_acks(stream: &mio::net::TcpStream) {
     use std::os::fd::AsRawFd;
     let off: libc::c_int = 0;
