@@ -88,6 +88,7 @@ fn run_step(args: &CalibrateArgs, rate: f64, dir: &std::path::Path) -> Result<St
     f.flush().map_err(|e| Error::io(&trace, e))?;
     drop(f);
 
+    const STEP_REQUEST_TIMEOUT_S: u32 = 20;
     let mut argv: Vec<String> = ["llmreplay", "replay", "--quiet", "--model", "calibrate"]
         .map(String::from)
         .to_vec();
@@ -97,6 +98,13 @@ fn run_step(args: &CalibrateArgs, rate: f64, dir: &std::path::Path) -> Result<St
         dir.join("requests.jsonl").display().to_string(),
     ]);
     argv.extend(["--num-sender".into(), args.num_sender.to_string()]);
+    // A rate beyond what the machine can hold may leave requests that never complete (e.g.
+    // the in-process mock, sharing the descriptor limit, cannot accept more connections):
+    // they fail as timeouts instead of holding up the table.
+    argv.extend([
+        "--request-timeout".into(),
+        STEP_REQUEST_TIMEOUT_S.to_string(),
+    ]);
     match &args.endpoint {
         Some(url) => argv.extend(["--endpoint".into(), url.clone()]),
         None => argv.extend([

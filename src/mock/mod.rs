@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -127,7 +128,12 @@ struct MockLoop {
     stats: MockStats,
     fault_log: Option<JsonlLog>,
     arrival_log: Option<JsonlLog>,
+    /// accept(2) failed (out of descriptors) with connections still queued: the listener
+    /// raises no new edge for them, so accepting is retried every ACCEPT_RETRY.
+    accept_retry: bool,
 }
+
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 fn token(slot: usize, generation: u32) -> Token {
     Token(slot | (generation as usize) << 32)
@@ -159,13 +165,15 @@ impl MockLoop {
             stats: MockStats::default(),
             fault_log,
             arrival_log,
+            accept_retry: false,
         })
     }
 
     fn run(mut self) -> io::Result<MockStats> {
         let mut events = Events::with_capacity(1024);
         loop {
-            if let Err(e) = self.poll.poll(&mut events, None) {
+            let timeout = self.accept_retry.then_some(ACCEPT_RETRY);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -181,6 +189,9 @@ impl MockLoop {
                     }
                     t => self.on_conn_event(t),
                 }
+            }
+            if self.accept_retry {
+                self.accept();
             }
             self.emit_due();
             self.arm_timer();
@@ -231,9 +242,16 @@ impl MockLoop {
                         },
                     ));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.accept_retry = false;
+                    return;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return, // e.g. EMFILE: try again on the next event
+                Err(_) => {
+                    // EMFILE and the like: descriptors come back as connections close.
+                    self.accept_retry = true;
+                    return;
+                }
             }
         }
     }
