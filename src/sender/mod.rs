@@ -13,8 +13,8 @@
 //! starts, connections are opened 100 ms ahead of the requests that will need them (by a
 //! helper thread: see [`connector`]), written request buffers go back to the producers
 //! instead of being freed here, and the thread asks for a higher priority (SCHED_FIFO with
-//! `--realtime`). A stop request
-//! ([`StopRequest`]) ends sending and, after the drain timeout, cancels what is in flight.
+//! `--realtime`). A stop request ([`StopRequest`]) ends sending and, after the drain
+//! timeout, cancels what is in flight.
 
 mod connector;
 mod exchange;
