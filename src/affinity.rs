@@ -67,22 +67,39 @@ fn plan_on(spec: &str, senders: usize, producers: usize, cores: &[CoreId]) -> Re
     Ok(placement)
 }
 
-/// Restricts the calling thread (and the threads it starts later) to `cores`; nothing when
-/// the list is empty. The replay's main thread, which collects and writes the records, moves
-/// off the senders' cores this way: on kernels that do not preempt kernel code (PREEMPT_NONE),
-/// a sender's wake-up waits until the thread on its core leaves the kernel.
-pub fn pin_current_to(cores: &[CoreId]) {
-    if cores.is_empty() {
-        return;
-    }
+/// Restricts the calling thread (and the threads it starts meanwhile) to `cores` until the
+/// returned guard is dropped; nothing when the list is empty. The replay's main thread, which
+/// collects and writes the records, moves off the senders' cores this way: on kernels that do
+/// not preempt kernel code (PREEMPT_NONE), a sender's wake-up waits until the thread on its
+/// core leaves the kernel.
+pub fn pin_current_to(cores: &[CoreId]) -> PinnedUntilDrop {
     // SAFETY: cpu_set_t is plain data; CPU_SET stays within it for ids below CPU_SETSIZE, and
-    // sched_setaffinity reads it for the calling thread (pid 0).
+    // sched_{get,set}affinity read or fill it for the calling thread (pid 0).
     unsafe {
+        let mut previous: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if cores.is_empty() || libc::sched_getaffinity(0, size, &mut previous) != 0 {
+            return PinnedUntilDrop(None);
+        }
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         for core in cores.iter().filter(|c| c.id < libc::CPU_SETSIZE as usize) {
             libc::CPU_SET(core.id, &mut set);
         }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        libc::sched_setaffinity(0, size, &set);
+        PinnedUntilDrop(Some(previous))
+    }
+}
+
+/// Gives the thread back the cores it had before [`pin_current_to`] (so that a later replay
+/// in the same process, as `calibrate` runs them, starts from the same place).
+pub struct PinnedUntilDrop(Option<libc::cpu_set_t>);
+
+impl Drop for PinnedUntilDrop {
+    fn drop(&mut self) {
+        if let Some(previous) = &self.0 {
+            // SAFETY: restores a set sched_getaffinity filled, for the calling thread.
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), previous) };
+        }
     }
 }
 
@@ -118,6 +135,34 @@ mod tests {
 
     fn cores(n: usize) -> Vec<CoreId> {
         (0..n).map(|id| CoreId { id }).collect()
+    }
+
+    fn current_cores() -> Vec<usize> {
+        // SAFETY: fills a zeroed cpu_set_t for the calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
+        }
+    }
+
+    #[test]
+    fn pinning_the_current_thread_is_undone_by_its_guard() {
+        let before = current_cores();
+        let first = before[0];
+        {
+            let _pinned = pin_current_to(&[CoreId { id: first }]);
+            assert_eq!(current_cores(), vec![first]);
+        }
+        assert_eq!(
+            current_cores(),
+            before,
+            "a later replay starts from the same cores"
+        );
+        let _nothing = pin_current_to(&[]);
+        assert_eq!(current_cores(), before);
     }
 
     #[test]

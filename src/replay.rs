@@ -223,7 +223,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     let placement = affinity::plan(&args.pin_cores, num_sender, num_producer)?;
     // This thread collects the records: keep it, and the helpers it starts, off the senders'
     // cores.
-    affinity::pin_current_to(&placement.producers);
+    let _pinned = affinity::pin_current_to(&placement.producers);
     check_fd_limit(args.connections.max(1) * endpoints.len() * num_sender, &say)?;
     let prompt_log =
         match (&dir, args.save_prompts) {
