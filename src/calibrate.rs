@@ -42,15 +42,15 @@ pub fn run(args: &CalibrateArgs) -> Result<Calibration> {
     if !(args.seconds.is_finite() && args.seconds > 0.0) {
         return Err(Error::Usage("--seconds must be positive".into()));
     }
+    if let Some(rate) = args.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        return Err(Error::Usage(format!(
+            "--rates: {rate} is not a positive rate"
+        )));
+    }
     let dir = std::env::temp_dir().join(format!("llmreplay-calibrate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let mut steps = Vec::new();
     for &rate in &args.rates {
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(Error::Usage(format!(
-                "--rates: {rate} is not a positive rate"
-            )));
-        }
         if !args.json {
             eprintln!("replaying {rate} req/s for {} s ...", args.seconds);
         }

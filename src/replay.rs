@@ -234,10 +234,12 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             )),
             (_, false) => None,
         };
+    let channel_budget = Arc::new(ChannelBudget::new(args.channel_mb.max(1) << 20, num_sender));
+    // Requests a sender holds in its deadline heap.
+    let lookahead = (args.channel_capacity / num_sender).clamp(16, 1024);
     // Room for every buffer that can be out at once: in the channel, in the senders' heaps
     // and being built.
-    let channel_budget = Arc::new(ChannelBudget::new(args.channel_mb.max(1) << 20, num_sender));
-    let buffers = BufferPool::new(args.channel_capacity + num_sender * 1024 + num_producer);
+    let buffers = BufferPool::new(args.channel_capacity + num_sender * lookahead + num_producer);
     let builder = Arc::new(RequestBuilder {
         api: args.api,
         body: BodyOptions {
@@ -281,7 +283,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         drain_timeout_ns: (args.drain_timeout * 1e9) as u64,
         stop: Arc::clone(&stop_request),
         spare_connections: args.connections.max(1),
-        lookahead: (args.channel_capacity / num_sender).clamp(16, 1024),
+        lookahead,
         spin_ns: args.spin_us * 1000,
         record_itl: args.record_itl,
         read_coalesce_ns: args.read_coalesce_us * 1000,

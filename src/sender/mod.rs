@@ -340,10 +340,10 @@ impl SenderLoop {
             return;
         }
         let now = self.clock.now_ns();
-        let mut until = now + self.cfg.read_coalesce_ns;
-        if let Some(top) = self.heap.peek() {
-            until = until.min((self.cfg.t0_ns + top.scheduled_ns).saturating_sub(self.cfg.spin_ns));
-        }
+        let until = self
+            .next_wake()
+            .unwrap_or(u64::MAX)
+            .min(now + self.cfg.read_coalesce_ns);
         if until > now + MIN_COALESCE_NS {
             std::thread::sleep(Duration::from_nanos(until - now));
         }
@@ -420,9 +420,14 @@ impl SenderLoop {
         }
     }
 
+    /// When the loop must be awake for the next deadline: the start of its spin window.
+    fn next_wake(&self) -> Option<u64> {
+        let top = self.heap.peek()?;
+        Some((self.cfg.t0_ns + top.scheduled_ns).saturating_sub(self.cfg.spin_ns))
+    }
+
     fn arm_timer(&mut self) {
-        let Some(top) = self.heap.peek() else { return };
-        let wake = (self.cfg.t0_ns + top.scheduled_ns).saturating_sub(self.cfg.spin_ns);
+        let Some(wake) = self.next_wake() else { return };
         if self.armed_for != Some(wake) {
             let now = self.clock.now_ns();
             if self.timer.arm_in(wake.saturating_sub(now)).is_ok() {
