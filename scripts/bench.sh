@@ -8,10 +8,15 @@
 # the usual cause of a rare multi-millisecond send delay on a shared VM.
 # Usage: scripts/bench.sh [bench-configs/a-max-tokens.env ...]   (default: a, b, c, d)
 # KEEP=1 keeps each run's work directory (trace, records, arrival log) for a closer look.
+# BIN=path runs that binary instead of building this checkout (to compare two builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q
-bin=$PWD/target/release/llmreplay
+if [ -n "${BIN:-}" ]; then
+  bin=$(realpath "$BIN")
+else
+  cargo build --release -q
+  bin=$PWD/target/release/llmreplay
+fi
 configs=("$@")
 [ ${#configs[@]} -gt 0 ] || configs=(bench-configs/a-max-tokens.env bench-configs/b-drift-1000rps.env
   bench-configs/c-10k-streams.env bench-configs/d-cpu-per-token.env)

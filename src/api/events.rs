@@ -66,14 +66,18 @@ impl EventScanner {
             ev.malformed = true;
             return ev;
         }
-        if payload.starts_with(b"{\"error\"") || self.error_object.find(payload).is_some() {
-            ev.error = Some(error_message(payload));
-            return ev;
-        }
         ev.content = self
             .content_keys
             .iter()
             .any(|k| has_nonempty_string(payload, k));
+        // An event that carries text is not an error, so the search for an error object (a
+        // whole pass over the payload) is spent only on the few events without text.
+        if !ev.content
+            && (payload.starts_with(b"{\"error\"") || self.error_object.find(payload).is_some())
+        {
+            ev.error = Some(error_message(payload));
+            return ev;
+        }
         if let Some(at) = self.usage.find(payload) {
             let rest = skip_ws(&payload[at + self.usage.needle().len()..]);
             if rest.first() == Some(&b'{') {
