@@ -346,3 +346,56 @@ fn read_coalescing_gathers_several_tokens_per_read_and_loses_none() {
         outcome.sender_reads
     );
 }
+
+/// The mock's arrival log stamps a request when its first bytes arrive, not when its body is
+/// complete: request B starts before request A but ends well after A has been answered, and
+/// still arrives first. (B also says `Connection: close`, which once closed it unanswered
+/// while its body was still arriving.)
+#[test]
+fn mock_arrival_log_stamps_the_first_bytes_of_a_request() {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+
+    let dir = temp_dir("arrivals");
+    let log = dir.join("arrivals.jsonl");
+    let cfg = llmreplay::mock::MockConfig {
+        ttft_ns: 1_000_000,
+        itl_ns: 1_000_000,
+        arrival_log: Some(log.clone()),
+        ..Default::default()
+    };
+    let server =
+        llmreplay::mock::MockServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
+    let request = |index: u32| {
+        let body = r#"{"model":"mock","prompt":"a b c","max_tokens":2}"#;
+        format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Llmreplay-Index: {index}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let b = request(1);
+    let (b_start, b_rest) = b.split_at(b.len() - 10);
+    let mut conn_b = TcpStream::connect(server.addr()).unwrap();
+    conn_b.write_all(b_start.as_bytes()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let mut conn_a = TcpStream::connect(server.addr()).unwrap();
+    conn_a.write_all(request(0).as_bytes()).unwrap();
+    let mut answer = String::new();
+    conn_a.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    conn_b.write_all(b_rest.as_bytes()).unwrap();
+    answer.clear();
+    conn_b.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "B answered: {answer:?}");
+    server.stop().unwrap();
+
+    let arrival = |index: u64| {
+        read_jsonl(&log)
+            .iter()
+            .find(|l| l["index"] == index)
+            .and_then(|l| l["arrival_ns"].as_u64())
+            .unwrap_or_else(|| panic!("no arrival for request {index}"))
+    };
+    assert!(arrival(1) < arrival(0), "B's first bytes came first");
+}

@@ -110,6 +110,9 @@ struct Conn {
     fault: Option<FaultKind>,
     /// A response head held back until the first events (`slow-head`).
     head_pending: Option<Vec<u8>>,
+    /// When the first bytes of the request now in `input` were read: its arrival. A large
+    /// body takes a while to arrive in full; the send drift a server sees is about the start.
+    arrived_ns: Option<u64>,
 }
 
 struct MockLoop {
@@ -131,6 +134,8 @@ struct MockLoop {
     /// accept(2) failed (out of descriptors) with connections still queued: the listener
     /// raises no new edge for them, so accepting is retried every ACCEPT_RETRY.
     accept_retry: bool,
+    /// When `poll` last returned: the arrival time of whatever that round reads.
+    woke_ns: u64,
 }
 
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
@@ -166,6 +171,7 @@ impl MockLoop {
             fault_log,
             arrival_log,
             accept_retry: false,
+            woke_ns: 0,
         })
     }
 
@@ -179,6 +185,7 @@ impl MockLoop {
                 }
                 return Err(e);
             }
+            self.woke_ns = self.clock.now_ns();
             for event in events.iter() {
                 match event.token() {
                     WAKER => return Ok(self.stats),
@@ -239,6 +246,7 @@ impl MockLoop {
                             close_after: false,
                             fault: None,
                             head_pending: None,
+                            arrived_ns: None,
                         },
                     ));
                 }
@@ -262,9 +270,11 @@ impl MockLoop {
 
     fn on_conn_event(&mut self, t: Token) {
         let (slot, generation) = (t.0 & 0xffff_ffff, (t.0 >> 32) as u32);
+        let woke_ns = self.woke_ns;
         let Some(conn) = self.conn_mut(slot, generation) else {
             return;
         };
+        let was_empty = conn.input.is_empty();
         let mut buf = [0u8; 16 << 10];
         let mut open = true;
         loop {
@@ -281,6 +291,9 @@ impl MockLoop {
                     break;
                 }
             }
+        }
+        if was_empty && !conn.input.is_empty() {
+            conn.arrived_ns = Some(woke_ns);
         }
         if !open || conn.input.len() > MAX_REQUEST {
             self.close(slot);
@@ -332,6 +345,7 @@ impl MockLoop {
         };
         let mut length = 0usize;
         let mut index = None;
+        let mut wants_close = false;
         for h in req.headers.iter() {
             if h.name.eq_ignore_ascii_case("x-llmreplay-index") {
                 index = std::str::from_utf8(h.value)
@@ -346,16 +360,19 @@ impl MockLoop {
             } else if h.name.eq_ignore_ascii_case("connection")
                 && h.value.eq_ignore_ascii_case(b"close")
             {
-                conn.close_after = true;
+                wants_close = true;
             }
         }
         if conn.input.len() < head_len + length {
             return false; // body still arriving
         }
+        // Only now: a close flagged while the body was still arriving would end the
+        // connection before the request is answered.
+        conn.close_after |= wants_close;
         if let Some(log) = self.arrival_log.as_mut() {
-            // `now` is when the loop woke for this read: the request's arrival, on this
-            // process's clock (compare gaps between arrivals, not absolute times).
-            log.log(&json!({"index": index, "arrival_ns": now}));
+            // On this process's clock: compare gaps between arrivals, not absolute times.
+            let arrival_ns = conn.arrived_ns.unwrap_or(now);
+            log.log(&json!({"index": index, "arrival_ns": arrival_ns}));
         }
         let method = req.method.unwrap_or("").to_string();
         let path = req
@@ -367,6 +384,8 @@ impl MockLoop {
             .to_string();
         let body: Vec<u8> = conn.input[head_len..head_len + length].to_vec();
         conn.input.drain(..head_len + length);
+        // A pipelined next request is already here.
+        conn.arrived_ns = (!conn.input.is_empty()).then_some(now);
         self.stats.requests += 1;
         let dialect = match (method.as_str(), path.as_str()) {
             ("POST", "/v1/chat/completions") => Dialect::Chat,
