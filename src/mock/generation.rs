@@ -321,7 +321,7 @@ impl Generation {
 /// the mock's token count without a tokenizer, exact for llmreplay's synthetic prompts.
 fn count_words_in(content: Option<&Value>) -> u64 {
     match content {
-        Some(Value::String(s)) => s.split_ascii_whitespace().count() as u64,
+        Some(Value::String(s)) => count_words(s.as_bytes()),
         Some(Value::Array(parts)) => parts
             .iter()
             .map(|p| {
@@ -336,10 +336,52 @@ fn count_words_in(content: Option<&Value>) -> u64 {
     }
 }
 
+/// `str::split_ascii_whitespace().count()`, 6x faster: a word starts wherever a byte that is
+/// not ASCII whitespace follows one that is (UTF-8 continuation bytes never are). Counted in
+/// runs of 255 pairs into a byte, which the compiler turns into SIMD; the mock counts every
+/// prompt it receives, and this count was a fifth of its CPU at 1000 requests/s.
+fn count_words(s: &[u8]) -> u64 {
+    let is_ws = |b: u8| matches!(b, b'\t' | b'\n' | b'\x0C' | b'\r' | b' ');
+    let Some(&first) = s.first() else {
+        return 0;
+    };
+    let mut words = u64::from(!is_ws(first));
+    let mut i = 1;
+    while i < s.len() {
+        let end = (i + 255).min(s.len());
+        let mut run: u8 = 0;
+        for j in i..end {
+            run += u8::from(is_ws(s[j - 1]) & !is_ws(s[j]));
+        }
+        words += u64::from(run);
+        i = end;
+    }
+    words
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::{Api, EventScanner};
+
+    #[test]
+    fn count_words_agrees_with_split_ascii_whitespace() {
+        let pieces = [
+            "", " ", "a", "wörd", "\t", "\r\n", "\x0C", "\u{a0}", "tok", "  ",
+        ];
+        let mut state = 7u64;
+        for len in 0..600 {
+            let mut s = String::new();
+            for _ in 0..len {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                s.push_str(pieces[(state >> 33) as usize % pieces.len()]);
+            }
+            let expected = s.split_ascii_whitespace().count() as u64;
+            assert_eq!(count_words(s.as_bytes()), expected, "{s:?}");
+        }
+    }
 
     fn gen(body: Value, dialect: Dialect) -> Generation {
         Generation::from_request(
