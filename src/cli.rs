@@ -489,9 +489,9 @@ pub struct MockArgs {
     pub fault_log: Option<PathBuf>,
 
     /// Log every request's arrival, one JSON line each (`index` from X-Llmreplay-Index,
-    /// `arrival_ns`: when its first bytes were read, on the mock's monotonic clock): send
-    /// drift as the server sees it, from the gaps between arrivals (scripts/bench.sh compares
-    /// them with the schedule).
+    /// `arrival_ns`: when its first byte reached this host, from the kernel's receive
+    /// timestamp, on the mock's monotonic clock): send drift as the server sees it, from the
+    /// gaps between arrivals (scripts/bench.sh compares them with the schedule).
     #[arg(long, value_name = "FILE")]
     pub arrival_log: Option<PathBuf>,
 }

@@ -22,6 +22,7 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod sender;
+pub mod sockopt;
 pub mod stats;
 pub mod stop;
 pub mod trace;

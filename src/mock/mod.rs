@@ -6,6 +6,7 @@
 //! and one write. Due times come from a heap and a timerfd, so timing does not suffer from
 //! mio's millisecond poll timeout.
 
+mod arrival;
 mod faults;
 mod generation;
 
@@ -29,6 +30,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::{json, Value};
 
 use crate::clock::{minimise_timer_slack, DeadlineTimer, RunClock};
+use crate::sockopt;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TIMER: Token = Token(usize::MAX - 2);
@@ -61,6 +63,9 @@ impl MockServer {
         // it at net.core.somaxconn); listen(2) on a listening socket only updates the backlog.
         // SAFETY: listen on a descriptor this listener owns.
         unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 65535) };
+        if cfg.arrival_log.is_some() {
+            arrival::enable(&listener)?;
+        }
         let addr = listener.local_addr()?;
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -110,8 +115,9 @@ struct Conn {
     fault: Option<FaultKind>,
     /// A response head held back until the first events (`slow-head`).
     head_pending: Option<Vec<u8>>,
-    /// When the first bytes of the request now in `input` were read: its arrival. A large
-    /// body takes a while to arrive in full; the send drift a server sees is about the start.
+    /// When the first bytes of the request now in `input` arrived (see [`arrival`]), or
+    /// were read. A large body takes a while to arrive in full; the send drift a server sees
+    /// is about the start.
     arrived_ns: Option<u64>,
 }
 
@@ -134,8 +140,11 @@ struct MockLoop {
     /// accept(2) failed (out of descriptors) with connections still queued: the listener
     /// raises no new edge for them, so accepting is retried every ACCEPT_RETRY.
     accept_retry: bool,
-    /// When `poll` last returned: the arrival time of whatever that round reads.
+    /// When `poll` last returned: the arrival time of whatever that round reads, when the
+    /// kernel gives no receive timestamp.
     woke_ns: u64,
+    /// The same moment on the wall clock, the clock of receive timestamps.
+    woke_wall_ns: u64,
 }
 
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
@@ -172,6 +181,7 @@ impl MockLoop {
             arrival_log,
             accept_retry: false,
             woke_ns: 0,
+            woke_wall_ns: 0,
         })
     }
 
@@ -186,6 +196,9 @@ impl MockLoop {
                 return Err(e);
             }
             self.woke_ns = self.clock.now_ns();
+            if self.arrival_log.is_some() {
+                self.woke_wall_ns = arrival::wall_ns();
+            }
             for event in events.iter() {
                 match event.token() {
                     WAKER => return Ok(self.stats),
@@ -270,14 +283,31 @@ impl MockLoop {
 
     fn on_conn_event(&mut self, t: Token) {
         let (slot, generation) = (t.0 & 0xffff_ffff, (t.0 >> 32) as u32);
-        let woke_ns = self.woke_ns;
+        let (woke_ns, woke_wall_ns) = (self.woke_ns, self.woke_wall_ns);
+        let stamped = self.arrival_log.is_some();
         let Some(conn) = self.conn_mut(slot, generation) else {
             return;
         };
-        let was_empty = conn.input.is_empty();
-        let mut buf = [0u8; 16 << 10];
         let mut open = true;
-        loop {
+        if stamped && conn.input.is_empty() {
+            let mut byte = [0u8; 1];
+            match arrival::read_first_byte(&conn.stream, &mut byte) {
+                Ok((0, _)) => open = false,
+                Ok((_, stamp)) => {
+                    conn.input.push(byte[0]);
+                    // The kernel's wall-clock time, moved onto the mock's clock through the
+                    // moment the loop woke (it may be a little after that moment).
+                    conn.arrived_ns = stamp.map(|wall| {
+                        (woke_ns as i64 + (wall as i64 - woke_wall_ns as i64)).max(0) as u64
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => open = false,
+            }
+        }
+        let mut buf = [0u8; 16 << 10];
+        while open {
             match conn.stream.read(&mut buf) {
                 Ok(0) => {
                     open = false;
@@ -292,7 +322,7 @@ impl MockLoop {
                 }
             }
         }
-        if was_empty && !conn.input.is_empty() {
+        if !conn.input.is_empty() && conn.arrived_ns.is_none() {
             conn.arrived_ns = Some(woke_ns);
         }
         if !open || conn.input.len() > MAX_REQUEST {
@@ -663,21 +693,11 @@ impl JsonlLog {
 
 /// Makes the coming close send RST instead of FIN (SO_LINGER with a zero timeout).
 fn reset_on_close(stream: &TcpStream) {
-    use std::os::fd::AsRawFd;
     let linger = libc::linger {
         l_onoff: 1,
         l_linger: 0,
     };
-    // SAFETY: setsockopt on an open socket we own, with a correctly sized linger struct.
-    unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            std::ptr::addr_of!(linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
+    let _ = sockopt::set(stream, libc::SOL_SOCKET, libc::SO_LINGER, &linger);
 }
 
 /// An error body shaped like vLLM's.
