@@ -28,14 +28,16 @@ use crate::progress::{LiveProgress, Snapshot};
 use crate::prompt;
 use crate::record::{RecordWriter, RequestRecord};
 use crate::report;
-use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, Target};
+use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
 use crate::stats::{latency_histogram, Summary, SummaryBuilder};
 use crate::stop::{signals_received, StopRequest};
 use crate::trace::{detect_format, inspect, OrderedReader, ReadOptions, TraceReader};
 
-/// Time between resolving everything and the first possible deadline: producers fill the
-/// channel and senders open their connections meanwhile.
+/// Time between the senders' connections being open and the first possible deadline:
+/// producers have been filling the channel since before the connections, and go on.
 const START_LEAD_NS: u64 = 500_000_000;
+/// Connections for the requests due in the run's first second are opened before the start.
+const WARM_WINDOW_MS: f64 = 1000.0;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What a finished replay leaves behind.
@@ -49,6 +51,8 @@ pub struct RunOutcome {
     pub sender_reads: u64,
     /// The run was stopped early by a signal (the outputs hold what was measured until then).
     pub stopped: bool,
+    /// Connections open when the clock started (spare ones and the trace opening's).
+    pub connections_at_start: usize,
 }
 
 pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
@@ -224,7 +228,14 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     // This thread collects the records: keep it, and the helpers it starts, off the senders'
     // cores.
     let _pinned = affinity::pin_current_to(&placement.producers);
-    check_fd_limit(args.connections.max(1) * endpoints.len() * num_sender, &say)?;
+    let pools = endpoints.len() * num_sender;
+    let fd_limit = check_fd_limit(args.connections.max(1) * pools, &say)?;
+    let warm_connections = warm_connections(
+        trace_stats.opening_count(WARM_WINDOW_MS * args.time_scale),
+        pools,
+        args.connections.max(1),
+        fd_limit,
+    );
     let prompt_log =
         match (&dir, args.save_prompts) {
             (Some(d), true) => Some(PromptLog::create(&d.join("prompts.jsonl"))?),
@@ -260,11 +271,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     keep_bodies_off_mmap();
     let clock = RunClock::new();
     let stop_request = Arc::new(StopRequest::default());
-    let t0_ns = clock.now_ns() + START_LEAD_NS;
-    let started_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-        + START_LEAD_NS / 1_000_000;
+    let start = Arc::new(StartGate::new(num_sender));
     let targets: Vec<Target> = endpoints
         .iter()
         .zip(&addrs)
@@ -283,6 +290,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         drain_timeout_ns: (args.drain_timeout * 1e9) as u64,
         stop: Arc::clone(&stop_request),
         spare_connections: args.connections.max(1),
+        warm_connections,
         lookahead,
         spin_ns: args.spin_us * 1000,
         record_itl: args.record_itl,
@@ -290,25 +298,8 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         buffers,
         channel_budget: Arc::clone(&channel_budget),
         realtime: args.realtime,
-        t0_ns,
+        start: Arc::clone(&start),
     });
-
-    if let Some(d) = &dir {
-        let run = run_json(
-            args,
-            &model,
-            format,
-            block_size,
-            &trace_stats,
-            &endpoints,
-            num_producer,
-            num_sender,
-            auth.is_some(),
-            started_unix_ms,
-            builder.synth.as_ref().map(|s| s.overhead()),
-        );
-        report::write_json(&d.join("run.json"), &run)?;
-    }
 
     // Start the stages.
     let (tx, rx) = crossbeam_channel::bounded(args.channel_capacity.max(1));
@@ -348,6 +339,39 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         .collect();
     drop(rx);
     drop(rec_tx);
+
+    // The start: once every sender has its opening connections, the clock begins.
+    if warm_connections > 0 {
+        say(format!(
+            "opening {} connections for the trace's first second before the start",
+            (warm_connections + args.connections.max(1)) * pools
+        ));
+    }
+    let connections_at_start =
+        start.wait_ready(|id| senders[id].is_finished(), || signals_received() > 0);
+    let t0_ns = clock.now_ns() + START_LEAD_NS;
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+        + START_LEAD_NS / 1_000_000;
+    start.start(t0_ns);
+    if let Some(d) = &dir {
+        let mut run = run_json(
+            args,
+            &model,
+            format,
+            block_size,
+            &trace_stats,
+            &endpoints,
+            num_producer,
+            num_sender,
+            auth.is_some(),
+            started_unix_ms,
+            builder.synth.as_ref().map(|s| s.overhead()),
+        );
+        run["connections_at_start"] = json!(connections_at_start);
+        report::write_json(&d.join("run.json"), &run)?;
+    }
 
     // Collect records as they complete.
     let mut writer = RecordWriter::new(requests_file);
@@ -443,6 +467,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         sender_cpu_s: sender_cpu_ns as f64 / 1e9,
         sender_reads,
         stopped,
+        connections_at_start,
     })
 }
 
@@ -496,9 +521,18 @@ fn keep_bodies_off_mmap() {
     }
 }
 
-/// Raises the descriptor limit to the hard limit; refuses a limit too low for the connection
-/// pools, and warns when it caps how many requests can be in flight.
-fn check_fd_limit(pooled: usize, say: &impl Fn(String)) -> Result<()> {
+/// Connections each sender opens per endpoint before the start, beyond the spare ones: its
+/// share of the `opening` requests (those due in the run's first second). At most half the
+/// descriptors left after the spare pools, so that the run keeps room to grow.
+fn warm_connections(opening: usize, pools: usize, spare: usize, fd_limit: u64) -> usize {
+    let free = fd_limit.saturating_sub(limits::FD_RESERVE + (spare * pools) as u64);
+    let room = usize::try_from(free / 2).unwrap_or(usize::MAX) / pools.max(1);
+    opening.div_ceil(pools.max(1)).min(room)
+}
+
+/// Raises the descriptor limit to the hard limit (returned); refuses a limit too low for the
+/// connection pools, and warns when it caps how many requests can be in flight.
+fn check_fd_limit(pooled: usize, say: &impl Fn(String)) -> Result<u64> {
     let limit = limits::raise_fd_limit();
     let needed = pooled as u64 + limits::FD_RESERVE;
     if limit < needed {
@@ -514,7 +548,7 @@ fn check_fd_limit(pooled: usize, say: &impl Fn(String)) -> Result<()> {
             limit - limits::FD_RESERVE
         ));
     }
-    Ok(())
+    Ok(limit)
 }
 
 /// Warns when the output's file system has less room than the records will probably take

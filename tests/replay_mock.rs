@@ -399,3 +399,62 @@ fn mock_arrival_log_stamps_the_first_bytes_of_a_request() {
     };
     assert!(arrival(1) < arrival(0), "B's first bytes came first");
 }
+
+/// A trace that opens with a burst gets its connections before the clock starts: 300
+/// requests due at once find 300 open connections, and none is opened during the run.
+#[test]
+fn connections_for_the_opening_burst_are_open_before_the_start() {
+    let dir = temp_dir("burst");
+    let trace = dir.join("trace.jsonl");
+    let burst = 300;
+    let lines: Vec<String> = (0..burst)
+        .map(|_| {
+            r#"{"timestamp": 0, "text_input": "a b c", "input_length": 3, "output_length": 4}"#
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let server = llmreplay::mock::MockServer::start(
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        llmreplay::mock::MockConfig {
+            ttft_ns: 50_000_000,
+            itl_ns: 1_000_000,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let url = format!("http://{}", server.addr());
+    let cli = llmreplay::cli::Cli::parse_from([
+        "llmreplay",
+        "replay",
+        "--quiet",
+        "--endpoint",
+        &url,
+        "--model",
+        "mock",
+        "--num-sender",
+        "1",
+        "--connections",
+        "2",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--output",
+        dir.join("run").to_str().unwrap(),
+    ]);
+    let llmreplay::cli::Command::Replay(args) = cli.command else {
+        panic!("replay")
+    };
+    let outcome = llmreplay::replay::replay(&args).unwrap();
+    let stats = server.stop().unwrap();
+    assert_eq!(outcome.summary.ok, burst);
+    assert_eq!(outcome.connections_at_start, burst as usize + 2);
+    // The pools plus the reachability probe: none opened after the start.
+    assert_eq!(
+        stats.connections,
+        burst + 2 + 1,
+        "connections opened after the start"
+    );
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/run.json")).unwrap()).unwrap();
+    assert_eq!(run["connections_at_start"], burst + 2);
+}

@@ -18,6 +18,7 @@
 
 mod connector;
 mod exchange;
+mod start;
 
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
@@ -45,6 +46,7 @@ use crate::stats::latency_histogram;
 use crate::stop::StopRequest;
 use connector::Connector;
 use exchange::{Exchange, Feed, Hists};
+pub use start::StartGate;
 
 const TIMER: Token = Token(usize::MAX);
 /// The connector thread has opened a socket.
@@ -92,6 +94,8 @@ pub struct SenderConfig {
     pub stop: Arc<StopRequest>,
     /// Idle connections kept ready per endpoint (opened before the first deadline).
     pub spare_connections: usize,
+    /// More connections opened per endpoint before the start: the trace's opening requests'.
+    pub warm_connections: usize,
     /// Requests held in a sender's heap at most.
     pub lookahead: usize,
     /// The final stretch before a deadline that is spun rather than slept.
@@ -105,8 +109,9 @@ pub struct SenderConfig {
     pub read_coalesce_ns: u64,
     /// `--realtime`: run under SCHED_FIFO.
     pub realtime: bool,
-    /// The run start on the shared clock; deadlines are `t0 + scheduled_ns`.
-    pub t0_ns: u64,
+    /// Sets the run start on the shared clock once every sender has its connections open;
+    /// deadlines are `t0 + scheduled_ns`.
+    pub start: Arc<StartGate>,
 }
 
 /// Live counters shared with the progress display.
@@ -123,6 +128,9 @@ pub struct SenderReport {
     pub reads: u64,
 }
 
+/// Longest wait for the opening connections before the start goes ahead without the rest.
+const WARM_UP_LIMIT_NS: u64 = 10_000_000_000;
+
 pub fn spawn_sender(
     id: usize,
     cfg: Arc<SenderConfig>,
@@ -138,7 +146,7 @@ pub fn spawn_sender(
             let _ended = SenderEnded(Arc::clone(&cfg.channel_budget));
             // Built first, so that its connector thread keeps the caller's cores and priority.
             let realtime = cfg.realtime;
-            let sender = SenderLoop::new(cfg, clock, rx, records, progress)?;
+            let sender = SenderLoop::new(id, cfg, clock, rx, records, progress)?;
             if let Some(core) = core {
                 core_affinity::set_for_current(core);
             }
@@ -192,7 +200,10 @@ struct Pool {
 }
 
 struct SenderLoop {
+    id: usize,
     cfg: Arc<SenderConfig>,
+    /// The run start (see [`StartGate`]), known once the connections are warm.
+    t0_ns: u64,
     clock: RunClock,
     poll: Poll,
     timer: DeadlineTimer,
@@ -224,6 +235,7 @@ fn token(slot: usize, generation: u32) -> Token {
 
 impl SenderLoop {
     fn new(
+        id: usize,
         cfg: Arc<SenderConfig>,
         clock: RunClock,
         rx: Receiver<PreparedRequest>,
@@ -252,8 +264,10 @@ impl SenderLoop {
             })
             .collect();
         Ok(SenderLoop {
+            id,
             scanner: EventScanner::new(cfg.api),
             cfg,
+            t0_ns: 0,
             clock,
             poll,
             timer,
@@ -282,10 +296,10 @@ impl SenderLoop {
 
     fn run(mut self) -> io::Result<SenderReport> {
         let cpu_start = thread_cpu_ns();
-        for target in 0..self.cfg.targets.len() {
-            self.top_up(target);
-        }
         let mut events = Events::with_capacity(1024);
+        self.warm_up(&mut events)?;
+        let open = self.pools.iter().map(|p| p.idle.len()).sum();
+        self.t0_ns = self.cfg.start.ready_then_wait(self.id, open);
         loop {
             self.check_stop();
             self.refill();
@@ -334,6 +348,35 @@ impl SenderLoop {
             cpu_ns: thread_cpu_ns() - cpu_start,
             reads: self.reads,
         })
+    }
+
+    /// Opens the spare connections and those for the trace's opening requests, before the
+    /// clock starts. Gives up on an endpoint whose connect fails (it backs off as in the run),
+    /// and on the rest after [`WARM_UP_LIMIT_NS`] or a stop request.
+    fn warm_up(&mut self, events: &mut Events) -> io::Result<()> {
+        for target in 0..self.pools.len() {
+            self.pools[target].upcoming = self.cfg.warm_connections;
+            self.top_up(target);
+        }
+        let give_up = self.clock.now_ns() + WARM_UP_LIMIT_NS;
+        while self.pools.iter().any(|p| p.connecting > 0)
+            && self.clock.now_ns() < give_up
+            && self.cfg.stop.requested_at().is_none()
+        {
+            if let Err(e) = self.poll.poll(events, Some(Duration::from_millis(10))) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            for event in events.iter() {
+                match event.token() {
+                    TIMER => self.timer.drain(),
+                    CONNECTED => self.take_opened(),
+                    token => self.on_socket_event(token, event.is_read_closed()),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `--read-coalesce-us`: after a round of socket events, lets the next tokens gather for a
@@ -414,7 +457,7 @@ impl SenderLoop {
     fn send_due(&mut self) {
         loop {
             let Some(top) = self.heap.peek() else { return };
-            let due = self.cfg.t0_ns + top.scheduled_ns;
+            let due = self.t0_ns + top.scheduled_ns;
             if due > self.clock.now_ns() + self.cfg.spin_ns {
                 return;
             }
@@ -427,7 +470,7 @@ impl SenderLoop {
     /// When the loop must be awake for the next deadline: the start of its spin window.
     fn next_wake(&self) -> Option<u64> {
         let top = self.heap.peek()?;
-        Some((self.cfg.t0_ns + top.scheduled_ns).saturating_sub(self.cfg.spin_ns))
+        Some((self.t0_ns + top.scheduled_ns).saturating_sub(self.cfg.spin_ns))
     }
 
     fn arm_timer(&mut self) {
@@ -445,6 +488,10 @@ impl SenderLoop {
         let target = (req.index % self.cfg.targets.len() as u64) as usize;
         let mut ex = Exchange::new(req, self.cfg.record_itl);
         let now = self.clock.now_ns();
+        // It was one of the upcoming requests the pool has a connection for: counted twice
+        // until the next recount, a burst would open a second connection for each.
+        let pool = &mut self.pools[target];
+        pool.upcoming = pool.upcoming.saturating_sub(1);
         if let Some(slot) = self.pools[target].idle.pop() {
             self.start(slot, ex);
         } else if now < self.pools[target].down_until && self.pools[target].connecting == 0 {
@@ -488,7 +535,7 @@ impl SenderLoop {
     /// A deadline falls within the spin window (plus the cost of one connect).
     fn send_is_near(&self) -> bool {
         self.heap.peek().is_some_and(|top| {
-            self.cfg.t0_ns + top.scheduled_ns
+            self.t0_ns + top.scheduled_ns
                 <= self.clock.now_ns() + self.cfg.spin_ns + CONNECT_COST_NS
         })
     }
@@ -831,7 +878,7 @@ impl SenderLoop {
     }
 
     fn emit(&mut self, ex: Exchange, target: usize) {
-        let record = ex.into_record(&self.cfg.targets[target].url, self.cfg.t0_ns);
+        let record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
         // The collector outlives the senders; if it is gone the run is being torn down.
         let _ = self.records.send(record);
     }
@@ -852,7 +899,7 @@ impl SenderLoop {
         let horizon = now + CONNECT_AHEAD_NS;
         let targets = self.cfg.targets.len() as u64;
         for req in self.heap.iter() {
-            if self.cfg.t0_ns + req.scheduled_ns <= horizon {
+            if self.t0_ns + req.scheduled_ns <= horizon {
                 self.pools[(req.index % targets) as usize].upcoming += 1;
             }
         }
@@ -867,7 +914,7 @@ impl SenderLoop {
         self.next_housekeeping = now + HOUSEKEEPING_NS;
         self.count_upcoming(now);
         let timeout = self.cfg.request_timeout_ns;
-        let t0 = self.cfg.t0_ns;
+        let t0 = self.t0_ns;
         let mut expired = Vec::new();
         for (slot, ex) in self.in_flight_exchanges() {
             let since = ex.sent_ns.unwrap_or(t0 + ex.req.scheduled_ns);

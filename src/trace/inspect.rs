@@ -36,13 +36,27 @@ pub struct TraceStats {
     pub order: OrderStats,
     /// Invalid lines skipped under `--skip-invalid`.
     pub skipped: Skipped,
+    /// Trace time (ms after the first record) of the first [`OPENING_RECORDS`] records, in
+    /// reading order: how the trace opens (see [`TraceStats::opening_count`]).
+    #[serde(skip)]
+    pub opening_ms: Vec<f64>,
 }
+
+/// Records whose times [`TraceStats::opening_ms`] keeps: more than any run opens connections
+/// for ahead of its start.
+pub const OPENING_RECORDS: usize = 65_536;
 
 /// Distinct hash ids remembered for the prefix statistics (~20 MB at most), so that memory
 /// does not grow with the trace.
 pub const MAX_TRACKED_HASH_IDS: usize = 1_000_000;
 
 impl TraceStats {
+    /// Records due within `window_ms` of trace time after the first one (counted among the
+    /// first [`OPENING_RECORDS`]): a replay opens their connections before it starts.
+    pub fn opening_count(&self, window_ms: f64) -> usize {
+        self.opening_ms.iter().filter(|&&t| t < window_ms).count()
+    }
+
     pub fn mean_rate(&self) -> f64 {
         if self.span_ms > 0.0 {
             self.records as f64 / (self.span_ms / 1000.0)
@@ -118,11 +132,15 @@ pub fn scan(
         ..TraceStats::default()
     };
     let mut seen: HashSet<u64> = HashSet::new();
+    let mut first_ts = None;
     let mut min_ts = f64::INFINITY;
     let mut max_ts = f64::NEG_INFINITY;
     let b = u64::from(block_size.max(1));
     while let Some((rec, ts)) = reader.next_record()? {
         stats.records += 1;
+        if stats.opening_ms.len() < OPENING_RECORDS {
+            stats.opening_ms.push(ts - *first_ts.get_or_insert(ts));
+        }
         min_ts = min_ts.min(ts);
         max_ts = max_ts.max(ts);
         let input = rec.input_length().unwrap_or(0);
