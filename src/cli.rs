@@ -351,8 +351,9 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "LIST|auto|none", default_value = "auto")]
     pub pin_cores: String,
 
-    /// Idle keep-alive connections kept ready per endpoint and sender (opened before the first
-    /// deadline; more are opened as concurrency grows).
+    /// Idle keep-alive connections kept ready per endpoint and sender. Before the clock starts,
+    /// these and one for each request due in the run's first second are opened (up to half
+    /// the free file descriptors); more are opened ahead of need as concurrency grows.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub connections: usize,
 
