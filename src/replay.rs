@@ -341,10 +341,10 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     drop(rec_tx);
 
     // The start: once every sender has its opening connections, the clock begins.
-    if warm_connections > 0 {
+    let opening = (warm_connections + args.connections.max(1)) * pools;
+    if opening >= 1000 {
         say(format!(
-            "opening {} connections for the trace's first second before the start",
-            (warm_connections + args.connections.max(1)) * pools
+            "opening {opening} connections for the trace's first second before the start"
         ));
     }
     let connections_at_start =

@@ -10,8 +10,9 @@
 //!
 //! Keeping the schedule on a busy machine: deadlines are checked between every few socket
 //! events, only the first 16 KiB of each due request is written before the next due one
-//! starts, connections are opened 100 ms ahead of the requests that will need them (by a
-//! helper thread: see [`connector`]), written request buffers go back to the producers
+//! starts, connections are opened before the start for the trace's first second (see
+//! [`start`]) and then 100 ms ahead of the requests that will need them (by a helper thread:
+//! see [`connector`]), written request buffers go back to the producers
 //! instead of being freed here, and the thread asks for a higher priority (SCHED_FIFO with
 //! `--realtime`). A stop request ([`StopRequest`]) ends sending and, after the drain
 //! timeout, cancels what is in flight.
