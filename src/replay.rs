@@ -36,8 +36,10 @@ use crate::trace::{detect_format, inspect, OrderedReader, ReadOptions, TraceRead
 /// Time between the senders' connections being open and the first possible deadline:
 /// producers have been filling the channel since before the connections, and go on.
 const START_LEAD_NS: u64 = 500_000_000;
-/// Connections for the requests due in the run's first second are opened before the start.
+/// Connections for the requests due in the run's first second are opened before the start...
 const WARM_WINDOW_MS: f64 = 1000.0;
+/// ...up to this many per sender and endpoint: a bound on what is opened in one go.
+const WARM_MAX_PER_POOL: usize = 16_384;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What a finished replay leaves behind.
@@ -523,11 +525,15 @@ fn keep_bodies_off_mmap() {
 
 /// Connections each sender opens per endpoint before the start, beyond the spare ones: its
 /// share of the `opening` requests (those due in the run's first second). At most half the
-/// descriptors left after the spare pools, so that the run keeps room to grow.
+/// descriptors left after the spare pools, so that the run keeps room to grow, and at most
+/// [`WARM_MAX_PER_POOL`].
 fn warm_connections(opening: usize, pools: usize, spare: usize, fd_limit: u64) -> usize {
     let free = fd_limit.saturating_sub(limits::FD_RESERVE + (spare * pools) as u64);
     let room = usize::try_from(free / 2).unwrap_or(usize::MAX) / pools.max(1);
-    opening.div_ceil(pools.max(1)).min(room)
+    opening
+        .div_ceil(pools.max(1))
+        .min(room)
+        .min(WARM_MAX_PER_POOL)
 }
 
 /// Raises the descriptor limit to the hard limit (returned); refuses a limit too low for the
@@ -709,4 +715,19 @@ fn run_json(
     );
     m.insert("extra_body".into(), json!(args.extra_body));
     Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_connections_share_the_opening_within_the_descriptors() {
+        // 1000 opening requests over 2 senders x 2 endpoints, plenty of descriptors.
+        assert_eq!(warm_connections(1000, 4, 8, 1 << 20), 250);
+        // Half of what is left after the reserve and the spare pools: (1024-64-32)/2/4 = 116.
+        assert_eq!(warm_connections(1000, 4, 8, 1024), 116);
+        assert_eq!(warm_connections(1 << 20, 1, 8, u64::MAX), WARM_MAX_PER_POOL);
+        assert_eq!(warm_connections(0, 1, 8, 1 << 20), 0);
+    }
 }

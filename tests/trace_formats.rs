@@ -49,3 +49,25 @@ fn bailian_records_in_seconds_and_gzip() {
     assert_eq!(stats.prefix_hit_tokens, 32, "two 16-token blocks reused");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// How a trace opens (what a replay opens connections for before its start): records within
+/// a window of trace time after the first one, the first one being trace time 0.
+#[test]
+fn opening_counts_records_within_the_window_after_the_first() {
+    let dir = std::env::temp_dir().join(format!("llmreplay-opening-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.jsonl");
+    let lines: Vec<String> = [5000, 5500, 5999, 6000, 9000]
+        .iter()
+        .map(|t| {
+            format!(
+                r#"{{"timestamp": {t}, "input_length": 10, "output_length": 2, "hash_ids": [1]}}"#
+            )
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let stats = inspect::scan(&path, Format::Mooncake, 512, Default::default()).unwrap();
+    assert_eq!(stats.opening_count(1000.0), 3);
+    assert_eq!(stats.opening_count(4000.5), 5);
+    assert_eq!(stats.opening_count(0.0), 0);
+}
