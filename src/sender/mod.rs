@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender as ChannelSender, TryRecvError};
 use hdrhistogram::Histogram;
+use mio::event::Event;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 
@@ -59,7 +60,7 @@ const FIRST_BACKOFF_NS: u64 = 10_000_000;
 const MAX_BACKOFF_NS: u64 = 1_000_000_000;
 /// A coalescing pause shorter than this is not worth a sleep.
 const MIN_COALESCE_NS: u64 = 20_000;
-/// How often a streaming socket is put back in delayed-ACK mode (see [`delay_acks`]).
+/// How often a streaming socket is put back in delayed-ACK mode (see [`Conn::delay_acks`]).
 const ACK_MODE_REFRESH_NS: u64 = 5_000_000;
 /// Bytes of a request written when its deadline comes; the rest follows once every request
 /// due at that moment has started.
@@ -177,8 +178,29 @@ struct Conn {
     parser: ResponseParser,
     sse: SseScanner,
     body: Vec<u8>,
-    /// When [`delay_acks`] last ran on this socket.
+    /// When [`Conn::delay_acks`] last ran.
     acks_delayed_ns: u64,
+}
+
+impl Conn {
+    /// Puts the socket (back) in delayed-ACK mode (TCP_QUICKACK off): once the request is
+    /// written, then on a read at most every [`ACK_MODE_REFRESH_NS`].
+    ///
+    /// A token stream is many small segments, and in quick-ACK mode Linux answers nearly each
+    /// with an ACK whose transmit, and on loopback the server's processing of it, is charged to
+    /// this thread: a fifth of the client's CPU at 500k tokens/s (bench-configs/d). The kernel
+    /// leaves the mode by itself when a delayed ACK times out, hence the refresh; doing it on
+    /// every read cost 6 % of the sender's CPU (perf) for no fewer segments. The server never
+    /// waits on it: the kernel still ACKs once more than a segment's worth is unacknowledged.
+    fn delay_acks(&mut self, now: u64) {
+        let _ = crate::sockopt::set(
+            &self.stream,
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            &0 as &libc::c_int,
+        );
+        self.acks_delayed_ns = now;
+    }
 }
 
 struct Slot {
@@ -317,20 +339,9 @@ impl SenderLoop {
             } else {
                 MAX_POLL_WAIT
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
+            self.wait(&mut events, timeout)?;
             for (i, event) in events.iter().enumerate() {
-                if event.token() == TIMER {
-                    self.timer.drain();
-                    self.armed_for = None;
-                } else if event.token() == CONNECTED {
-                    self.take_opened();
-                } else {
-                    self.on_socket_event(event.token(), event.is_read_closed());
-                }
+                self.on_event(event);
                 // A busy poll returns up to 1024 sockets: keep deadlines from waiting behind
                 // all of them.
                 if i % DEADLINE_CHECK_EVERY == DEADLINE_CHECK_EVERY - 1 {
@@ -364,20 +375,31 @@ impl SenderLoop {
             && self.clock.now_ns() < give_up
             && self.cfg.stop.requested_at().is_none()
         {
-            if let Err(e) = self.poll.poll(events, Some(Duration::from_millis(10))) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
+            self.wait(events, Duration::from_millis(10))?;
             for event in events.iter() {
-                match event.token() {
-                    TIMER => self.timer.drain(),
-                    CONNECTED => self.take_opened(),
-                    token => self.on_socket_event(token, event.is_read_closed()),
-                }
+                self.on_event(event);
             }
         }
         Ok(())
+    }
+
+    /// Waits for events; an interrupted wait is a round without any.
+    fn wait(&mut self, events: &mut Events, timeout: Duration) -> io::Result<()> {
+        match self.poll.poll(events, Some(timeout)) {
+            Err(e) if e.kind() != io::ErrorKind::Interrupted => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn on_event(&mut self, event: &Event) {
+        match event.token() {
+            TIMER => {
+                self.timer.drain();
+                self.armed_for = None;
+            }
+            CONNECTED => self.take_opened(),
+            token => self.on_socket_event(token, event.is_read_closed()),
+        }
     }
 
     /// `--read-coalesce-us`: after a round of socket events, lets the next tokens gather for a
@@ -673,8 +695,7 @@ impl SenderLoop {
                         // The bytes are no longer needed while the response streams.
                         self.cfg.buffers.give(std::mem::take(&mut ex.req.bytes));
                         ex.req.start = 0;
-                        delay_acks(&conn.stream);
-                        conn.acks_delayed_ns = before;
+                        conn.delay_acks(before);
                         break;
                     }
                 }
@@ -762,8 +783,7 @@ impl SenderLoop {
             let now = self.clock.now_ns();
             self.reads += 1;
             if now.saturating_sub(conn.acks_delayed_ns) >= ACK_MODE_REFRESH_NS {
-                delay_acks(&conn.stream);
-                conn.acks_delayed_ns = now;
+                conn.delay_acks(now);
             }
             if n == 0 {
                 self.on_eof(slot, now);
@@ -948,22 +968,4 @@ impl SenderLoop {
             self.top_up(target);
         }
     }
-}
-
-/// Puts the socket (back) in delayed-ACK mode (TCP_QUICKACK off): once the request is
-/// written, then on a read at most every [`ACK_MODE_REFRESH_NS`].
-///
-/// A token stream is many small segments, and in quick-ACK mode Linux answers nearly each
-/// with an ACK whose transmit, and on loopback the server's processing of it, is charged to
-/// this thread: a fifth of the client's CPU at 500k tokens/s (bench-configs/d). The kernel
-/// leaves the mode by itself when a delayed ACK times out, hence the refresh; doing it on
-/// every read cost 6 % of the sender's CPU (perf) for no fewer segments. The server never
-/// waits on it: the kernel still ACKs once more than a segment's worth is unacknowledged.
-fn delay_acks(stream: &mio::net::TcpStream) {
-    let _ = crate::sockopt::set(
-        stream,
-        libc::IPPROTO_TCP,
-        libc::TCP_QUICKACK,
-        &0 as &libc::c_int,
-    );
 }
