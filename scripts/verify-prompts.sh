@@ -5,15 +5,16 @@
 # Slow by nature: the Hugging Face tokenizer runs at ~0.2M tokens/s per thread, so both
 # Mooncake traces x 2 tokenizers x 2 APIs is ~800M tokens (~30-40 min on 2 cores).
 #
-# usage: scripts/verify-prompts.sh [TRACE...]   (default: ../shared/traces/mooncake/*.jsonl)
-# env:   TOKENIZERS="../shared/tokenizers/qwen3 ../shared/tokenizers/llama3"  APIS="openai-chat openai-completions"
+# usage: scripts/verify-prompts.sh [TRACE...]   (default: tests/data/mooncake/*.jsonl)
+# env:   TOKENIZERS="assets/tokenizers/qwen3 tests/data/tokenizers/mistral"  APIS="openai-chat openai-completions"
+#        (any other tokenizer.json directory works too, e.g. a Llama-3 one you have locally)
 #        THREADS=2  VERIFY_EVERY=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 traces=("$@")
-[ ${#traces[@]} -gt 0 ] || traces=(../shared/traces/mooncake/*.jsonl)
-TOKENIZERS=${TOKENIZERS:-"../shared/tokenizers/qwen3 ../shared/tokenizers/llama3"}
+[ ${#traces[@]} -gt 0 ] || traces=(tests/data/mooncake/*.jsonl)
+TOKENIZERS=${TOKENIZERS:-"assets/tokenizers/qwen3 tests/data/tokenizers/mistral"}
 APIS=${APIS:-"openai-chat openai-completions"}
 status=0
 for trace in "${traces[@]}"; do

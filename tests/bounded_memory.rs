@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::Stdio;
 
 mod common;
-use common::{bin, read_jsonl, shared, temp_dir};
+use common::{bin, read_jsonl, temp_dir, tokenizer};
 
 const RECORDS: u64 = 10_000_000;
 
@@ -46,7 +46,7 @@ fn ten_million_records_in_under_200_mb() {
         .arg("--trace")
         .arg(&trace)
         .arg("--tokenizer")
-        .arg(shared("tokenizers/qwen3"))
+        .arg(tokenizer("qwen3"))
         // 1 ms apart: 2 s of trace time is 2,000 requests, replayed in 0.2 s.
         .args(["--duration", "2", "--time-scale", "10"])
         .arg("--output")

@@ -16,7 +16,7 @@ use llmreplay::cli::{Cli, Command};
 use llmreplay::prompts::PromptsReport;
 
 mod common;
-use common::{bin, read_jsonl, shared, temp_dir, MockProcess};
+use common::{bin, mooncake, read_jsonl, temp_dir, tokenizer, MockProcess, TOKENIZERS};
 
 fn prompts(args: &[&str]) -> PromptsReport {
     let cli = Cli::parse_from(["llmreplay", "prompts"].iter().chain(args));
@@ -39,9 +39,9 @@ fn every_prompt_of_both_traces_is_exact_with_both_tokenizers() {
     let every = verify_every();
     let mut prefix_pairs = 0;
     for trace in ["conversation_trace.jsonl", "synthetic_trace.jsonl"] {
-        let trace = shared(&format!("traces/mooncake/{trace}"));
-        for tokenizer in ["qwen3", "llama3"] {
-            let tokenizer = shared(&format!("tokenizers/{tokenizer}"));
+        let trace = mooncake(trace);
+        for family in TOKENIZERS {
+            let tokenizer = tokenizer(family);
             for (api, mode) in [
                 ("openai-chat", "text"),
                 ("openai-completions", "text"),
@@ -92,7 +92,7 @@ fn verification_reports_what_cannot_be_exact() {
         r#"{"timestamp":0,"input_length":5,"output_length":1,"hash_ids":[1]}"#,
     )
     .unwrap();
-    let qwen = shared("tokenizers/qwen3");
+    let qwen = tokenizer("qwen3");
     let v = prompts(&[
         "--trace",
         path(&short),
@@ -105,7 +105,7 @@ fn verification_reports_what_cannot_be_exact() {
     assert_eq!((v.checked, v.exact), (1, 0));
     assert!(v.examples[0].contains("input_length 5"), "{:?}", v.examples);
 
-    let trace = shared("traces/mooncake/conversation_trace.jsonl");
+    let trace = mooncake("conversation_trace.jsonl");
     let base = [
         "--trace",
         path(&trace),
@@ -132,13 +132,10 @@ fn chat_templates_render_as_hugging_face_does() {
             "qwen3",
             "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n",
         ),
-        (
-            "llama3",
-            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhello there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
-        ),
+        ("mistral", "<s>[INST] hello there [/INST]"),
     ] {
         let template =
-            llmreplay::prompt::ChatTemplate::load(&shared(&format!("tokenizers/{name}/tokenizer_config.json")))
+            llmreplay::prompt::ChatTemplate::load(&tokenizer(name).join("tokenizer_config.json"))
                 .unwrap()
                 .unwrap();
         let got = template
@@ -171,7 +168,7 @@ fn records_whose_hash_ids_disagree_with_their_length_are_padded_or_cut() {
             "--trace",
             path(&trace),
             "--tokenizer",
-            path(&shared("tokenizers/llama3")),
+            path(&tokenizer("mistral")),
             "--block-size",
             "16",
             "--api",
@@ -197,9 +194,9 @@ fn two_processes_with_one_seed_write_identical_prompts() {
                 "--mock",
                 "--quiet",
                 "--trace",
-                path(&shared("traces/mooncake/synthetic_trace.jsonl")),
+                path(&mooncake("synthetic_trace.jsonl")),
                 "--tokenizer",
-                path(&shared("tokenizers/qwen3")),
+                path(&tokenizer("qwen3")),
                 "--max-requests",
                 "60",
                 "--time-scale",
@@ -243,7 +240,7 @@ fn two_processes_with_one_seed_write_identical_prompts() {
 /// `usage.prompt_tokens` equals the trace's `input_length`.
 #[test]
 fn mock_with_tokenizer_reports_exact_prompt_tokens_for_500_records() {
-    let tokenizer = shared("tokenizers/llama3");
+    let tokenizer = tokenizer("mistral");
     let mock = MockProcess::start(&[
         "--tokenizer",
         path(&tokenizer),
@@ -261,7 +258,7 @@ fn mock_with_tokenizer_reports_exact_prompt_tokens_for_500_records() {
         "--endpoint",
         &mock.url(),
         "--trace",
-        path(&shared("traces/mooncake/conversation_trace.jsonl")),
+        path(&mooncake("conversation_trace.jsonl")),
         "--tokenizer",
         path(&tokenizer),
         "--max-requests",
@@ -321,7 +318,7 @@ fn memory_stays_bounded_with_ten_million_distinct_hash_ids() {
                 "--trace",
                 path(trace),
                 "--tokenizer",
-                path(&shared("tokenizers/qwen3")),
+                path(&tokenizer("qwen3")),
                 "--block-size",
                 "8",
                 "--block-cache-mb",

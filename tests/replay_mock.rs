@@ -5,13 +5,13 @@ use clap::Parser;
 use serde_json::Value;
 
 mod common;
-use common::{bin, read_jsonl, shared, temp_dir};
+use common::{bin, mooncake, read_jsonl, temp_dir, tokenizer};
 
 #[test]
 fn replays_500_mooncake_records_against_the_mock() {
     let dir = temp_dir("500");
     let out = dir.join("run");
-    let trace = shared("traces/mooncake/conversation_trace.jsonl");
+    let trace = mooncake("conversation_trace.jsonl");
     let mock_ttft_ms = 20.0;
     let cli = llmreplay::cli::Cli::parse_from([
         "llmreplay",
@@ -21,7 +21,7 @@ fn replays_500_mooncake_records_against_the_mock() {
         "--trace",
         trace.to_str().unwrap(),
         "--tokenizer",
-        shared("tokenizers/qwen3").to_str().unwrap(),
+        tokenizer("qwen3").to_str().unwrap(),
         "--max-requests",
         "500",
         "--time-scale",

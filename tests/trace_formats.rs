@@ -3,7 +3,7 @@
 use llmreplay::trace::{detect_format, inspect, Format, TraceReader};
 
 mod common;
-use common::shared;
+use common::mooncake;
 
 #[test]
 fn real_mooncake_traces_read_completely() {
@@ -11,14 +11,14 @@ fn real_mooncake_traces_read_completely() {
         ("conversation_trace.jsonl", 12_031),
         ("synthetic_trace.jsonl", 3_993),
     ] {
-        let path = shared(&format!("traces/mooncake/{name}"));
+        let path = mooncake(name);
         assert_eq!(
             detect_format(&path, Format::Auto).unwrap(),
             Format::Mooncake
         );
         let stats = inspect::scan(&path, Format::Mooncake, 512, Default::default()).unwrap();
         assert_eq!(stats.records, lines);
-        // SOURCE.txt: len(hash_ids) == ceil(input_length/512) for every record of both files.
+        // tests/data/mooncake/SOURCE.md: len(hash_ids) == ceil(input_length/512) for every record of both files.
         assert_eq!(stats.hash_length_mismatches, 0);
         assert!(stats.prefix_hit_tokens > 0 && stats.prefix_hit_tokens < stats.input_tokens);
     }

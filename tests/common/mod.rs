@@ -1,5 +1,6 @@
-//! Helpers shared by the integration tests: paths to ../shared, scratch directories, the
-//! built binary, and a mock server in a child process.
+//! Helpers shared by the integration tests: paths to the bundled data, scratch directories,
+//! the built binary, and a mock server in a child process. Tests read nothing outside the
+//! repository (`tests/data/` and `assets/`, each with its SOURCE.md).
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::io::{BufRead, BufReader};
@@ -8,12 +9,26 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-/// A file or directory of `../shared` (real traces and tokenizers).
-pub fn shared(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("shared")
-        .join(rel)
+/// The bundled tokenizer families: byte-level BPE (Qwen3) and SentencePiece/Metaspace BPE
+/// (Mistral v1).
+pub const TOKENIZERS: [&str; 2] = ["qwen3", "mistral"];
+
+/// A Mooncake FAST'25 trace bundled in `tests/data/mooncake/`.
+pub fn mooncake(name: &str) -> PathBuf {
+    repo("tests/data/mooncake").join(name)
+}
+
+/// The directory of a bundled tokenizer family (one of [`TOKENIZERS`]).
+pub fn tokenizer(family: &str) -> PathBuf {
+    match family {
+        "qwen3" => repo("assets/tokenizers/qwen3"),
+        "mistral" => repo("tests/data/tokenizers/mistral"),
+        other => panic!("no bundled tokenizer {other:?}"),
+    }
+}
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
 /// A fresh, empty scratch directory for one test.
