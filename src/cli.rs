@@ -406,6 +406,16 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "VAR", default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
 
+    /// PEM file of CA certificates trusted for https endpoints, beside the bundled web roots
+    /// (for a cluster behind a private CA or a self-signed gateway).
+    #[arg(long, value_name = "PATH")]
+    pub ca_cert: Option<PathBuf>,
+
+    /// Do not verify https endpoints' certificates (the traffic is still encrypted). Said in
+    /// run.json and on stderr.
+    #[arg(long)]
+    pub insecure: bool,
+
     /// JSON object merged into every request body (a record's own `extra` wins over it).
     #[arg(long, value_name = "JSON")]
     pub extra_body: Option<String>,
@@ -489,6 +499,14 @@ pub struct MockArgs {
     #[arg(long, value_name = "FILE")]
     pub fault_log: Option<PathBuf>,
 
+    /// Serve https with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
     /// Log every request's arrival, one JSON line each (`index` from X-Llmreplay-Index,
     /// `arrival_ns`: when its first byte reached this host, from the kernel's receive
     /// timestamp, on the mock's monotonic clock): send drift as the server sees it, from the
@@ -532,6 +550,15 @@ pub struct TraceInputArgs {
     pub strict: bool,
 }
 
+impl ReplayArgs {
+    pub fn tls_options(&self) -> crate::transport::TlsOptions {
+        crate::transport::TlsOptions {
+            ca_cert: self.ca_cert.clone(),
+            insecure: self.insecure,
+        }
+    }
+}
+
 impl MockArgs {
     /// The mock's configuration; loads the tokenizer when one is given.
     pub fn config(&self) -> crate::Result<crate::mock::MockConfig> {
@@ -558,6 +585,12 @@ impl MockArgs {
                 .map_err(crate::Error::Usage)?,
             fault_log: self.fault_log.clone(),
             arrival_log: self.arrival_log.clone(),
+            tls: match (&self.tls_cert, &self.tls_key) {
+                (Some(cert), Some(key)) => Some(
+                    crate::transport::tls::server_config(cert, key).map_err(crate::Error::Usage)?,
+                ),
+                _ => None,
+            },
         })
     }
 }

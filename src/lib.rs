@@ -26,6 +26,7 @@ pub mod sockopt;
 pub mod stats;
 pub mod stop;
 pub mod trace;
+pub mod transport;
 
 use std::io::Write;
 

@@ -32,6 +32,7 @@ use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGat
 use crate::stats::{latency_histogram, Summary, SummaryBuilder};
 use crate::stop::{signals_received, StopRequest};
 use crate::trace::{detect_format, inspect, OrderedReader, ReadOptions, TraceReader};
+use crate::transport::{ClientTls, TlsOptions, TlsTarget};
 
 /// Time between the senders' connections being open and the first possible deadline:
 /// producers have been filling the channel since before the connections, and go on.
@@ -151,21 +152,22 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         .iter()
         .map(|u| Endpoint::parse(u).map_err(Error::Usage))
         .collect::<Result<_>>()?;
-    if let Some(e) = endpoints.iter().find(|e| e.tls) {
-        return Err(Error::Usage(format!(
-            "endpoint {}: https is not supported yet; use an http:// endpoint",
-            e.url
-        )));
-    }
     let addrs: Vec<SocketAddr> = endpoints
         .iter()
         .map(|e| e.resolve().map_err(Error::Usage))
         .collect::<Result<_>>()?;
+    let tls = tls_targets(&endpoints, &args.tls_options())?;
+    if args.insecure && tls.iter().any(Option::is_some) {
+        eprintln!("warning: --insecure: server certificates are not verified");
+    }
     let mut reachable = 0;
-    for (e, addr) in endpoints.iter().zip(&addrs) {
-        match probe::reachable(*addr, PROBE_TIMEOUT) {
+    for ((e, addr), tls) in endpoints.iter().zip(&addrs).zip(&tls) {
+        match probe::reachable(*addr, tls.as_ref(), PROBE_TIMEOUT) {
             Ok(()) => reachable += 1,
-            Err(err) => eprintln!(
+            Err(probe::ProbeError::Tls(err)) => {
+                return Err(Error::Run(format!("endpoint {}: {err}", e.url)))
+            }
+            Err(probe::ProbeError::Connect(err)) => eprintln!(
                 "warning: endpoint {} ({addr}) is not reachable: {err}",
                 e.url
             ),
@@ -189,7 +191,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     }
     let model = match &args.model {
         Some(m) => m.clone(),
-        None => discover_model(&endpoints, &addrs, &extra_headers)?,
+        None => discover_model(&endpoints, &addrs, &tls, &extra_headers)?,
     };
 
     // Output.
@@ -277,10 +279,12 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     let targets: Vec<Target> = endpoints
         .iter()
         .zip(&addrs)
-        .map(|(e, addr)| Target {
+        .zip(tls)
+        .map(|((e, addr), tls)| Target {
             url: e.url.clone(),
             addr: *addr,
             request_head: request_head(e, args.api.path(), stream, &extra_headers),
+            tls,
         })
         .collect();
     let sender_cfg = Arc::new(SenderConfig {
@@ -613,11 +617,39 @@ fn request_head(endpoint: &Endpoint, api_path: &str, stream: bool, extra_headers
     .into_bytes()
 }
 
-fn discover_model(endpoints: &[Endpoint], addrs: &[SocketAddr], headers: &str) -> Result<String> {
+/// TLS for each https endpoint (the client configuration is built once, and only when one
+/// is https).
+fn tls_targets(endpoints: &[Endpoint], options: &TlsOptions) -> Result<Vec<Option<TlsTarget>>> {
+    let mut client = None;
+    endpoints
+        .iter()
+        .map(|e| {
+            if !e.tls {
+                return Ok(None);
+            }
+            if client.is_none() {
+                client = Some(ClientTls::new(options).map_err(Error::Usage)?);
+            }
+            let client = client.as_ref().expect("built above");
+            client
+                .target(&e.host)
+                .map(Some)
+                .map_err(|m| Error::Usage(format!("endpoint {}: {m}", e.url)))
+        })
+        .collect()
+}
+
+fn discover_model(
+    endpoints: &[Endpoint],
+    addrs: &[SocketAddr],
+    tls: &[Option<TlsTarget>],
+    headers: &str,
+) -> Result<String> {
     let mut last = String::new();
-    for (e, addr) in endpoints.iter().zip(addrs) {
+    for ((e, addr), tls) in endpoints.iter().zip(addrs).zip(tls) {
         match probe::get(
             *addr,
+            tls.as_ref(),
             &e.host_header(),
             &e.request_path("/v1/models"),
             headers,
@@ -714,6 +746,10 @@ fn run_json(
         json!(has_api_key.then(|| format!("from ${} (not saved)", args.api_key_env))),
     );
     m.insert("extra_body".into(), json!(args.extra_body));
+    m.insert(
+        "tls".into(),
+        json!({"verify_certificates": !args.insecure, "ca_cert": args.ca_cert}),
+    );
     Value::Object(m)
 }
 

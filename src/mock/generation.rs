@@ -24,6 +24,8 @@ pub struct MockConfig {
     pub fault_log: Option<std::path::PathBuf>,
     /// Where each request's arrival time is logged (`--arrival-log`).
     pub arrival_log: Option<std::path::PathBuf>,
+    /// Serve https with this certificate (`--tls-cert`, `--tls-key`).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
@@ -83,6 +85,7 @@ impl Default for MockConfig {
             faults: FaultPlan::default(),
             fault_log: None,
             arrival_log: None,
+            tls: None,
         }
     }
 }

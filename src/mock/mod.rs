@@ -18,7 +18,7 @@ use faults::{HUGE_HEAD_BYTES, SLOW_HEAD_NS};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -31,6 +31,7 @@ use serde_json::{json, Value};
 
 use crate::clock::{minimise_timer_slack, DeadlineTimer, RunClock};
 use crate::sockopt;
+use crate::transport::Stream;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TIMER: Token = Token(usize::MAX - 2);
@@ -45,6 +46,9 @@ pub struct MockStats {
     pub requests: u64,
     pub tokens: u64,
     pub writes: u64,
+    /// TLS handshakes completed, and how many of them resumed an earlier session.
+    pub tls_handshakes: u64,
+    pub tls_resumed: u64,
 }
 
 /// A mock running on its own thread.
@@ -103,7 +107,7 @@ impl MockServer {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     input: Vec<u8>,
     output: Vec<u8>,
     written: usize,
@@ -115,6 +119,8 @@ struct Conn {
     fault: Option<FaultKind>,
     /// A response head held back until the first events (`slow-head`).
     head_pending: Option<Vec<u8>>,
+    /// The TLS handshake was counted in [`MockStats`].
+    handshake_counted: bool,
     /// When the first bytes of the request now in `input` arrived (see [`arrival`]), or
     /// were read. A large body takes a while to arrive in full; the send drift a server sees
     /// is about the start.
@@ -221,14 +227,21 @@ impl MockLoop {
     fn accept(&mut self) {
         loop {
             match self.listener.accept() {
-                Ok((mut stream, _)) => {
+                Ok((tcp, _)) => {
                     self.stats.connections += 1;
                     if self.cfg.faults.refuses_connection(self.stats.connections) {
                         self.log_fault(None, FaultKind::Refuse);
-                        drop(stream);
+                        drop(tcp);
                         continue;
                     }
-                    let _ = stream.set_nodelay(true);
+                    let _ = tcp.set_nodelay(true);
+                    let mut stream = match &self.cfg.tls {
+                        None => Stream::Plain(tcp),
+                        Some(tls) => match rustls::ServerConnection::new(Arc::clone(tls)) {
+                            Ok(session) => Stream::tls(tcp, session),
+                            Err(_) => continue,
+                        },
+                    };
                     let slot = self.free.pop().unwrap_or_else(|| {
                         self.conns.push(None);
                         self.generations.push(0);
@@ -239,7 +252,7 @@ impl MockLoop {
                         .poll
                         .registry()
                         .register(
-                            &mut stream,
+                            stream.tcp_mut(),
                             token(slot, generation),
                             Interest::READABLE | Interest::WRITABLE,
                         )
@@ -259,6 +272,7 @@ impl MockLoop {
                             close_after: false,
                             fault: None,
                             head_pending: None,
+                            handshake_counted: false,
                             arrived_ns: None,
                         },
                     ));
@@ -285,13 +299,18 @@ impl MockLoop {
         let (slot, generation) = (t.0 & 0xffff_ffff, (t.0 >> 32) as u32);
         let (woke_ns, woke_wall_ns) = (self.woke_ns, self.woke_wall_ns);
         let stamped = self.arrival_log.is_some();
-        let Some(conn) = self.conn_mut(slot, generation) else {
+        let Some(conn) = conn_in(&mut self.conns, slot, generation) else {
             return;
         };
         let mut open = true;
-        if stamped && conn.input.is_empty() {
+        // Over TLS the first bytes are the handshake's: requests are stamped when read.
+        let plain = match &conn.stream {
+            Stream::Plain(tcp) => Some(tcp),
+            Stream::Tls(_) => None,
+        };
+        if let (true, true, Some(tcp)) = (stamped, conn.input.is_empty(), plain) {
             let mut byte = [0u8; 1];
-            match arrival::read_first_byte(&conn.stream, &mut byte) {
+            match arrival::read_first_byte(tcp, &mut byte) {
                 Ok((0, _)) => open = false,
                 Ok((_, stamp)) => {
                     conn.input.push(byte[0]);
@@ -324,6 +343,11 @@ impl MockLoop {
         }
         if !conn.input.is_empty() && conn.arrived_ns.is_none() {
             conn.arrived_ns = Some(woke_ns);
+        }
+        if let (false, Some(resumed)) = (conn.handshake_counted, conn.stream.resumed()) {
+            conn.handshake_counted = true;
+            self.stats.tls_handshakes += 1;
+            self.stats.tls_resumed += u64::from(resumed);
         }
         if !open || conn.input.len() > MAX_REQUEST {
             self.close(slot);
@@ -607,7 +631,7 @@ impl MockLoop {
             Some(FaultKind::ResetMidStream) => {
                 self.flush(slot, generation);
                 if let Some(conn) = self.conn_mut(slot, generation) {
-                    reset_on_close(&conn.stream);
+                    reset_on_close(conn.stream.tcp());
                 }
                 self.close(slot);
             }
@@ -631,9 +655,9 @@ impl MockLoop {
         let Some(conn) = self.conn_mut(slot, generation) else {
             return;
         };
-        let mut failed = false;
+        let mut failed = conn.stream.flush().is_err();
         let mut writes = 0;
-        while conn.written < conn.output.len() {
+        while !failed && conn.written < conn.output.len() {
             match conn.stream.write(&conn.output[conn.written..]) {
                 Ok(n) => {
                     writes += 1;
@@ -661,7 +685,7 @@ impl MockLoop {
 
     fn close(&mut self, slot: usize) {
         if let Some((_, mut conn)) = self.conns[slot].take() {
-            let _ = self.poll.registry().deregister(&mut conn.stream);
+            let _ = self.poll.registry().deregister(conn.stream.tcp_mut());
             self.generations[slot] = self.generations[slot].wrapping_add(1);
             self.free.push(slot);
         }

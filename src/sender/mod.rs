@@ -22,7 +22,7 @@ mod exchange;
 mod start;
 
 use std::collections::{BinaryHeap, VecDeque};
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,7 +32,6 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender as ChannelSender, TryRecvError};
 use hdrhistogram::Histogram;
 use mio::event::Event;
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::api::{Api, EventScanner};
@@ -46,7 +45,8 @@ use crate::pipeline::{BufferPool, ChannelBudget, PreparedRequest};
 use crate::record::{ErrorKind, RequestRecord};
 use crate::stats::latency_histogram;
 use crate::stop::StopRequest;
-use connector::Connector;
+use crate::transport::{Stream, TlsTarget};
+use connector::{Connector, Dial};
 use exchange::{Exchange, Feed, Hists};
 pub use start::StartGate;
 
@@ -81,6 +81,8 @@ pub struct Target {
     pub addr: SocketAddr,
     /// Request line and headers, up to (not including) `Content-Length`.
     pub request_head: Vec<u8>,
+    /// TLS for an https endpoint.
+    pub tls: Option<TlsTarget>,
 }
 
 #[derive(Clone, Debug)]
@@ -171,8 +173,9 @@ impl Drop for SenderEnded {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     target: usize,
+    /// Connected, and its TLS handshake (if any) complete: ready for requests.
     connected: bool,
     exchange: Option<Exchange>,
     parser: ResponseParser,
@@ -194,7 +197,7 @@ impl Conn {
     /// waits on it: the kernel still ACKs once more than a segment's worth is unacknowledged.
     fn delay_acks(&mut self, now: u64) {
         let _ = crate::sockopt::set(
-            &self.stream,
+            self.stream.tcp(),
             libc::IPPROTO_TCP,
             libc::TCP_QUICKACK,
             &0 as &libc::c_int,
@@ -216,6 +219,8 @@ struct Pool {
     waiting: VecDeque<Exchange>,
     /// After a failed connect, no new connection before this time.
     down_until: u64,
+    /// Why the last connect failed: what requests due while the endpoint is down are told.
+    down_because: Option<(ErrorKind, String)>,
     backoff_ns: u64,
     /// Requests in the heap due within [`CONNECT_AHEAD_NS`]: connections are opened for them
     /// before their deadlines, so a rising load does not wait for connects.
@@ -273,6 +278,13 @@ impl SenderLoop {
                 std::thread::current().name().unwrap_or("sender")
             ),
             Waker::new(poll.registry(), CONNECTED)?,
+            cfg.targets
+                .iter()
+                .map(|t| Dial {
+                    addr: t.addr,
+                    tls: t.tls.clone(),
+                })
+                .collect(),
         )?;
         let pools = cfg
             .targets
@@ -282,6 +294,7 @@ impl SenderLoop {
                 connecting: 0,
                 waiting: VecDeque::new(),
                 down_until: 0,
+                down_because: None,
                 backoff_ns: FIRST_BACKOFF_NS,
                 upcoming: 0,
             })
@@ -518,10 +531,14 @@ impl SenderLoop {
         if let Some(slot) = self.pools[target].idle.pop() {
             self.start(slot, ex);
         } else if now < self.pools[target].down_until && self.pools[target].connecting == 0 {
+            let (kind, why) = self.pools[target]
+                .down_because
+                .clone()
+                .unwrap_or((ErrorKind::Connect, "unreachable".into()));
             ex.fail(
-                ErrorKind::Connect,
+                kind,
                 format!(
-                    "{} is unreachable (reconnecting with backoff)",
+                    "{} is down, reconnecting with backoff: {why}",
                     self.cfg.targets[target].url
                 ),
             );
@@ -549,8 +566,7 @@ impl SenderLoop {
             if n >= needed_now && self.send_is_near() {
                 return;
             }
-            self.connector
-                .request(target, self.cfg.targets[target].addr);
+            self.connector.request(target);
             self.pools[target].connecting += 1;
         }
     }
@@ -568,13 +584,13 @@ impl SenderLoop {
         while let Some((target, opened)) = self.connector.try_opened() {
             if let Err(e) = opened.and_then(|stream| self.adopt(target, stream)) {
                 self.pools[target].connecting -= 1;
-                self.connect_failed(target, &e);
+                self.connect_failed(target, ErrorKind::Connect, &e);
             }
         }
     }
 
     /// Registers a socket whose connect is under way; its first event tells how it went.
-    fn adopt(&mut self, target: usize, mut stream: TcpStream) -> io::Result<()> {
+    fn adopt(&mut self, target: usize, mut stream: Stream) -> io::Result<()> {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(Slot {
                 generation: 0,
@@ -584,7 +600,7 @@ impl SenderLoop {
         });
         let generation = self.slots[slot].generation;
         if let Err(e) = self.poll.registry().register(
-            &mut stream,
+            stream.tcp_mut(),
             token(slot, generation),
             Interest::READABLE | Interest::WRITABLE,
         ) {
@@ -604,22 +620,28 @@ impl SenderLoop {
         Ok(())
     }
 
-    fn connect_failed(&mut self, target: usize, e: &io::Error) {
+    /// A connect (`Connect`) or TLS handshake (`Tls`) failed: the endpoint backs off.
+    fn connect_failed(&mut self, target: usize, kind: ErrorKind, e: &io::Error) {
         let now = self.clock.now_ns();
-        let url = self.cfg.targets[target].url.clone();
+        let url = &self.cfg.targets[target].url;
+        let hint = if limits::is_fd_exhaustion(e) {
+            " (raise ulimit -n: every request in flight needs a connection)"
+        } else {
+            ""
+        };
+        let why = match kind {
+            ErrorKind::Tls => format!("TLS handshake with {url}: {e}"),
+            _ => format!("connect to {url}: {e}{hint}"),
+        };
         let pool = &mut self.pools[target];
         pool.down_until = now + pool.backoff_ns;
         pool.backoff_ns = (pool.backoff_ns * 2).min(MAX_BACKOFF_NS);
+        pool.down_because = Some((kind, why.clone()));
         if pool.connecting == 0 {
             // Nothing else will connect soon: the queued requests fail now, at their deadlines.
             let waiting = std::mem::take(&mut pool.waiting);
-            let hint = if limits::is_fd_exhaustion(e) {
-                " (raise ulimit -n: every request in flight needs a connection)"
-            } else {
-                ""
-            };
             for mut ex in waiting {
-                ex.fail(ErrorKind::Connect, format!("connect to {url}: {e}{hint}"));
+                ex.fail(kind, why.clone());
                 self.emit(ex, target);
             }
         }
@@ -702,7 +724,7 @@ impl SenderLoop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    failure = Some((ErrorKind::from_io(&e), format!("write: {e}")));
+                    failure = Some((io_error_kind(&conn.stream, &e), format!("write: {e}")));
                     break;
                 }
             }
@@ -732,29 +754,43 @@ impl SenderLoop {
         }
         let conn = self.slots[slot].conn.as_mut().expect("checked");
         if !conn.connected {
-            match conn.stream.take_error() {
+            let target = conn.target;
+            match conn.stream.tcp().take_error() {
                 Ok(Some(e)) | Err(e) => {
-                    let target = conn.target;
                     self.close(slot);
-                    self.connect_failed(target, &e);
+                    self.connect_failed(target, ErrorKind::Connect, &e);
                     return;
                 }
                 Ok(None) => {}
             }
-            if conn.stream.peer_addr().is_err() {
+            if conn.stream.tcp().peer_addr().is_err() {
                 return; // still connecting
             }
+            match conn.stream.handshake() {
+                Ok(true) => {}
+                Ok(false) => return, // TLS handshake under way
+                Err(e) => {
+                    self.close(slot);
+                    self.connect_failed(target, ErrorKind::Tls, &e);
+                    return;
+                }
+            }
             conn.connected = true;
-            let _ = conn.stream.set_nodelay(true);
-            let target = conn.target;
+            let _ = conn.stream.tcp().set_nodelay(true);
             let pool = &mut self.pools[target];
             pool.connecting -= 1;
             pool.backoff_ns = FIRST_BACKOFF_NS;
             pool.down_until = 0;
+            pool.down_because = None;
             match pool.waiting.pop_front() {
                 Some(ex) => self.start(slot, ex),
                 None => pool.idle.push(slot),
             }
+            return;
+        }
+        if let Err(e) = conn.stream.flush() {
+            let kind = io_error_kind(&conn.stream, &e);
+            self.fail_and_close(slot, kind, format!("write: {e}"));
             return;
         }
         self.write_some(slot, usize::MAX);
@@ -776,10 +812,12 @@ impl SenderLoop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    self.fail_and_close(slot, ErrorKind::from_io(&e), format!("read: {e}"));
+                    let kind = io_error_kind(&conn.stream, &e);
+                    self.fail_and_close(slot, kind, format!("read: {e}"));
                     break;
                 }
             };
+            let drained = n < buf.len() && conn.stream.short_read_drains();
             let now = self.clock.now_ns();
             self.reads += 1;
             if now.saturating_sub(conn.acks_delayed_ns) >= ACK_MODE_REFRESH_NS {
@@ -821,7 +859,7 @@ impl SenderLoop {
                     self.complete(slot, now, reusable);
                 }
             }
-            if n < buf.len() && !until_eof {
+            if drained && !until_eof {
                 break;
             }
         }
@@ -884,7 +922,7 @@ impl SenderLoop {
         let Some(mut conn) = self.slots[slot].conn.take() else {
             return;
         };
-        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let _ = self.poll.registry().deregister(conn.stream.tcp_mut());
         let pool = &mut self.pools[conn.target];
         if !conn.connected {
             pool.connecting -= 1;
@@ -967,5 +1005,14 @@ impl SenderLoop {
             }
             self.top_up(target);
         }
+    }
+}
+
+/// The error kind of a failed read or write: a TLS record that fails to decrypt or verify is
+/// `tls`, not a generic I/O error.
+fn io_error_kind(stream: &Stream, e: &io::Error) -> ErrorKind {
+    match stream {
+        Stream::Tls(_) if e.kind() == io::ErrorKind::InvalidData => ErrorKind::Tls,
+        _ => ErrorKind::from_io(e),
     }
 }

@@ -1,0 +1,238 @@
+//! TLS settings (rustls with the ring provider), in one place: the client's trust (bundled
+//! webpki roots, `--ca-cert`, or `--insecure`), SNI and ALPN, session resumption, and the
+//! mock's server side. Certificates are verified unless the user says `--insecure`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use rustls::client::ClientConfig;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::ServerConfig;
+use rustls::{CertificateError, RootCertStore};
+
+use super::Stream;
+
+/// What the user said about certificates.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TlsOptions {
+    /// PEM file of CA certificates trusted beside the bundled roots.
+    pub ca_cert: Option<PathBuf>,
+    /// Accept any certificate (`--insecure`): the traffic is still encrypted, but the
+    /// server is not authenticated.
+    pub insecure: bool,
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The client configuration every https endpoint shares: one session cache, so that a
+/// reconnect resumes its session instead of paying a full handshake.
+#[derive(Clone)]
+pub struct ClientTls {
+    config: Arc<ClientConfig>,
+}
+
+impl ClientTls {
+    pub fn new(options: &TlsOptions) -> Result<ClientTls, String> {
+        let builder = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?;
+        let mut config = if options.insecure {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(
+                    danger::AcceptAnyCertificate(provider()),
+                ))
+                .with_no_client_auth()
+        } else {
+            let mut roots = RootCertStore::empty();
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            if let Some(path) = &options.ca_cert {
+                for cert in read_certs(path)? {
+                    roots.add(cert).map_err(|e| {
+                        format!(
+                            "--ca-cert {}: not a usable CA certificate: {e}",
+                            path.display()
+                        )
+                    })?;
+                }
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        };
+        // HTTP/1.1 is all the senders speak; a server that offers only h2 says so at once.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(ClientTls {
+            config: Arc::new(config),
+        })
+    }
+
+    /// The settings for one endpoint: its host name goes in SNI and is what the certificate
+    /// must name.
+    pub fn target(&self, host: &str) -> Result<TlsTarget, String> {
+        let server_name = ServerName::try_from(host.to_string())
+            .map_err(|e| format!("{host:?} is not a valid TLS server name: {e}"))?;
+        Ok(TlsTarget {
+            config: Arc::clone(&self.config),
+            server_name,
+        })
+    }
+}
+
+/// TLS for one endpoint.
+#[derive(Clone, Debug)]
+pub struct TlsTarget {
+    config: Arc<ClientConfig>,
+    server_name: ServerName<'static>,
+}
+
+impl TlsTarget {
+    /// Starts a client session over a socket (the handshake runs as the socket allows:
+    /// [`Stream::handshake`]).
+    pub fn wrap(&self, tcp: TcpStream) -> std::io::Result<Stream> {
+        let session =
+            rustls::ClientConnection::new(Arc::clone(&self.config), self.server_name.clone())
+                .map_err(|e| std::io::Error::other(describe(&e)))?;
+        Ok(Stream::tls(tcp, session))
+    }
+
+    /// A blocking session for the start-up probes.
+    pub fn blocking(
+        &self,
+        tcp: std::net::TcpStream,
+    ) -> std::io::Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> {
+        let session =
+            rustls::ClientConnection::new(Arc::clone(&self.config), self.server_name.clone())
+                .map_err(|e| std::io::Error::other(describe(&e)))?;
+        Ok(rustls::StreamOwned::new(session, tcp))
+    }
+}
+
+/// The mock's TLS: one certificate chain and key from PEM files, ALPN http/1.1.
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
+    let certs = read_certs(cert)?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("{}: no private key in PEM form: {e}", key.display()))?;
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("{}: {e}", cert.display()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{}: cannot read PEM certificates: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", path.display()));
+    }
+    Ok(certs)
+}
+
+/// A TLS failure in words a user can act on.
+pub fn describe(e: &rustls::Error) -> String {
+    let hint = " (give --ca-cert PATH with the server's CA, or --insecure to skip verification)";
+    match e {
+        rustls::Error::InvalidCertificate(c) => {
+            let what = match c {
+                CertificateError::UnknownIssuer => {
+                    "the server's certificate is not signed by a trusted CA (unknown issuer)".into()
+                }
+                CertificateError::NotValidForName
+                | CertificateError::NotValidForNameContext { .. } => {
+                    format!("the server's certificate does not name this host: {c}")
+                }
+                CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+                    format!("the server's certificate has expired: {c}")
+                }
+                CertificateError::Other(other) => {
+                    format!("the server's certificate was refused: {other}")
+                }
+                other => format!("the server's certificate was refused: {other}"),
+            };
+            format!("TLS certificate verification failed: {what}{hint}")
+        }
+        rustls::Error::AlertReceived(alert) => {
+            format!("TLS handshake refused by the peer (alert {alert:?})")
+        }
+        other => format!("TLS error: {other}"),
+    }
+}
+
+/// An I/O error in words: the TLS failure it carries, if any, else the error itself.
+pub fn describe_io(e: &std::io::Error) -> String {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(tls) => describe(tls),
+        None => e.to_string(),
+    }
+}
+
+/// Certificate checks switched off, for `--insecure` alone.
+mod danger {
+    use std::sync::Arc;
+
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{DigitallySignedStruct, Error, SignatureScheme};
+
+    /// Accepts any certificate; the handshake's signatures are still checked, so the session
+    /// is with whoever holds the certificate's key.
+    #[derive(Debug)]
+    pub struct AcceptAnyCertificate(pub Arc<CryptoProvider>);
+
+    impl ServerCertVerifier for AcceptAnyCertificate {
+        fn verify_server_cert(
+            &self,
+            _end_entity: &CertificateDer<'_>,
+            _intermediates: &[CertificateDer<'_>],
+            _server_name: &ServerName<'_>,
+            _ocsp: &[u8],
+            _now: UnixTime,
+        ) -> Result<ServerCertVerified, Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+}
