@@ -9,6 +9,8 @@
 # Usage: scripts/bench.sh [bench-configs/a-max-tokens.env ...]   (default: a, b, c, d)
 # KEEP=1 keeps each run's work directory (trace, records, arrival log) for a closer look.
 # BIN=path runs that binary instead of building this checkout (to compare two builds).
+# TLS=1 runs the same scenario over https: the mock serves a self-signed certificate made
+# with openssl for the run, and the client verifies it with --ca-cert.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${BIN:-}" ]; then
@@ -59,18 +61,26 @@ PY
   # the sender thread (which `--pin-cores auto` puts on the last one). MOCK_CORES= disables.
   pin_mock=()
   [ -n "${MOCK_CORES-0}" ] && [ "$(nproc)" -ge 2 ] && pin_mock=(taskset -c "${MOCK_CORES-0}")
+  scheme=http mock_tls=() client_tls=()
+  if [ -n "${TLS:-}" ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=bench \
+      -addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:FALSE \
+      -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+    scheme=https mock_tls=(--tls-cert "$work/cert.pem" --tls-key "$work/key.pem")
+    client_tls=(--ca-cert "$work/cert.pem")
+  fi
   "${pin_mock[@]}" "$bin" mock --listen 127.0.0.1:0 --ttft-ms "$MOCK_TTFT_MS" --itl-ms "$MOCK_ITL_MS" \
-    --arrival-log "$work/arrivals.jsonl" > "$work/mock.addr" &
+    "${mock_tls[@]}" --arrival-log "$work/arrivals.jsonl" > "$work/mock.addr" &
   mock=$!
   for _ in $(seq 50); do grep -q listening "$work/mock.addr" && break; sleep 0.1; done
   addr=$(sed -n 's/^listening on //p' "$work/mock.addr")
   steal_ticks() { awk '/^cpu /{print $9}' /proc/stat; }
   steal0=$(steal_ticks)
-  /usr/bin/time -v -o "$work/time.txt" "$bin" replay --quiet --endpoint "http://$addr" --model mock \
+  /usr/bin/time -v -o "$work/time.txt" "$bin" replay --quiet --endpoint "$scheme://$addr" --model mock "${client_tls[@]}" \
     --trace "$work/trace.jsonl" --num-sender "$NUM_SENDER" ${CONNECTIONS:+--connections "$CONNECTIONS"} ${CLIENT_FLAGS:-} --output "$work/run" "${extra[@]}" > /dev/null
   steal_ms=$(( ($(steal_ticks) - steal0) * 1000 / $(getconf CLK_TCK) ))
   python3 - "$config" "$work" "$steal_ms" <<'PY'
-import json, re, sys
+import json, os, re, sys
 config, work, steal_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
 s = json.load(open(f"{work}/run/summary.json"))
 t = open(f"{work}/time.txt").read()
@@ -94,7 +104,7 @@ mock_drift = [(r - resid[0]) / 1e6 for r in resid]
 pct = lambda v, p: v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
 d = s["drift_ms"]
 tok = s["output_tokens"]
-print(f"== {config}")
+print(f"== {config}" + (" over TLS" if os.environ.get("TLS") else ""))
 print(f"requests recorded {len(recs)} (ok {s['requests']['ok']}, failed {s['requests']['failed']}), "
       f"run {s['duration_s']:.1f} s, {s['request_throughput']:.0f} req/s")
 print(f"output tokens {tok}, {s['output_throughput']:,.0f} tok/s, {events} SSE events")

@@ -276,10 +276,20 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub input: TraceInputArgs,
 
-    /// Base URL of an inference server (`http://host:port`); repeat to drive several
-    /// instances directly, requests spread round-robin by record number.
-    #[arg(long = "endpoint", value_name = "URL")]
+    /// An inference server: `URL[,api=...][,model=...][,weight=N]`, repeatable to drive
+    /// several instances directly (`--route` spreads the records). The URL is a base
+    /// (`http://host:port`, `https://...`, with a path prefix if any) or a full API URL
+    /// (`http://h:8000/v1/chat/completions`, `.../v1/completions`), whose path then selects
+    /// the dialect. `api=` and `model=` override --api and --model for this endpoint (a mixed
+    /// fleet); `weight=` is its share of the records.
+    #[arg(long = "endpoint", value_name = "URL[,KEY=VALUE]")]
     pub endpoints: Vec<String>,
+
+    /// Which endpoint each record goes to: `round-robin` by record number (by weight), or
+    /// `session`: every turn of a conversation and every record sharing its first hash id
+    /// on one endpoint, as a KV-aware router places them.
+    #[arg(long, value_enum, default_value = "round-robin")]
+    pub route: crate::fleet::Route,
 
     /// Start the built-in mock server in-process on a free loopback port and target it.
     #[arg(long, conflicts_with = "endpoints")]
@@ -293,11 +303,12 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "MS", default_value_t = 5.0, requires = "mock")]
     pub mock_itl_ms: f64,
 
-    /// Request dialect.
-    #[arg(long, value_enum, default_value = "openai-chat")]
-    pub api: Api,
+    /// Request dialect of every endpoint (default: openai-chat, or what an endpoint URL's
+    /// path says; `openai` is openai-chat).
+    #[arg(long, value_enum)]
+    pub api: Option<Api>,
 
-    /// Model name sent in each request; by default the first model of the endpoint's
+    /// Model name sent in each request; by default the first model of each endpoint's
     /// `GET /v1/models`.
     #[arg(long, visible_alias = "model-name")]
     pub model: Option<String>,

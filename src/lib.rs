@@ -11,6 +11,7 @@ pub mod calibrate;
 pub mod cli;
 pub mod clock;
 pub mod error;
+pub mod fleet;
 pub mod http;
 pub mod limits;
 pub mod mock;

@@ -18,6 +18,7 @@ use crossbeam_channel::Sender;
 
 use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
+use crate::fleet::Router;
 use crate::prompt::{BlockCache, PromptSynth};
 use crate::stop::StopRequest;
 use crate::trace::{OrderedReader, TraceIds, TraceRecord};
@@ -26,6 +27,8 @@ use crate::trace::{OrderedReader, TraceIds, TraceRecord};
 #[derive(Debug)]
 pub struct PreparedRequest {
     pub index: u64,
+    /// The endpoint chosen for it ([`crate::fleet::Router`]); the body is in its dialect.
+    pub endpoint: u32,
     /// Planned send time, nanoseconds after the run start.
     pub scheduled_ns: u64,
     /// `X-Llmreplay-Index: i\r\nContent-Length: N\r\n\r\n` followed by the body, from
@@ -197,11 +200,20 @@ impl ToSenders {
     }
 }
 
-/// Turns records into request bytes.
-pub struct RequestBuilder {
+/// How the bodies for one endpoint are written.
+pub struct BodyStyle {
     pub api: Api,
     pub body: BodyOptions,
-    pub synth: Option<Arc<PromptSynth>>,
+    /// Which of [`RequestBuilder::synths`] builds its prompts (they differ by what the
+    /// server wraps around the content: a chat template, special tokens, nothing).
+    pub synth: Option<usize>,
+}
+
+/// Turns records into request bytes.
+pub struct RequestBuilder {
+    /// Per endpoint, by [`PreparedRequest::endpoint`].
+    pub styles: Vec<BodyStyle>,
+    pub synths: Vec<Arc<PromptSynth>>,
     /// Block cache budget of each producer, in bytes (`--block-cache-mb` / producers).
     pub cache_bytes_per_producer: usize,
     /// `--save-prompts`: where each prompt is logged, in record order.
@@ -214,36 +226,71 @@ pub struct RequestBuilder {
 /// logs and the mock's fault log name the record) and `Content-Length`.
 const HEAD_ROOM: usize = 80;
 
+/// A producer's block caches, one per synthesiser (shared by the endpoints that use it).
+pub struct BlockCaches(Vec<BlockCache>);
+
+impl BlockCaches {
+    pub fn hits(&self) -> u64 {
+        self.0.iter().map(BlockCache::hits).sum()
+    }
+
+    pub fn misses(&self) -> u64 {
+        self.0.iter().map(BlockCache::misses).sum()
+    }
+}
+
 impl RequestBuilder {
-    /// A block cache for one producer.
-    pub fn new_cache(&self) -> BlockCache {
-        match &self.synth {
-            Some(s) => s.block_cache(self.cache_bytes_per_producer),
-            None => BlockCache::disabled(),
+    /// A builder for one dialect and body, as every endpoint of a single-API run shares.
+    pub fn uniform(
+        api: Api,
+        body: BodyOptions,
+        synth: Option<Arc<PromptSynth>>,
+        buffers: BufferPool,
+    ) -> RequestBuilder {
+        RequestBuilder {
+            styles: vec![BodyStyle {
+                api,
+                body,
+                synth: synth.as_ref().map(|_| 0),
+            }],
+            synths: synth.into_iter().collect(),
+            cache_bytes_per_producer: 0,
+            prompt_log: None,
+            buffers,
         }
     }
 
+    /// The block caches of one producer; the budget is split among the synthesisers.
+    pub fn new_caches(&self) -> BlockCaches {
+        let each = self.cache_bytes_per_producer / self.synths.len().max(1);
+        BlockCaches(self.synths.iter().map(|s| s.block_cache(each)).collect())
+    }
+
+    /// The bytes of `record` for endpoint `endpoint`.
     pub fn build(
         &self,
         record: &TraceRecord,
+        endpoint: u32,
         scheduled_ns: u64,
-        cache: &mut BlockCache,
+        caches: &mut BlockCaches,
     ) -> Result<PreparedRequest, String> {
-        let prompt_bytes = match (&self.synth, record.input_length()) {
-            (Some(s), Some(len)) => s.estimated_bytes(len),
+        let style = &self.styles[endpoint as usize];
+        let synth = style.synth.map(|i| (&*self.synths[i], i));
+        let prompt_bytes = match (synth, record.input_length()) {
+            (Some((s, _)), Some(len)) => s.estimated_bytes(len),
             (_, len) => len.unwrap_or(0) as usize * 8,
         };
         let mut bytes = self.buffers.take(HEAD_ROOM + 512 + prompt_bytes);
         bytes.resize(HEAD_ROOM, 0);
-        let mut synthesis = self
-            .synth
-            .as_deref()
-            .map(|synth| Synthesis { synth, cache });
+        let mut synthesis = synth.map(|(synth, i)| Synthesis {
+            synth,
+            cache: &mut caches.0[i],
+        });
         let mut saved = self.prompt_log.as_ref().map(|_| Vec::new());
         write_body(
-            self.api,
+            style.api,
             record,
-            &self.body,
+            &style.body,
             synthesis.as_mut(),
             &mut bytes,
             saved.as_mut(),
@@ -266,6 +313,7 @@ impl RequestBuilder {
         bytes[start..HEAD_ROOM].copy_from_slice(&head[..head_len]);
         Ok(PreparedRequest {
             index: record.index,
+            endpoint,
             scheduled_ns,
             bytes,
             start,
@@ -335,17 +383,21 @@ impl PromptLog {
     }
 }
 
-/// The trace reader shared by the producers.
+/// The trace reader shared by the producers, with the router: records are routed in trace
+/// order (a conversation's turns in turn), under the same short lock.
 struct SharedReader {
     reader: OrderedReader,
+    router: Router,
     finished: bool,
 }
 
 /// Starts `n` producer threads; each returns the number of requests it built.
 /// `cores` are pinned round-robin when given.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn_producers(
     n: usize,
     reader: OrderedReader,
+    router: Router,
     schedule: Schedule,
     builder: Arc<RequestBuilder>,
     out: ToSenders,
@@ -354,6 +406,7 @@ pub fn spawn_producers(
 ) -> Vec<JoinHandle<Result<u64>>> {
     let shared = Arc::new(Mutex::new(SharedReader {
         reader,
+        router,
         finished: false,
     }));
     (0..n.max(1))
@@ -385,9 +438,9 @@ fn produce(
     stop: &StopRequest,
 ) -> Result<u64> {
     let mut built = 0;
-    let mut cache = builder.new_cache();
+    let mut caches = builder.new_caches();
     while stop.requested_at().is_none() {
-        let (record, scheduled_ns) = {
+        let (record, endpoint, scheduled_ns) = {
             let mut s = shared
                 .lock()
                 .map_err(|_| Error::Run("a producer thread panicked".into()))?;
@@ -399,7 +452,10 @@ fn produce(
                 break;
             };
             match schedule.plan(ts) {
-                Some(at) => (record, at),
+                Some(at) => {
+                    let endpoint = s.router.pick(&record);
+                    (record, endpoint, at)
+                }
                 None => {
                     s.finished = true;
                     break;
@@ -407,7 +463,7 @@ fn produce(
             }
         };
         let request = builder
-            .build(&record, scheduled_ns, &mut cache)
+            .build(&record, endpoint, scheduled_ns, &mut caches)
             .map_err(|message| Error::Trace {
                 file: shared
                     .lock()
@@ -491,19 +547,17 @@ mod tests {
 
     #[test]
     fn request_bytes_carry_exact_content_length() {
-        let builder = RequestBuilder {
-            api: Api::OpenaiCompletions,
-            body: BodyOptions {
+        let builder = RequestBuilder::uniform(
+            Api::OpenaiCompletions,
+            BodyOptions {
                 model_json: "\"m\"".into(),
                 stream: true,
                 exact_output: true,
                 extra_body: None,
             },
-            synth: None,
-            buffers: BufferPool::new(0),
-            cache_bytes_per_producer: 0,
-            prompt_log: None,
-        };
+            None,
+            BufferPool::new(0),
+        );
         let record = TraceRecord {
             index: 4,
             line: 5,
@@ -517,7 +571,7 @@ mod tests {
             extra: None,
         };
         let req = builder
-            .build(&record, 77, &mut builder.new_cache())
+            .build(&record, 0, 77, &mut builder.new_caches())
             .unwrap();
         let text = std::str::from_utf8(req.payload()).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();

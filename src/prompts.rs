@@ -91,17 +91,19 @@ pub fn run(args: &PromptsArgs) -> Result<PromptsReport> {
         None => None,
     };
     let builder = RequestBuilder {
-        api: args.api,
-        body: BodyOptions {
-            model_json: json!("model").to_string(),
-            stream: true,
-            exact_output: true,
-            extra_body: None,
-        },
-        synth: Some(Arc::clone(&prepared.synth)),
         cache_bytes_per_producer: args.prompt.block_cache_bytes() / args.threads,
-        buffers: BufferPool::new(0),
         prompt_log,
+        ..RequestBuilder::uniform(
+            args.api,
+            BodyOptions {
+                model_json: json!("model").to_string(),
+                stream: true,
+                exact_output: true,
+                extra_body: None,
+            },
+            Some(Arc::clone(&prepared.synth)),
+            BufferPool::new(0),
+        )
     };
     let shared = Shared {
         reader: Mutex::new(
@@ -180,13 +182,9 @@ impl Shared<'_> {
             verify: self.args.verify.then(Verification::default),
             ..PromptsReport::default()
         };
-        let mut cache = self.builder.new_cache();
-        let mut verify_cache = self.builder.new_cache();
-        let synth = self
-            .builder
-            .synth
-            .as_deref()
-            .expect("prompts always synthesise");
+        let mut cache = self.builder.new_caches();
+        let synth = &*self.builder.synths[0];
+        let mut verify_cache = synth.block_cache(self.builder.cache_bytes_per_producer);
         loop {
             let batch = self.next_batch()?;
             if batch.is_empty() {
@@ -197,7 +195,7 @@ impl Shared<'_> {
                 let t = Instant::now();
                 let request = self
                     .builder
-                    .build(record, 0, &mut cache)
+                    .build(record, 0, 0, &mut cache)
                     .map_err(|message| Error::Trace {
                         file: self.args.trace.clone(),
                         line: record.line,

@@ -13,16 +13,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 
 use crate::affinity;
-use crate::api::BodyOptions;
+use crate::api::{Api, BodyOptions};
 use crate::cli::{ms_to_ns, ReplayArgs};
 use crate::clock::RunClock;
 use crate::error::{Error, Result};
+use crate::fleet::{EndpointSpec, Router};
 use crate::http::endpoint::Endpoint;
 use crate::http::probe;
 use crate::limits;
 use crate::mock::{MockConfig, MockServer, PromptCounting};
 use crate::pipeline::{
-    spawn_producers, BufferPool, ChannelBudget, PromptLog, RequestBuilder, Schedule, ToSenders,
+    spawn_producers, BodyStyle, BufferPool, ChannelBudget, PromptLog, RequestBuilder, Schedule,
+    ToSenders,
 };
 use crate::progress::{LiveProgress, Snapshot};
 use crate::prompt;
@@ -105,25 +107,56 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         ));
     }
 
-    // Prompt synthesis, only when some record carries lengths instead of text.
+    // Endpoints as given (the in-process mock's address is known once it runs).
+    let default_api = args.api.unwrap_or(Api::OpenaiChat);
+    let mut specs: Vec<EndpointSpec> = args
+        .endpoints
+        .iter()
+        .map(|text| EndpointSpec::parse(text, args.api, default_api).map_err(Error::Usage))
+        .collect::<Result<_>>()?;
+    let apis: Vec<Api> = if args.mock {
+        vec![default_api]
+    } else {
+        specs.iter().map(|s| s.api).collect()
+    };
+
+    // Prompt synthesis, only when some record carries lengths instead of text: one
+    // synthesiser per way the endpoints' servers wrap the content.
     let needs_tokenizer = trace_stats.verbatim_records < trace_stats.records;
-    let synth = match args.prompt.synth_options(args.api, format)? {
-        Some(opts) if needs_tokenizer => {
-            let prepared = prompt::prepare(&opts)?;
-            say(prepared.description);
-            if let Some(w) = prepared.warning {
-                eprintln!("warning: {w}");
+    // Distinct wrappings, each with an API that needs it; and each endpoint's wrapping.
+    let mut wrappings: Vec<(prompt::Wrapping, Api)> = Vec::new();
+    let mut synth_of_endpoint = Vec::with_capacity(apis.len());
+    for &api in &apis {
+        let wrapping = args.prompt.wrapping(api)?;
+        let at = match wrappings.iter().position(|(w, _)| *w == wrapping) {
+            Some(at) => at,
+            None => {
+                wrappings.push((wrapping, api));
+                wrappings.len() - 1
             }
-            Some(prepared.synth)
-        }
-        None if needs_tokenizer => {
+        };
+        synth_of_endpoint.push(at);
+    }
+    let mut synths = Vec::new();
+    for &(_, api) in wrappings.iter().filter(|_| needs_tokenizer) {
+        let Some(opts) = args.prompt.synth_options(api, format)? else {
             return Err(Error::Usage(
                 "the trace gives lengths, not text: give --tokenizer PATH (a tokenizer.json or a model directory) to synthesise prompts"
                     .into(),
-            ))
+            ));
+        };
+        let prepared = prompt::prepare(&opts)?;
+        say(prepared.description);
+        if let Some(w) = prepared.warning {
+            eprintln!("warning: {w}");
         }
-        _ => None,
-    };
+        synths.push(prepared.synth);
+    }
+    let chat_overhead = wrappings
+        .iter()
+        .position(|(w, _)| *w == prompt::Wrapping::Chat)
+        .and_then(|i| synths.get(i))
+        .map_or(0, |s| s.overhead());
 
     // Endpoints: the in-process mock, or the given servers.
     let mock = if args.mock {
@@ -132,9 +165,7 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             itl_ns: ms_to_ns(args.mock_itl_ms),
             // The in-process mock counts words; it is told the template overhead measured
             // above so that its usage.prompt_tokens stands for what a server would count.
-            counting: PromptCounting::Words {
-                chat_overhead: synth.as_ref().map_or(0, |s| s.overhead()),
-            },
+            counting: PromptCounting::Words { chat_overhead },
             ..MockConfig::default()
         };
         let server = MockServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), cfg)
@@ -144,14 +175,12 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     } else {
         None
     };
-    let urls: Vec<String> = match &mock {
-        Some(m) => vec![format!("http://{}", m.addr())],
-        None => args.endpoints.clone(),
-    };
-    let endpoints: Vec<Endpoint> = urls
-        .iter()
-        .map(|u| Endpoint::parse(u).map_err(Error::Usage))
-        .collect::<Result<_>>()?;
+    if let Some(m) = &mock {
+        let url = format!("http://{}", m.addr());
+        specs =
+            vec![EndpointSpec::parse(&url, Some(default_api), default_api).map_err(Error::Usage)?];
+    }
+    let endpoints: Vec<Endpoint> = specs.iter().map(|s| s.endpoint.clone()).collect();
     let addrs: Vec<SocketAddr> = endpoints
         .iter()
         .map(|e| e.resolve().map_err(Error::Usage))
@@ -189,10 +218,18 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     for h in &args.headers {
         extra_headers.push_str(&parse_header(h)?);
     }
-    let model = match &args.model {
-        Some(m) => m.clone(),
-        None => discover_model(&endpoints, &addrs, &tls, &extra_headers)?,
-    };
+    // Each endpoint's model: its own `model=`, else --model, else what it serves.
+    let models: Vec<String> = specs
+        .iter()
+        .zip(&addrs)
+        .zip(&tls)
+        .map(
+            |((spec, addr), tls)| match spec.model.as_ref().or(args.model.as_ref()) {
+                Some(m) => Ok(m.clone()),
+                None => discover_model(&spec.endpoint, *addr, tls.as_ref(), &extra_headers),
+            },
+        )
+        .collect::<Result<_>>()?;
 
     // Output.
     let dir = match (&args.output, &args.output_path) {
@@ -255,15 +292,24 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     // Room for every buffer that can be out at once: in the channel, in the senders' heaps
     // and being built.
     let buffers = BufferPool::new(args.channel_capacity + num_sender * lookahead + num_producer);
+    let styles = specs
+        .iter()
+        .zip(&models)
+        .zip(&synth_of_endpoint)
+        .map(|((spec, model), &synth)| BodyStyle {
+            api: spec.api,
+            body: BodyOptions {
+                model_json: json!(model).to_string(),
+                stream,
+                exact_output: !args.no_exact_output,
+                extra_body: extra_body.clone(),
+            },
+            synth: (!synths.is_empty()).then_some(synth),
+        })
+        .collect();
     let builder = Arc::new(RequestBuilder {
-        api: args.api,
-        body: BodyOptions {
-            model_json: json!(model).to_string(),
-            stream,
-            exact_output: !args.no_exact_output,
-            extra_body,
-        },
-        synth,
+        styles,
+        synths,
         cache_bytes_per_producer: args.prompt.block_cache_bytes() / num_producer,
         prompt_log,
         buffers: buffers.clone(),
@@ -276,20 +322,20 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     let clock = RunClock::new();
     let stop_request = Arc::new(StopRequest::default());
     let start = Arc::new(StartGate::new(num_sender));
-    let targets: Vec<Target> = endpoints
+    let targets: Vec<Target> = specs
         .iter()
         .zip(&addrs)
         .zip(tls)
-        .map(|((e, addr), tls)| Target {
-            url: e.url.clone(),
+        .map(|((spec, addr), tls)| Target {
+            url: spec.endpoint.url.clone(),
             addr: *addr,
-            request_head: request_head(e, args.api.path(), stream, &extra_headers),
+            request_head: request_head(&spec.endpoint, spec.api.path(), stream, &extra_headers),
             tls,
+            api: spec.api,
         })
         .collect();
     let sender_cfg = Arc::new(SenderConfig {
         targets,
-        api: args.api,
         stream,
         request_timeout_ns: (args.request_timeout * 1e9) as u64,
         first_token_timeout_ns: args.first_token_timeout.map(|s| (s * 1e9) as u64),
@@ -317,9 +363,11 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     };
     let reader =
         OrderedReader::new(TraceReader::open(&args.trace, format)?.with_options(read_options));
+    let weights: Vec<u32> = specs.iter().map(|s| s.weight).collect();
     let producers = spawn_producers(
         num_producer,
         reader,
+        Router::new(args.route, &weights),
         schedule,
         Arc::clone(&builder),
         ToSenders {
@@ -362,18 +410,30 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         + START_LEAD_NS / 1_000_000;
     start.start(t0_ns);
     if let Some(d) = &dir {
+        let fleet: Vec<Value> = specs
+            .iter()
+            .zip(&models)
+            .zip(&builder.styles)
+            .map(|((spec, model), style)| {
+                json!({
+                    "url": spec.endpoint.url,
+                    "api": spec.api,
+                    "model": model,
+                    "weight": spec.weight,
+                    "prompt_overhead_tokens": style.synth.map(|i| builder.synths[i].overhead()),
+                })
+            })
+            .collect();
         let mut run = run_json(
             args,
-            &model,
             format,
             block_size,
             &trace_stats,
-            &endpoints,
+            fleet,
             num_producer,
             num_sender,
             auth.is_some(),
             started_unix_ms,
-            builder.synth.as_ref().map(|s| s.overhead()),
         );
         run["connections_at_start"] = json!(connections_at_start);
         report::write_json(&d.join("run.json"), &run)?;
@@ -639,51 +699,51 @@ fn tls_targets(endpoints: &[Endpoint], options: &TlsOptions) -> Result<Vec<Optio
         .collect()
 }
 
+/// The first model an endpoint lists at `GET /v1/models` (under its base URL).
 fn discover_model(
-    endpoints: &[Endpoint],
-    addrs: &[SocketAddr],
-    tls: &[Option<TlsTarget>],
+    e: &Endpoint,
+    addr: SocketAddr,
+    tls: Option<&TlsTarget>,
     headers: &str,
 ) -> Result<String> {
-    let mut last = String::new();
-    for ((e, addr), tls) in endpoints.iter().zip(addrs).zip(tls) {
-        match probe::get(
-            *addr,
-            tls.as_ref(),
-            &e.host_header(),
-            &e.request_path("/v1/models"),
-            headers,
-            PROBE_TIMEOUT,
-        ) {
-            Ok((200, body)) => {
-                if let Some(m) = probe::first_model(&body) {
-                    return Ok(m);
-                }
-                last = format!("{}: /v1/models lists no model", e.url);
-            }
-            Ok((status, _)) => last = format!("{}: GET /v1/models answered {status}", e.url),
-            Err(err) => last = format!("{}: GET /v1/models failed: {err}", e.url),
-        }
-    }
+    let path = e.request_path("/v1/models");
+    let why = match probe::get(addr, tls, &e.host_header(), &path, headers, PROBE_TIMEOUT) {
+        Ok((200, body)) => match probe::first_model(&body) {
+            Some(m) => return Ok(m),
+            None => format!("GET {path} lists no model"),
+        },
+        Ok((status, _)) => format!("GET {path} answered {status}"),
+        Err(err) => format!("GET {path} failed: {err}"),
+    };
     Err(Error::Usage(format!(
-        "could not discover the model name ({last}); give --model NAME"
+        "endpoint {}: could not discover the model name ({why}); give --model NAME (or model= on the endpoint)",
+        e.url
     )))
 }
 
+/// `run.json`: the resolved configuration (never a secret). `fleet` has one object per
+/// endpoint (url, api, model, weight, prompt overhead); `api` and `model` at the top are
+/// theirs when all endpoints agree, else the list of them.
 #[allow(clippy::too_many_arguments)]
 fn run_json(
     args: &ReplayArgs,
-    model: &str,
     format: crate::trace::Format,
     block_size: u32,
     stats: &inspect::TraceStats,
-    endpoints: &[Endpoint],
+    fleet: Vec<Value>,
     num_producer: usize,
     num_sender: usize,
     has_api_key: bool,
     started_unix_ms: u64,
-    prompt_overhead: Option<u64>,
 ) -> Value {
+    let common = |key: &str| {
+        let values: Vec<&Value> = fleet.iter().map(|e| &e[key]).collect();
+        if values.iter().all(|v| *v == values[0]) {
+            values[0].clone()
+        } else {
+            json!(values)
+        }
+    };
     // Header values may be credentials: only their names are saved.
     let header_names: Vec<&str> = args
         .headers
@@ -703,16 +763,17 @@ fn run_json(
     );
     m.insert(
         "endpoints".into(),
-        json!(endpoints.iter().map(|e| &e.url).collect::<Vec<_>>()),
+        json!(fleet.iter().map(|e| &e["url"]).collect::<Vec<_>>()),
     );
+    m.insert("route".into(), json!(args.route));
     m.insert(
         "mock".into(),
         json!(args
             .mock
             .then(|| json!({"ttft_ms": args.mock_ttft_ms, "itl_ms": args.mock_itl_ms}))),
     );
-    m.insert("api".into(), json!(args.api));
-    m.insert("model".into(), json!(model));
+    m.insert("api".into(), common("api"));
+    m.insert("model".into(), common("model"));
     m.insert("stream".into(), json!(!args.no_stream));
     m.insert("exact_output".into(), json!(!args.no_exact_output));
     m.insert("tokenizer".into(), json!(args.prompt.tokenizer));
@@ -722,7 +783,11 @@ fn run_json(
     );
     m.insert("input_length_of".into(), json!(args.prompt.input_length_of));
     m.insert("prompt_mode".into(), json!(args.prompt.prompt_mode));
-    m.insert("prompt_overhead_tokens".into(), json!(prompt_overhead));
+    m.insert(
+        "prompt_overhead_tokens".into(),
+        common("prompt_overhead_tokens"),
+    );
+    m.insert("fleet".into(), json!(fleet));
     m.insert("block_cache_mb".into(), json!(args.prompt.block_cache_mb));
     m.insert("save_prompts".into(), json!(args.save_prompts));
     m.insert("seed".into(), json!(args.prompt.seed));

@@ -83,12 +83,13 @@ pub struct Target {
     pub request_head: Vec<u8>,
     /// TLS for an https endpoint.
     pub tls: Option<TlsTarget>,
+    /// The dialect its responses are read in.
+    pub api: Api,
 }
 
 #[derive(Clone, Debug)]
 pub struct SenderConfig {
     pub targets: Vec<Target>,
-    pub api: Api,
     pub stream: bool,
     pub request_timeout_ns: u64,
     /// A request sent this long ago with no first token yet fails as a timeout.
@@ -251,7 +252,8 @@ struct SenderLoop {
     records: ChannelSender<RequestRecord>,
     progress: Arc<Progress>,
     read_buf: Vec<u8>,
-    scanner: EventScanner,
+    /// Per endpoint: what its stream events mean.
+    scanners: Vec<EventScanner>,
     hists: Hists,
     next_housekeeping: u64,
     reads: u64,
@@ -301,7 +303,11 @@ impl SenderLoop {
             .collect();
         Ok(SenderLoop {
             id,
-            scanner: EventScanner::new(cfg.api),
+            scanners: cfg
+                .targets
+                .iter()
+                .map(|t| EventScanner::new(t.api))
+                .collect(),
             cfg,
             t0_ns: 0,
             clock,
@@ -521,7 +527,7 @@ impl SenderLoop {
 
     /// Hands a due request to an idle connection of its endpoint, or queues it.
     fn dispatch(&mut self, req: PreparedRequest) {
-        let target = (req.index % self.cfg.targets.len() as u64) as usize;
+        let target = req.endpoint as usize;
         let mut ex = Exchange::new(req, self.cfg.record_itl);
         let now = self.clock.now_ns();
         // It was one of the upcoming requests the pool has a connection for: counted twice
@@ -836,7 +842,7 @@ impl SenderLoop {
                 ex,
                 sse: &mut conn.sse,
                 body: &mut conn.body,
-                scanner: &self.scanner,
+                scanner: &self.scanners[conn.target],
                 hists: &mut self.hists,
                 now,
                 stream: self.cfg.stream,
@@ -888,7 +894,7 @@ impl SenderLoop {
     fn complete(&mut self, slot: usize, now: u64, reusable: bool) {
         let conn = self.slots[slot].conn.as_mut().expect("live slot");
         let mut ex = conn.exchange.take().expect("exchange in flight");
-        ex.finish_response(&conn.body, &self.scanner, now);
+        ex.finish_response(&conn.body, &self.scanners[conn.target], now);
         let target = conn.target;
         self.in_flight -= 1;
         self.emit(ex, target);
@@ -956,10 +962,9 @@ impl SenderLoop {
             pool.upcoming = 0;
         }
         let horizon = now + CONNECT_AHEAD_NS;
-        let targets = self.cfg.targets.len() as u64;
         for req in self.heap.iter() {
             if self.t0_ns + req.scheduled_ns <= horizon {
-                self.pools[(req.index % targets) as usize].upcoming += 1;
+                self.pools[req.endpoint as usize].upcoming += 1;
             }
         }
     }
