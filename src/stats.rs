@@ -251,6 +251,43 @@ pub struct SummaryBuilder {
     length_checked: u64,
     length_exact: u64,
     length_max_diff: u64,
+    per_endpoint: BTreeMap<String, EndpointBuilder>,
+}
+
+/// One endpoint's share of a run, accumulated.
+#[derive(Default)]
+struct EndpointBuilder {
+    total: u64,
+    ok: u64,
+    output_tokens: u64,
+    ttft: Vec<f64>,
+    e2el: Vec<f64>,
+}
+
+/// One endpoint's share of a run (`per_endpoint` in summary.json).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EndpointSummary {
+    pub endpoint: String,
+    pub requests: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub ttft: Option<Distribution>,
+    pub e2el: Option<Distribution>,
+    /// Output tokens per second of the whole run's duration.
+    pub output_throughput: f64,
+}
+
+impl EndpointSummary {
+    fn to_json(&self) -> Value {
+        let p = |d: &Option<Distribution>, q| d.as_ref().and_then(|d| d.percentile(q));
+        json!({
+            "endpoint": self.endpoint, "requests": self.requests, "ok": self.ok,
+            "failed": self.failed,
+            "ttft_ms": {"p50": p(&self.ttft, 50.0), "p99": p(&self.ttft, 99.0)},
+            "e2el_ms": {"p50": p(&self.e2el, 50.0), "p99": p(&self.e2el, 99.0)},
+            "output_throughput": self.output_throughput,
+        })
+    }
 }
 
 /// Sends later than this are `late_sends` (CONTRACT §6).
@@ -266,6 +303,14 @@ impl SummaryBuilder {
 
     pub fn add(&mut self, r: &RequestRecord) {
         self.total += 1;
+        let mine = self.per_endpoint.entry(r.endpoint.clone()).or_default();
+        mine.total += 1;
+        if r.ok() {
+            mine.ok += 1;
+            mine.output_tokens += r.output_tokens.unwrap_or(0);
+            mine.ttft.extend(r.ttft_ms());
+            mine.e2el.extend(r.e2el_ms());
+        }
         if let Some(d) = r.drift_ms() {
             self.drift.push(d);
             if d > LATE_SEND_MS {
@@ -351,6 +396,19 @@ impl SummaryBuilder {
             length_exact: self.length_exact,
             length_max_diff: self.length_max_diff,
             percentiles: percentile_list(percentiles),
+            per_endpoint: self
+                .per_endpoint
+                .into_iter()
+                .map(|(endpoint, mut b)| EndpointSummary {
+                    endpoint,
+                    requests: b.total,
+                    ok: b.ok,
+                    failed: b.total - b.ok,
+                    ttft: Distribution::of(&mut b.ttft, &[]),
+                    e2el: Distribution::of(&mut b.e2el, &[]),
+                    output_throughput: per_s(b.output_tokens as f64),
+                })
+                .collect(),
         }
     }
 }
@@ -386,6 +444,8 @@ pub struct Summary {
     pub length_exact: u64,
     pub length_max_diff: u64,
     pub percentiles: Vec<f64>,
+    /// Each endpoint's share, by URL.
+    pub per_endpoint: Vec<EndpointSummary>,
 }
 
 impl Summary {
@@ -448,6 +508,14 @@ impl Summary {
             json!({"checked": self.length_checked, "exact": self.length_exact, "max_abs_diff": self.length_max_diff}),
         );
         m.insert("late_sends".into(), json!(self.late_sends));
+        m.insert(
+            "per_endpoint".into(),
+            json!(self
+                .per_endpoint
+                .iter()
+                .map(EndpointSummary::to_json)
+                .collect::<Vec<_>>()),
+        );
         Value::Object(m)
     }
 
@@ -514,6 +582,29 @@ impl Summary {
                 row(format!("P{} {name} (ms):", format_number(*p)), *v);
             }
             row(format!("Max {name} (ms):"), d.max);
+        }
+        if self.per_endpoint.len() > 1 {
+            out.push_str(&format!("{:-^50}\n", "Per endpoint"));
+            let p = |d: &Option<Distribution>, q| {
+                d.as_ref()
+                    .and_then(|d| d.percentile(q))
+                    .map_or("-".to_string(), |v| format!("{v:.2}"))
+            };
+            for e in &self.per_endpoint {
+                out.push_str(&format!(
+                    "{}\n  requests {} (ok {}, failed {}), {:.2} output tok/s\n  \
+                     TTFT p50/p99 (ms): {} / {}  E2EL p50/p99 (ms): {} / {}\n",
+                    e.endpoint,
+                    e.requests,
+                    e.ok,
+                    e.failed,
+                    e.output_throughput,
+                    p(&e.ttft, 50.0),
+                    p(&e.ttft, 99.0),
+                    p(&e.e2el, 50.0),
+                    p(&e.e2el, 99.0),
+                ));
+            }
         }
         out.push_str(&"=".repeat(50));
         out.push('\n');

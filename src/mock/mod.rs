@@ -46,6 +46,9 @@ pub struct MockStats {
     pub requests: u64,
     pub tokens: u64,
     pub writes: u64,
+    /// Generation requests per dialect: chat, completions.
+    pub chat_requests: u64,
+    pub completion_requests: u64,
     /// TLS handshakes completed, and how many of them resumed an earlier session.
     pub tls_handshakes: u64,
     pub tls_resumed: u64,
@@ -470,6 +473,10 @@ impl MockLoop {
                 return true;
             }
         };
+        match dialect {
+            Dialect::Chat => self.stats.chat_requests += 1,
+            Dialect::Completions => self.stats.completion_requests += 1,
+        }
         let parsed = serde_json::from_slice::<Value>(&body)
             .map_err(|e| format!("invalid JSON body: {e}"))
             .and_then(|v| Generation::from_request(dialect, &v, id, now, &cfg.counting));

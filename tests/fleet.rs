@@ -1,0 +1,259 @@
+//! Several endpoints in one run: `--route round-robin` spreads the records evenly,
+//! `--route session` keeps conversations and shared first blocks together, and a mixed fleet
+//! (chat and completions instances, a full-URL endpoint among them) works in one run, each
+//! instance receiving its own dialect.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use clap::Parser;
+use serde_json::{json, Value};
+
+mod common;
+use common::{read_jsonl, temp_dir};
+use llmreplay::mock::{MockConfig, MockServer, MockStats};
+
+fn mocks(n: usize) -> Vec<MockServer> {
+    (0..n)
+        .map(|_| {
+            let cfg = MockConfig {
+                ttft_ns: 1_000_000,
+                itl_ns: 100_000,
+                ..MockConfig::default()
+            };
+            MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap()
+        })
+        .collect()
+}
+
+fn replay(args: &[String]) -> llmreplay::replay::RunOutcome {
+    let cli = llmreplay::cli::Cli::parse_from(
+        ["llmreplay", "replay", "--quiet"]
+            .into_iter()
+            .map(String::from)
+            .chain(args.iter().cloned()),
+    );
+    let llmreplay::cli::Command::Replay(args) = cli.command else {
+        panic!("replay")
+    };
+    llmreplay::replay::replay(&args).unwrap()
+}
+
+fn write_trace(path: &Path, records: &[Value]) {
+    let lines: Vec<String> = records.iter().map(Value::to_string).collect();
+    std::fs::write(path, lines.join("\n")).unwrap();
+}
+
+fn stop_all(mocks: Vec<MockServer>) -> Vec<MockStats> {
+    mocks.into_iter().map(|m| m.stop().unwrap()).collect()
+}
+
+#[test]
+fn round_robin_spreads_records_evenly_by_weight() {
+    let dir = temp_dir("fleet-rr");
+    let trace = dir.join("t.jsonl");
+    let records: Vec<Value> = (0..400)
+        .map(|i| json!({"timestamp": i, "text_input": "a b c", "output_length": 2}))
+        .collect();
+    write_trace(&trace, &records);
+    let servers = mocks(4);
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|m| format!("http://{}", m.addr()))
+        .collect();
+    let mut args = vec!["--trace".to_string(), trace.display().to_string()];
+    args.extend(["--time-scale", "10", "--output"].map(String::from));
+    args.push(dir.join("run").display().to_string());
+    for (i, url) in urls.iter().enumerate() {
+        args.push("--endpoint".into());
+        // The last instance takes twice the share of the others.
+        args.push(if i == 3 {
+            format!("{url},weight=2")
+        } else {
+            url.clone()
+        });
+    }
+    let outcome = replay(&args);
+    assert_eq!(outcome.summary.ok, 400);
+    let stats = stop_all(servers);
+    let got: Vec<u64> = stats.iter().map(|s| s.requests - 1).collect(); // less discovery
+    assert_eq!(got, vec![80, 80, 80, 160], "{stats:?}");
+    // summary.json and the table break the run down per endpoint.
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/summary.json")).unwrap())
+            .unwrap();
+    let per: HashMap<&str, &Value> = summary["per_endpoint"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["endpoint"].as_str().unwrap(), e))
+        .collect();
+    assert_eq!(per.len(), 4);
+    assert_eq!(per[urls[3].as_str()]["requests"], 160);
+    assert_eq!(per[urls[0].as_str()]["ok"], 80);
+    assert!(per[urls[0].as_str()]["ttft_ms"]["p99"].as_f64().unwrap() >= 1.0);
+    let table = outcome.summary.to_table();
+    assert!(
+        table.contains("Per endpoint") && table.contains(&urls[2]),
+        "{table}"
+    );
+    // Within every round of five records, each instance has its share.
+    let by_index: HashMap<u64, String> = read_jsonl(&dir.join("run/requests.jsonl"))
+        .iter()
+        .map(|r| {
+            (
+                r["index"].as_u64().unwrap(),
+                r["endpoint"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for round in 0..80u64 {
+        let mut count = HashMap::new();
+        for i in round * 5..round * 5 + 5 {
+            *count.entry(by_index[&i].clone()).or_insert(0) += 1;
+        }
+        assert_eq!(count.get(&urls[3]), Some(&2), "round {round}: {count:?}");
+        assert_eq!(count.len(), 4, "round {round}: {count:?}");
+    }
+}
+
+/// Bailian-style chains (chat_id / parent_chat_id, 3 turns each, the child's hash ids
+/// starting with its history) and standalone records that share a first hash id.
+#[test]
+fn session_routing_keeps_conversations_and_first_block_groups_on_one_endpoint() {
+    let dir = temp_dir("fleet-session");
+    let trace = dir.join("t.jsonl");
+    let mut records = Vec::new();
+    let mut roots = HashMap::new(); // chat id -> root chat id
+    let mut next_block = 0u64;
+    for conv in 0..30i64 {
+        let mut parent = -1i64;
+        let mut history: Vec<u64> = Vec::new();
+        for turn in 1..=3i64 {
+            let chat = conv * 10 + turn;
+            history.extend(next_block..next_block + 2);
+            next_block += 2;
+            records.push(json!({
+                "chat_id": chat, "parent_chat_id": parent,
+                "timestamp": (conv as f64) * 0.05 + (turn as f64) * 0.5,
+                "input_length": history.len() * 16, "output_length": 2,
+                "type": "text", "turn": turn, "hash_ids": history,
+            }));
+            roots.insert(chat, conv * 10 + 1);
+            parent = chat;
+        }
+    }
+    // Standalone records: ten groups of four sharing their first block.
+    for i in 0..40i64 {
+        records.push(json!({
+            "chat_id": 10_000 + i, "parent_chat_id": -1, "timestamp": 2.0 + i as f64 * 0.01,
+            "input_length": 32, "output_length": 2, "type": "api", "turn": 1,
+            "hash_ids": [900_000 + (i % 10) as u64, 800_000 + i as u64],
+        }));
+        roots.insert(10_000 + i, -(i % 10) - 1); // the group stands for the root
+    }
+    records.sort_by(|a, b| {
+        a["timestamp"]
+            .as_f64()
+            .partial_cmp(&b["timestamp"].as_f64())
+            .unwrap()
+    });
+    write_trace(&trace, &records);
+    let servers = mocks(4);
+    let mut args = vec!["--trace".to_string(), trace.display().to_string()];
+    args.extend(["--route", "session", "--time-scale", "4", "--output"].map(String::from));
+    args.push(dir.join("run").display().to_string());
+    args.extend([
+        "--tokenizer".to_string(),
+        common::tokenizer("qwen3").display().to_string(),
+    ]);
+    for m in &servers {
+        args.push("--endpoint".into());
+        args.push(format!("http://{}", m.addr()));
+    }
+    let outcome = replay(&args);
+    assert_eq!(outcome.summary.ok as usize, records.len());
+    let mut endpoint_of_group: HashMap<i64, String> = HashMap::new();
+    let mut used = std::collections::HashSet::new();
+    for r in read_jsonl(&dir.join("run/requests.jsonl")) {
+        let chat = r["chat_id"].as_i64().unwrap();
+        let endpoint = r["endpoint"].as_str().unwrap().to_string();
+        used.insert(endpoint.clone());
+        let group = roots[&chat];
+        let first = endpoint_of_group
+            .entry(group)
+            .or_insert_with(|| endpoint.clone());
+        assert_eq!(*first, endpoint, "chat {chat} left its group {group}");
+    }
+    assert!(used.len() > 1, "groups are spread over the endpoints");
+    stop_all(servers);
+}
+
+/// Two chat instances and one completions instance given as a full API URL: each receives
+/// its own dialect, with prompts synthesised for what its server wraps around them (a chat
+/// template, or nothing), and an endpoint's own model= is what run.json records for it.
+#[test]
+fn a_mixed_fleet_speaks_each_endpoints_dialect() {
+    let dir = temp_dir("fleet-mixed");
+    let trace = dir.join("t.jsonl");
+    let records: Vec<Value> = (0..90)
+        .map(|i| json!({"timestamp": i * 2, "input_length": 40, "output_length": 3, "hash_ids": [i % 7]}))
+        .collect();
+    write_trace(&trace, &records);
+    let servers = mocks(3);
+    let a = servers[0].addr();
+    let b = servers[1].addr();
+    let c = servers[2].addr();
+    let args: Vec<String> = [
+        "--trace".to_string(),
+        trace.display().to_string(),
+        "--endpoint".into(),
+        format!("http://{a}"),
+        "--endpoint".into(),
+        format!("http://{b},model=chat-b"),
+        "--endpoint".into(),
+        format!("http://{c}/v1/completions"),
+        "--time-scale".into(),
+        "10".into(),
+        "--tokenizer".into(),
+        common::tokenizer("qwen3").display().to_string(),
+        "--block-size".into(),
+        "16".into(),
+        "--output".into(),
+        dir.join("run").display().to_string(),
+    ]
+    .into();
+    let outcome = replay(&args);
+    assert_eq!(outcome.summary.ok, 90);
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/run.json")).unwrap()).unwrap();
+    let fleet = run["fleet"].as_array().unwrap();
+    let chat_overhead = fleet[0]["prompt_overhead_tokens"].as_u64().unwrap();
+    assert!(chat_overhead > 0, "the chat template's tokens: {run}");
+    assert_eq!(fleet[2]["prompt_overhead_tokens"], 0, "Qwen3 adds no BOS");
+    for r in read_jsonl(&dir.join("run/requests.jsonl")) {
+        assert_eq!(r["output_tokens"], 3, "{r}");
+        // These mocks count words, one per synthetic token, and know no template: the chat
+        // content is the input length less the template, the completions prompt all of it.
+        let overhead = if r["endpoint"] == format!("http://{c}") {
+            0
+        } else {
+            chat_overhead
+        };
+        assert_eq!(r["prompt_tokens"].as_u64().unwrap() + overhead, 40, "{r}");
+    }
+    let stats = stop_all(servers);
+    let dialects: Vec<(u64, u64)> = stats
+        .iter()
+        .map(|s| (s.chat_requests, s.completion_requests))
+        .collect();
+    assert_eq!(dialects, vec![(30, 0), (30, 0), (0, 30)], "{stats:?}");
+    let models: Vec<&str> = fleet.iter().map(|e| e["model"].as_str().unwrap()).collect();
+    assert_eq!(models, vec!["mock-model", "chat-b", "mock-model"]);
+    assert_eq!(fleet[2]["api"], "openai-completions");
+    assert_eq!(fleet[2]["url"], format!("http://{c}"));
+    assert_eq!(
+        run["api"],
+        json!(["openai-chat", "openai-chat", "openai-completions"])
+    );
+}
