@@ -362,10 +362,14 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "LIST|auto|none", default_value = "auto")]
     pub pin_cores: String,
 
-    /// Idle keep-alive connections kept ready per endpoint and sender. Before the clock starts,
-    /// these and one for each request due in the run's first second are opened (up to half
-    /// the free file descriptors); more are opened ahead of need as concurrency grows.
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    /// Idle keep-alive connections kept ready per endpoint and sender, beyond those the
+    /// schedule needs. Before the clock starts, these and one for each request due in the
+    /// run's first second are opened (up to half the free file descriptors); later ones 100 ms
+    /// ahead of the requests that need them. A request takes the connection used last, else
+    /// the oldest unused one (servers with a fixed pool of HTTP workers, such as llama.cpp's,
+    /// serve only the first connections they accept), and a connection idle for 4 s is closed
+    /// before a server's keep-alive timeout would close it.
+    #[arg(long, value_name = "N", default_value_t = 2)]
     pub connections: usize,
 
     /// Directory for the results (default: llmreplay-results/<UTC date-time>).
@@ -518,6 +522,22 @@ pub struct MockArgs {
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
+    /// Serve at most N connections at once, thread-per-connection style (as llama.cpp's
+    /// llama-server with its fixed pool of HTTP threads): a connection holds a worker until it
+    /// closes or has been idle --keep-alive-s; later connections wait, unread, until a worker
+    /// frees up. Shows what idle connections held by a client do to its own requests.
+    #[arg(long, value_name = "N")]
+    pub http_workers: Option<usize>,
+
+    /// With --http-workers: seconds after which a worker closes its idle connection.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 5.0,
+        requires = "http_workers"
+    )]
+    pub keep_alive_s: f64,
+
     /// Log every request's arrival, one JSON line each (`index` from X-Llmreplay-Index,
     /// `arrival_ns`: when its first byte reached this host, from the kernel's receive
     /// timestamp, on the mock's monotonic clock): send drift as the server sees it, from the
@@ -596,6 +616,8 @@ impl MockArgs {
                 .map_err(crate::Error::Usage)?,
             fault_log: self.fault_log.clone(),
             arrival_log: self.arrival_log.clone(),
+            http_workers: self.http_workers,
+            keep_alive_ns: ms_to_ns(self.keep_alive_s * 1000.0),
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(
                     crate::transport::tls::server_config(cert, key).map_err(crate::Error::Usage)?,

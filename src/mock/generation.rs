@@ -26,6 +26,11 @@ pub struct MockConfig {
     pub arrival_log: Option<std::path::PathBuf>,
     /// Serve https with this certificate (`--tls-cert`, `--tls-key`).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// `--http-workers`: serve at most this many connections at once, each holding a worker
+    /// until it closes or idles out (see `workers`).
+    pub http_workers: Option<usize>,
+    /// With `http_workers`: an idle connection is closed after this long (`--keep-alive-s`).
+    pub keep_alive_ns: u64,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
@@ -86,6 +91,8 @@ impl Default for MockConfig {
             fault_log: None,
             arrival_log: None,
             tls: None,
+            http_workers: None,
+            keep_alive_ns: 5_000_000_000,
         }
     }
 }

@@ -9,6 +9,7 @@
 mod arrival;
 mod faults;
 mod generation;
+mod workers;
 
 pub use faults::{FaultKind, FaultPlan};
 pub use generation::{Dialect, Generation, MockConfig, PromptCounting};
@@ -124,6 +125,11 @@ struct Conn {
     head_pending: Option<Vec<u8>>,
     /// The TLS handshake was counted in [`MockStats`].
     handshake_counted: bool,
+    /// Served by a worker (always, without `--http-workers`); a waiting connection is not
+    /// read.
+    attached: bool,
+    /// When it last read or wrote: idle connections are closed after the keep-alive timeout.
+    active_ns: u64,
     /// When the first bytes of the request now in `input` arrived (see [`arrival`]), or
     /// were read. A large body takes a while to arrive in full; the send drift a server sees
     /// is about the start.
@@ -154,7 +160,12 @@ struct MockLoop {
     woke_ns: u64,
     /// The same moment on the wall clock, the clock of receive timestamps.
     woke_wall_ns: u64,
+    /// `--http-workers`: connections hold a worker each.
+    workers: Option<workers::Workers>,
 }
+
+/// How often idle connections are checked against the keep-alive timeout.
+const IDLE_CHECK: Duration = Duration::from_millis(50);
 
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
@@ -164,6 +175,7 @@ fn token(slot: usize, generation: u32) -> Token {
 
 impl MockLoop {
     fn new(poll: Poll, mut listener: TcpListener, cfg: MockConfig) -> io::Result<Self> {
+        let http_workers = cfg.http_workers;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
@@ -191,13 +203,18 @@ impl MockLoop {
             accept_retry: false,
             woke_ns: 0,
             woke_wall_ns: 0,
+            workers: http_workers.map(workers::Workers::new),
         })
     }
 
     fn run(mut self) -> io::Result<MockStats> {
         let mut events = Events::with_capacity(1024);
         loop {
-            let timeout = self.accept_retry.then_some(ACCEPT_RETRY);
+            let timeout = match (self.accept_retry, &self.workers) {
+                (true, _) => Some(ACCEPT_RETRY),
+                (false, Some(_)) => Some(IDLE_CHECK),
+                (false, None) => None,
+            };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -222,6 +239,7 @@ impl MockLoop {
             if self.accept_retry {
                 self.accept();
             }
+            self.close_idle_workers();
             self.emit_due();
             self.arm_timer();
         }
@@ -276,6 +294,11 @@ impl MockLoop {
                             fault: None,
                             head_pending: None,
                             handshake_counted: false,
+                            attached: self
+                                .workers
+                                .as_mut()
+                                .is_none_or(|w| w.admit((slot, generation))),
+                            active_ns: self.clock.now_ns(),
                             arrived_ns: None,
                         },
                     ));
@@ -305,6 +328,10 @@ impl MockLoop {
         let Some(conn) = conn_in(&mut self.conns, slot, generation) else {
             return;
         };
+        if !conn.attached {
+            return; // waits, unread, in the accept queue of a worker pool
+        }
+        conn.active_ns = woke_ns;
         let mut open = true;
         // Over TLS the first bytes are the handshake's: requests are stamped when read.
         let plain = match &conn.stream {
@@ -659,6 +686,7 @@ impl MockLoop {
     }
 
     fn flush(&mut self, slot: usize, generation: u32) {
+        let now = self.clock.now_ns();
         let Some(conn) = self.conn_mut(slot, generation) else {
             return;
         };
@@ -678,6 +706,9 @@ impl MockLoop {
                 }
             }
         }
+        if writes > 0 {
+            conn.active_ns = now;
+        }
         if conn.written == conn.output.len() {
             conn.output.clear();
             conn.written = 0;
@@ -691,10 +722,58 @@ impl MockLoop {
     }
 
     fn close(&mut self, slot: usize) {
-        if let Some((_, mut conn)) = self.conns[slot].take() {
-            let _ = self.poll.registry().deregister(conn.stream.tcp_mut());
-            self.generations[slot] = self.generations[slot].wrapping_add(1);
-            self.free.push(slot);
+        let Some((generation, mut conn)) = self.conns[slot].take() else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(conn.stream.tcp_mut());
+        self.generations[slot] = self.generations[slot].wrapping_add(1);
+        self.free.push(slot);
+        let conns = &self.conns;
+        let next = self.workers.as_mut().and_then(|w| {
+            w.release(
+                (slot, generation),
+                |(s, g)| matches!(conns.get(s), Some(Some((gen, _))) if *gen == g),
+            )
+        });
+        // The freed worker takes the next waiting connection and reads what it sent.
+        if let Some((s, g)) = next {
+            let now = self.clock.now_ns();
+            if let Some(conn) = conn_in(&mut self.conns, s, g) {
+                conn.attached = true;
+                conn.active_ns = now;
+            }
+            self.woke_ns = now;
+            self.on_conn_event(token(s, g));
+        }
+    }
+
+    /// `--http-workers`: a worker whose connection has been idle for the keep-alive timeout
+    /// closes it, as llama-server's do.
+    fn close_idle_workers(&mut self) {
+        let Some(workers) = &self.workers else {
+            return;
+        };
+        let now = self.clock.now_ns();
+        let keep_alive = self.cfg.keep_alive_ns;
+        let idle: Vec<usize> = workers
+            .attached()
+            .iter()
+            .filter(|&&(s, g)| {
+                self.conns.get(s).is_some_and(|c| match c {
+                    Some((gen, c)) => {
+                        *gen == g
+                            && c.generation.is_none()
+                            && c.output.is_empty()
+                            && c.input.is_empty()
+                            && now.saturating_sub(c.active_ns) > keep_alive
+                    }
+                    None => false,
+                })
+            })
+            .map(|&(s, _)| s)
+            .collect();
+        for slot in idle {
+            self.close(slot);
         }
     }
 }

@@ -19,9 +19,10 @@
 
 mod connector;
 mod exchange;
+mod pool;
 mod start;
 
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +49,7 @@ use crate::stop::StopRequest;
 use crate::transport::{Stream, TlsTarget};
 use connector::{Connector, Dial};
 use exchange::{Exchange, Feed, Hists};
+use pool::Pool;
 pub use start::StartGate;
 
 const TIMER: Token = Token(usize::MAX);
@@ -56,6 +58,8 @@ const CONNECTED: Token = Token(usize::MAX - 1);
 const READ_BUF: usize = 64 << 10;
 /// How often in-flight requests are checked against `--request-timeout`.
 const HOUSEKEEPING_NS: u64 = 10_000_000;
+/// How often idle connections are checked against [`pool::MAX_IDLE_NS`].
+const IDLE_CHECK_NS: u64 = 250_000_000;
 const FIRST_BACKOFF_NS: u64 = 10_000_000;
 const MAX_BACKOFF_NS: u64 = 1_000_000_000;
 /// A coalescing pause shorter than this is not worth a sleep.
@@ -184,6 +188,10 @@ struct Conn {
     body: Vec<u8>,
     /// When [`Conn::delay_acks`] last ran.
     acks_delayed_ns: u64,
+    /// Opening order (see [`Pool::take_idle`]).
+    seq: u64,
+    /// It has carried a request.
+    used: bool,
 }
 
 impl Conn {
@@ -210,22 +218,6 @@ impl Conn {
 struct Slot {
     generation: u32,
     conn: Option<Conn>,
-}
-
-/// Per-endpoint pool state.
-struct Pool {
-    idle: Vec<usize>,
-    connecting: usize,
-    /// Due requests waiting for a connection.
-    waiting: VecDeque<Exchange>,
-    /// After a failed connect, no new connection before this time.
-    down_until: u64,
-    /// Why the last connect failed: what requests due while the endpoint is down are told.
-    down_because: Option<(ErrorKind, String)>,
-    backoff_ns: u64,
-    /// Requests in the heap due within [`CONNECT_AHEAD_NS`]: connections are opened for them
-    /// before their deadlines, so a rising load does not wait for connects.
-    upcoming: usize,
 }
 
 struct SenderLoop {
@@ -256,6 +248,10 @@ struct SenderLoop {
     scanners: Vec<EventScanner>,
     hists: Hists,
     next_housekeeping: u64,
+    /// When idle connections are next checked against [`pool::MAX_IDLE_NS`].
+    next_idle_check: u64,
+    /// Connections opened so far: the next one's opening order.
+    opened: u64,
     reads: u64,
 }
 
@@ -291,15 +287,7 @@ impl SenderLoop {
         let pools = cfg
             .targets
             .iter()
-            .map(|_| Pool {
-                idle: Vec::new(),
-                connecting: 0,
-                waiting: VecDeque::new(),
-                down_until: 0,
-                down_because: None,
-                backoff_ns: FIRST_BACKOFF_NS,
-                upcoming: 0,
-            })
+            .map(|_| Pool::new(FIRST_BACKOFF_NS))
             .collect();
         Ok(SenderLoop {
             id,
@@ -332,6 +320,8 @@ impl SenderLoop {
                 token_itl: latency_histogram(),
             },
             next_housekeeping: 0,
+            next_idle_check: 0,
+            opened: 0,
             reads: 0,
         })
     }
@@ -340,7 +330,7 @@ impl SenderLoop {
         let cpu_start = thread_cpu_ns();
         let mut events = Events::with_capacity(1024);
         self.warm_up(&mut events)?;
-        let open = self.pools.iter().map(|p| p.idle.len()).sum();
+        let open = self.pools.iter().map(Pool::idle_len).sum();
         self.t0_ns = self.cfg.start.ready_then_wait(self.id, open);
         loop {
             self.check_stop();
@@ -534,7 +524,7 @@ impl SenderLoop {
         // until the next recount, a burst would open a second connection for each.
         let pool = &mut self.pools[target];
         pool.upcoming = pool.upcoming.saturating_sub(1);
-        if let Some(slot) = self.pools[target].idle.pop() {
+        if let Some(slot) = self.pools[target].take_idle() {
             self.start(slot, ex);
         } else if now < self.pools[target].down_until && self.pools[target].connecting == 0 {
             let (kind, why) = self.pools[target]
@@ -563,7 +553,7 @@ impl SenderLoop {
             return;
         }
         let want = pool.waiting.len() + pool.upcoming + self.cfg.spare_connections;
-        let have = pool.idle.len() + pool.connecting;
+        let have = pool.idle_len() + pool.connecting;
         let needed_now = pool.waiting.len();
         for n in have..want {
             // Each new socket costs this thread its registration and handshake events: a
@@ -597,6 +587,7 @@ impl SenderLoop {
 
     /// Registers a socket whose connect is under way; its first event tells how it went.
     fn adopt(&mut self, target: usize, mut stream: Stream) -> io::Result<()> {
+        self.opened += 1;
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(Slot {
                 generation: 0,
@@ -622,6 +613,8 @@ impl SenderLoop {
             sse: SseScanner::default(),
             body: Vec::new(),
             acks_delayed_ns: 0,
+            seq: self.opened,
+            used: false,
         });
         Ok(())
     }
@@ -662,6 +655,7 @@ impl SenderLoop {
         conn.sse.reset();
         conn.body.clear();
         conn.exchange = Some(ex);
+        conn.used = true;
         self.in_flight += 1;
         // Only the start now: the rest waits until every request due at this moment has
         // started, so a burst of large prompts does not delay the last one's first byte.
@@ -790,7 +784,10 @@ impl SenderLoop {
             pool.down_because = None;
             match pool.waiting.pop_front() {
                 Some(ex) => self.start(slot, ex),
-                None => pool.idle.push(slot),
+                None => {
+                    let now = self.clock.now_ns();
+                    pool.put_idle(slot, conn.seq, false, now);
+                }
             }
             return;
         }
@@ -905,7 +902,10 @@ impl SenderLoop {
         }
         match self.pools[target].waiting.pop_front() {
             Some(next) => self.start(slot, next),
-            None => self.pools[target].idle.push(slot),
+            None => {
+                let seq = self.slots[slot].conn.as_ref().map_or(0, |c| c.seq);
+                self.pools[target].put_idle(slot, seq, true, now);
+            }
         }
     }
 
@@ -933,7 +933,7 @@ impl SenderLoop {
         if !conn.connected {
             pool.connecting -= 1;
         }
-        pool.idle.retain(|&s| s != slot);
+        pool.forget(slot);
         debug_assert!(
             conn.exchange.is_none(),
             "an exchange must be emitted before its connection closes"
@@ -995,6 +995,14 @@ impl SenderLoop {
         }
         for (slot, message) in expired {
             self.fail_and_close(slot, ErrorKind::Timeout, message);
+        }
+        if now >= self.next_idle_check {
+            self.next_idle_check = now + IDLE_CHECK_NS;
+            for target in 0..self.pools.len() {
+                for slot in self.pools[target].expired(now) {
+                    self.close(slot);
+                }
+            }
         }
         for target in 0..self.pools.len() {
             while let Some(ex) = self.pools[target].waiting.front() {

@@ -1,0 +1,146 @@
+//! One endpoint's connections as a sender sees them: idle ones, ones being opened, requests
+//! waiting for one, and the backoff after a failed connect.
+//!
+//! Which idle connection a request takes matters to servers with a fixed pool of HTTP
+//! workers (llama.cpp's llama-server), where a worker holds one keep-alive connection until
+//! it closes or idles out and later connections wait unread in the accept queue: the most
+//! recently used connection is surely being served, and among unused ones the oldest was the
+//! first the server accepted. Idle connections are closed before a server would time them
+//! out ([`MAX_IDLE_NS`]), so none holds a worker for nothing and none races the server's close.
+
+use std::collections::VecDeque;
+
+use super::exchange::Exchange;
+use crate::record::ErrorKind;
+
+/// An idle connection is closed after this long: below the keep-alive timeout of common
+/// servers (5 s for llama.cpp, uvicorn and Node), so it is the client that closes it.
+pub const MAX_IDLE_NS: u64 = 4_000_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Idle {
+    slot: usize,
+    /// Opening order: the order a server accepted the connections in.
+    seq: u64,
+    since: u64,
+}
+
+/// Per-endpoint pool state.
+#[derive(Default)]
+pub struct Pool {
+    /// Never-used connections first, newest to oldest, then used ones, least to most
+    /// recently used: the back is the one to take.
+    idle: VecDeque<Idle>,
+    /// How many of `idle` were never used (they lead the queue).
+    fresh: usize,
+    pub connecting: usize,
+    /// Due requests waiting for a connection.
+    pub waiting: VecDeque<Exchange>,
+    /// After a failed connect, no new connection before this time.
+    pub down_until: u64,
+    /// Why the last connect failed: what requests due while the endpoint is down are told.
+    pub down_because: Option<(ErrorKind, String)>,
+    pub backoff_ns: u64,
+    /// Requests due soon: connections are opened for them before their deadlines, so a
+    /// rising load does not wait for connects.
+    pub upcoming: usize,
+}
+
+impl Pool {
+    pub fn new(backoff_ns: u64) -> Pool {
+        Pool {
+            backoff_ns,
+            ..Pool::default()
+        }
+    }
+
+    pub fn idle_len(&self) -> usize {
+        self.idle.len()
+    }
+
+    /// The idle connection a request should take: the most recently used one, else the
+    /// oldest never used.
+    pub fn take_idle(&mut self) -> Option<usize> {
+        let idle = self.idle.pop_back()?;
+        if self.idle.len() < self.fresh {
+            self.fresh -= 1; // it was the oldest fresh one: no used one was left
+        }
+        Some(idle.slot)
+    }
+
+    /// A connection is idle: `used` once it has carried a request, `seq` its opening order.
+    pub fn put_idle(&mut self, slot: usize, seq: u64, used: bool, now: u64) {
+        let idle = Idle {
+            slot,
+            seq,
+            since: now,
+        };
+        if used {
+            self.idle.push_back(idle);
+        } else {
+            // Fresh ones are kept newest first; connections come up nearly in order, so the
+            // place is found within a step or two from the front.
+            let at = (0..self.fresh)
+                .find(|&i| self.idle[i].seq < seq)
+                .unwrap_or(self.fresh);
+            self.idle.insert(at, idle);
+            self.fresh += 1;
+        }
+    }
+
+    /// The connection in `slot` closed (it may have been idle).
+    pub fn forget(&mut self, slot: usize) {
+        if let Some(at) = self.idle.iter().position(|i| i.slot == slot) {
+            self.idle.remove(at);
+            if at < self.fresh {
+                self.fresh -= 1;
+            }
+        }
+    }
+
+    /// Idle connections that have waited longer than [`MAX_IDLE_NS`] (to be closed).
+    pub fn expired(&self, now: u64) -> Vec<usize> {
+        self.idle
+            .iter()
+            .filter(|i| now.saturating_sub(i.since) > MAX_IDLE_NS)
+            .map(|i| i.slot)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_take_the_last_used_connection_then_the_oldest_unused() {
+        let mut pool = Pool::new(1);
+        // Opened 1, 2, 3, but came up 2, 1, 3.
+        pool.put_idle(20, 2, false, 0);
+        pool.put_idle(10, 1, false, 0);
+        pool.put_idle(30, 3, false, 0);
+        assert_eq!(pool.take_idle(), Some(10), "the first the server accepted");
+        pool.put_idle(10, 1, true, 5);
+        assert_eq!(pool.take_idle(), Some(10), "the connection just used");
+        assert_eq!(pool.take_idle(), Some(20));
+        pool.put_idle(10, 1, true, 6);
+        pool.put_idle(20, 2, true, 7);
+        assert_eq!(pool.take_idle(), Some(20), "most recently used first");
+        assert_eq!(pool.take_idle(), Some(10));
+        assert_eq!(pool.take_idle(), Some(30));
+        assert_eq!(pool.take_idle(), None);
+        assert_eq!(pool.fresh, 0);
+    }
+
+    #[test]
+    fn idle_connections_expire_before_a_server_would_close_them() {
+        let mut pool = Pool::new(1);
+        pool.put_idle(1, 1, false, 0);
+        pool.put_idle(2, 2, true, MAX_IDLE_NS / 2);
+        assert!(pool.expired(MAX_IDLE_NS).is_empty());
+        assert_eq!(pool.expired(MAX_IDLE_NS + 1), vec![1]);
+        pool.forget(1);
+        assert_eq!((pool.idle_len(), pool.fresh), (1, 0));
+        assert_eq!(pool.expired(2 * MAX_IDLE_NS), vec![2]);
+    }
+}
