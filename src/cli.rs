@@ -195,10 +195,14 @@ impl PromptArgs {
             (Api::OpenaiChat, PromptMode::Text) => Ok(Wrapping::Chat),
             (Api::OpenaiCompletions, PromptMode::Text) => Ok(Wrapping::Completion),
             (Api::OpenaiCompletions, PromptMode::TokenIds) => Ok(Wrapping::TokenIds),
-            (Api::OpenaiChat, PromptMode::TokenIds) => Err(crate::Error::Usage(
-                "--prompt-mode token-ids needs --api openai-completions (chat messages carry text)"
-                    .into(),
-            )),
+            // TGI tokenizes `inputs` with the tokenizer's special tokens, as completions do.
+            (Api::Tgi, PromptMode::Text) => Ok(Wrapping::Completion),
+            (Api::OpenaiChat | Api::Tgi, PromptMode::TokenIds) => {
+                Err(crate::Error::Usage(format!(
+                    "--prompt-mode token-ids needs --api openai-completions ({} takes text)",
+                    api.name()
+                )))
+            }
         }
     }
 
@@ -617,6 +621,7 @@ impl MockArgs {
             fault_log: self.fault_log.clone(),
             arrival_log: self.arrival_log.clone(),
             http_workers: self.http_workers,
+            keep_bodies: 0,
             keep_alive_ns: ms_to_ns(self.keep_alive_s * 1000.0),
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(

@@ -25,12 +25,6 @@ pub struct EndpointSpec {
     pub weight: u32,
 }
 
-/// API paths that, at the end of a URL, say which dialect the user means.
-const API_PATHS: &[(&str, Api)] = &[
-    ("/v1/chat/completions", Api::OpenaiChat),
-    ("/v1/completions", Api::OpenaiCompletions),
-];
-
 impl EndpointSpec {
     /// Parses `URL[,key=value...]`; `api` is `--api` when the user gave it (a URL path that
     /// contradicts it is an error), and `default_api` applies when neither says.
@@ -38,10 +32,12 @@ impl EndpointSpec {
         let mut parts = text.split(',');
         let url = parts.next().unwrap_or_default();
         let mut endpoint = Endpoint::parse(url)?;
-        let from_path = API_PATHS
-            .iter()
-            .find(|(path, _)| endpoint.base_path.ends_with(path))
-            .map(|&(path, api)| (path, api));
+        let from_path = Api::ALL.iter().find_map(|&api| {
+            api.url_paths()
+                .iter()
+                .find(|path| endpoint.base_path.ends_with(*path))
+                .map(|&path| (path, api))
+        });
         let mut spec_api = None;
         let mut model = None;
         let mut weight = 1;
@@ -53,7 +49,7 @@ impl EndpointSpec {
                 "api" => {
                     spec_api = Some(Api::from_name(value.trim()).ok_or_else(|| {
                         format!(
-                            "--endpoint {text:?}: unknown api {value:?} (openai-chat, openai-completions)"
+                            "--endpoint {text:?}: unknown api {value:?} (openai-chat, openai-completions, tgi)"
                         )
                     })?)
                 }

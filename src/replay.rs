@@ -226,10 +226,20 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         .map(
             |((spec, addr), tls)| match spec.model.as_ref().or(args.model.as_ref()) {
                 Some(m) => Ok(m.clone()),
-                None => discover_model(&spec.endpoint, *addr, tls.as_ref(), &extra_headers),
+                None => discover_model(spec, *addr, tls.as_ref(), &extra_headers),
             },
         )
         .collect::<Result<_>>()?;
+    if !args.no_exact_output {
+        for spec in specs.iter().filter(|s| !s.api.enforces_output_length()) {
+            eprintln!(
+                "warning: endpoint {}: the {} API cannot ask for exactly output_length tokens \
+                 (no min_tokens or ignore_eos): outputs are only capped at it",
+                spec.endpoint.url,
+                spec.api.name()
+            );
+        }
+    }
 
     // Output.
     let dir = match (&args.output, &args.output_path) {
@@ -329,7 +339,12 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
         .map(|((spec, addr), tls)| Target {
             url: spec.endpoint.url.clone(),
             addr: *addr,
-            request_head: request_head(&spec.endpoint, spec.api.path(), stream, &extra_headers),
+            request_head: request_head(
+                &spec.endpoint,
+                spec.api.path(stream),
+                stream,
+                &extra_headers,
+            ),
             tls,
             api: spec.api,
         })
@@ -699,22 +714,32 @@ fn tls_targets(endpoints: &[Endpoint], options: &TlsOptions) -> Result<Vec<Optio
         .collect()
 }
 
-/// The first model an endpoint lists at `GET /v1/models` (under its base URL).
+/// The model an endpoint serves: the first of `GET /v1/models` (under its base URL), or for
+/// TGI the `model_id` of `GET /info` (TGI's body names no model: there it is only recorded).
 fn discover_model(
-    e: &Endpoint,
+    spec: &EndpointSpec,
     addr: SocketAddr,
     tls: Option<&TlsTarget>,
     headers: &str,
 ) -> Result<String> {
-    let path = e.request_path("/v1/models");
+    let e = &spec.endpoint;
+    let discovery = spec.api.discovery();
+    let path = e.request_path(discovery.path);
     let why = match probe::get(addr, tls, &e.host_header(), &path, headers, PROBE_TIMEOUT) {
-        Ok((200, body)) => match probe::first_model(&body) {
+        Ok((200, body)) => match (discovery.model)(&body) {
             Some(m) => return Ok(m),
-            None => format!("GET {path} lists no model"),
+            None => format!("GET {path} names no model"),
         },
         Ok((status, _)) => format!("GET {path} answered {status}"),
         Err(err) => format!("GET {path} failed: {err}"),
     };
+    if !spec.api.body_names_model() {
+        eprintln!(
+            "warning: endpoint {}: {why}; its model is recorded as unknown",
+            e.url
+        );
+        return Ok("unknown".into());
+    }
     Err(Error::Usage(format!(
         "endpoint {}: could not discover the model name ({why}); give --model NAME (or model= on the endpoint)",
         e.url

@@ -189,21 +189,22 @@ fn session_routing_keeps_conversations_and_first_block_groups_on_one_endpoint() 
     stop_all(servers);
 }
 
-/// Two chat instances and one completions instance given as a full API URL: each receives
-/// its own dialect, with prompts synthesised for what its server wraps around them (a chat
+/// Two chat instances, a completions one and a TGI one (the last two given as full API
+/// URLs): each receives its own dialect, with prompts synthesised for what its server wraps around them (a chat
 /// template, or nothing), and an endpoint's own model= is what run.json records for it.
 #[test]
 fn a_mixed_fleet_speaks_each_endpoints_dialect() {
     let dir = temp_dir("fleet-mixed");
     let trace = dir.join("t.jsonl");
-    let records: Vec<Value> = (0..90)
+    let records: Vec<Value> = (0..120)
         .map(|i| json!({"timestamp": i * 2, "input_length": 40, "output_length": 3, "hash_ids": [i % 7]}))
         .collect();
     write_trace(&trace, &records);
-    let servers = mocks(3);
+    let servers = mocks(4);
     let a = servers[0].addr();
     let b = servers[1].addr();
     let c = servers[2].addr();
+    let d = servers[3].addr();
     let args: Vec<String> = [
         "--trace".to_string(),
         trace.display().to_string(),
@@ -213,6 +214,8 @@ fn a_mixed_fleet_speaks_each_endpoints_dialect() {
         format!("http://{b},model=chat-b"),
         "--endpoint".into(),
         format!("http://{c}/v1/completions"),
+        "--endpoint".into(),
+        format!("http://{d}/generate_stream"),
         "--time-scale".into(),
         "10".into(),
         "--tokenizer".into(),
@@ -224,17 +227,28 @@ fn a_mixed_fleet_speaks_each_endpoints_dialect() {
     ]
     .into();
     let outcome = replay(&args);
-    assert_eq!(outcome.summary.ok, 90);
+    assert_eq!(outcome.summary.ok, 120);
     let run: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("run/run.json")).unwrap()).unwrap();
     let fleet = run["fleet"].as_array().unwrap();
     let chat_overhead = fleet[0]["prompt_overhead_tokens"].as_u64().unwrap();
     assert!(chat_overhead > 0, "the chat template's tokens: {run}");
     assert_eq!(fleet[2]["prompt_overhead_tokens"], 0, "Qwen3 adds no BOS");
+    assert_eq!(
+        fleet[3]["prompt_overhead_tokens"], 0,
+        "TGI's inputs are a completion"
+    );
     for r in read_jsonl(&dir.join("run/requests.jsonl")) {
         assert_eq!(r["output_tokens"], 3, "{r}");
         // These mocks count words, one per synthetic token, and know no template: the chat
         // content is the input length less the template, the completions prompt all of it.
+        if r["endpoint"] == format!("http://{d}") {
+            assert!(
+                r["prompt_tokens"].is_null(),
+                "TGI reports no prompt count: {r}"
+            );
+            continue;
+        }
         let overhead = if r["endpoint"] == format!("http://{c}") {
             0
         } else {
@@ -243,17 +257,24 @@ fn a_mixed_fleet_speaks_each_endpoints_dialect() {
         assert_eq!(r["prompt_tokens"].as_u64().unwrap() + overhead, 40, "{r}");
     }
     let stats = stop_all(servers);
-    let dialects: Vec<(u64, u64)> = stats
+    let dialects: Vec<(u64, u64, u64)> = stats
         .iter()
-        .map(|s| (s.chat_requests, s.completion_requests))
+        .map(|s| (s.chat_requests, s.completion_requests, s.tgi_requests))
         .collect();
-    assert_eq!(dialects, vec![(30, 0), (30, 0), (0, 30)], "{stats:?}");
+    assert_eq!(
+        dialects,
+        vec![(30, 0, 0), (30, 0, 0), (0, 30, 0), (0, 0, 30)],
+        "{stats:?}"
+    );
     let models: Vec<&str> = fleet.iter().map(|e| e["model"].as_str().unwrap()).collect();
-    assert_eq!(models, vec!["mock-model", "chat-b", "mock-model"]);
+    assert_eq!(
+        models,
+        vec!["mock-model", "chat-b", "mock-model", "mock-model"]
+    );
     assert_eq!(fleet[2]["api"], "openai-completions");
     assert_eq!(fleet[2]["url"], format!("http://{c}"));
     assert_eq!(
         run["api"],
-        json!(["openai-chat", "openai-chat", "openai-completions"])
+        json!(["openai-chat", "openai-chat", "openai-completions", "tgi"])
     );
 }

@@ -28,6 +28,8 @@ pub struct EventScanner {
     usage: Finder<'static>,
     prompt_tokens: Finder<'static>,
     completion_tokens: Finder<'static>,
+    /// TGI's count of generated tokens, in its last event's `details`.
+    generated_tokens: Option<Finder<'static>>,
     error_object: Finder<'static>,
 }
 
@@ -39,7 +41,7 @@ impl EventScanner {
                 b"\"reasoning_content\":",
                 b"\"arguments\":",
             ],
-            Api::OpenaiCompletions => &[b"\"text\":"],
+            Api::OpenaiCompletions | Api::Tgi => &[b"\"text\":"],
         };
         EventScanner {
             api,
@@ -47,6 +49,7 @@ impl EventScanner {
             usage: Finder::new(b"\"usage\":"),
             prompt_tokens: Finder::new(b"\"prompt_tokens\":"),
             completion_tokens: Finder::new(b"\"completion_tokens\":"),
+            generated_tokens: (api == Api::Tgi).then(|| Finder::new(b"\"generated_tokens\":")),
             error_object: Finder::new(b"\"object\":\"error\""),
         }
     }
@@ -78,6 +81,10 @@ impl EventScanner {
             ev.error = Some(error_message(payload));
             return ev;
         }
+        if let Some(key) = &self.generated_tokens {
+            ev.completion_tokens = number_after(payload, key);
+            return ev;
+        }
         if let Some(at) = self.usage.find(payload) {
             let rest = skip_ws(&payload[at + self.usage.needle().len()..]);
             if rest.first() == Some(&b'{') {
@@ -100,6 +107,17 @@ impl EventScanner {
             return FullResponse {
                 error: Some(error_message(body)),
                 ..FullResponse::default()
+            };
+        }
+        if self.api == Api::Tgi {
+            // `/generate` answers an object; TGI's compat route `/` a list of one.
+            let first = v.as_array().and_then(|a| a.first()).unwrap_or(&v);
+            return FullResponse {
+                prompt_tokens: None,
+                completion_tokens: first
+                    .pointer("/details/generated_tokens")
+                    .and_then(Value::as_u64),
+                error: None,
             };
         }
         let usage = v.get("usage");
@@ -217,5 +235,32 @@ mod tests {
             }
         );
         assert_eq!(s.parse_body(b"not json").error.as_deref(), Some("not json"));
+    }
+
+    /// TGI's stream (as text-generation-inference's `generate_stream` writes it) and bodies.
+    #[test]
+    fn tgi_events_and_bodies() {
+        let s = EventScanner::new(Api::Tgi);
+        let tok = br#"{"index":1,"token":{"id":1634,"text":" Deep","logprob":-0.9,"special":false},"generated_text":null,"details":null,"top_tokens":null}"#;
+        let ev = s.scan(tok);
+        assert!(ev.content && ev.completion_tokens.is_none());
+        let last = br#"{"index":3,"token":{"id":2,"text":"</s>","logprob":-0.1,"special":true},"generated_text":" Deep learning","details":{"finish_reason":"eos_token","generated_tokens":3,"seed":null}}"#;
+        let ev = s.scan(last);
+        assert!(ev.content);
+        assert_eq!(ev.completion_tokens, Some(3));
+        let err = br#"{"error":"Input validation error: `inputs` must have less than 4096 tokens","error_type":"validation"}"#;
+        assert!(s
+            .scan(err)
+            .error
+            .unwrap()
+            .starts_with("Input validation error"));
+        let full = s.parse_body(
+            br#"{"generated_text":" a b","details":{"finish_reason":"length","generated_tokens":2}}"#,
+        );
+        assert_eq!((full.completion_tokens, full.error), (Some(2), None));
+        let listed = s.parse_body(br#"[{"generated_text":"x","details":{"generated_tokens":1}}]"#);
+        assert_eq!(listed.completion_tokens, Some(1));
+        let refused = s.parse_body(br#"{"error":"Model is overloaded","error_type":"overloaded"}"#);
+        assert_eq!(refused.error.as_deref(), Some("Model is overloaded"));
     }
 }

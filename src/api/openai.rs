@@ -29,7 +29,7 @@ pub struct Synthesis<'a> {
 
 /// Appends the JSON body of `record` to `out`. With `saved`, also appends the record's
 /// `prompts.jsonl` line there (the prompt exactly as sent, CONTRACT §2 `--save-prompts`).
-pub fn write_body(
+pub(super) fn write_body(
     api: Api,
     record: &TraceRecord,
     opts: &BodyOptions,
@@ -58,7 +58,7 @@ pub fn write_body(
         (_, input) => {
             out.extend_from_slice(match api {
                 Api::OpenaiChat => b",\"messages\":[{\"role\":\"user\",\"content\":",
-                Api::OpenaiCompletions => b",\"prompt\":",
+                Api::OpenaiCompletions | Api::Tgi => b",\"prompt\":",
             });
             prompt_start = out.len();
             let key = write_prompt(record, input, synthesis, out)?;
@@ -102,7 +102,7 @@ pub fn write_body(
 }
 
 /// Writes the prompt value; returns its `prompts.jsonl` key.
-fn write_prompt(
+pub(super) fn write_prompt(
     record: &TraceRecord,
     input: &Input,
     synthesis: Option<&mut Synthesis<'_>>,
@@ -131,8 +131,19 @@ fn write_prompt(
     }
 }
 
+/// The first model id of a `GET /v1/models` answer.
+pub(super) fn first_model(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    v.get("data")?
+        .as_array()?
+        .first()?
+        .get("id")?
+        .as_str()
+        .map(str::to_string)
+}
+
 /// Rare path: re-reads the body just written and shallow-merges the extras into it.
-fn merge_extra(
+pub(super) fn merge_extra(
     out: &mut Vec<u8>,
     start: usize,
     cli: Option<&Map<String, Value>>,

@@ -5,8 +5,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::response::{ResponseHead, ResponseParser, ResponseSink, Step};
 use crate::transport::{tls, TlsTarget};
 
@@ -107,15 +105,4 @@ fn exchange(
         }
     }
     Ok((sink.0, sink.1))
-}
-
-/// The first model id of an OpenAI-style `GET /v1/models` answer.
-pub fn first_model(body: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    v.get("data")?
-        .as_array()?
-        .first()?
-        .get("id")?
-        .as_str()
-        .map(str::to_string)
 }

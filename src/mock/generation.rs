@@ -31,6 +31,8 @@ pub struct MockConfig {
     pub http_workers: Option<usize>,
     /// With `http_workers`: an idle connection is closed after this long (`--keep-alive-s`).
     pub keep_alive_ns: u64,
+    /// Keep the bodies of this many generation requests in [`super::MockStats`] (tests).
+    pub keep_bodies: usize,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
@@ -63,8 +65,14 @@ impl PromptCounting {
                         .map(|ids| ids.len() as u64),
                 }
             }
-            (Dialect::Completions, counting) => {
-                match (obj.get("prompt").ok_or("`prompt` is required")?, counting) {
+            (Dialect::Completions | Dialect::Tgi { .. }, counting) => {
+                let key = if dialect == Dialect::Completions {
+                    "prompt"
+                } else {
+                    "inputs"
+                };
+                let prompt = obj.get(key).ok_or(format!("`{key}` is required"))?;
+                match (prompt, counting) {
                     // Token ids are taken as they are, as vLLM does.
                     (Value::Array(items), _) if items.iter().all(Value::is_u64) => {
                         Ok(items.len() as u64)
@@ -93,6 +101,7 @@ impl Default for MockConfig {
             tls: None,
             http_workers: None,
             keep_alive_ns: 5_000_000_000,
+            keep_bodies: 0,
         }
     }
 }
@@ -101,6 +110,10 @@ impl Default for MockConfig {
 pub enum Dialect {
     Chat,
     Completions,
+    /// TGI's `/generate_stream` (`stream`) or `/generate`.
+    Tgi {
+        stream: bool,
+    },
 }
 
 /// One request being answered.
@@ -154,21 +167,38 @@ impl Generation {
                     .ok_or(format!("`{k}` must be a non-negative integer")),
             }
         };
-        let max_tokens = uint("max_tokens")?
-            .or(uint("max_completion_tokens")?)
-            .unwrap_or(DEFAULT_MAX_TOKENS);
-        let min_tokens = uint("min_tokens")?.unwrap_or(0);
-        let ignore_eos = obj
-            .get("ignore_eos")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let tokens = if ignore_eos || min_tokens >= max_tokens {
-            max_tokens
-        } else {
-            min_tokens.max(max_tokens.div_ceil(2))
+        let tokens = match dialect {
+            // TGI has no min_tokens or ignore_eos: this mock stops at max_new_tokens.
+            Dialect::Tgi { .. } => match obj.get("parameters") {
+                None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
+                Some(p) => match p.get("max_new_tokens") {
+                    None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
+                    Some(v) => v
+                        .as_u64()
+                        .ok_or("`parameters.max_new_tokens` must be a non-negative integer")?,
+                },
+            },
+            Dialect::Chat | Dialect::Completions => {
+                let max_tokens = uint("max_tokens")?
+                    .or(uint("max_completion_tokens")?)
+                    .unwrap_or(DEFAULT_MAX_TOKENS);
+                let min_tokens = uint("min_tokens")?.unwrap_or(0);
+                let ignore_eos = obj
+                    .get("ignore_eos")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                if ignore_eos || min_tokens >= max_tokens {
+                    max_tokens
+                } else {
+                    min_tokens.max(max_tokens.div_ceil(2))
+                }
+            }
         };
         let prompt_tokens = counting.count(dialect, obj)?;
-        let stream = obj.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let stream = match dialect {
+            Dialect::Tgi { stream } => stream,
+            _ => obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        };
         let opts = obj.get("stream_options");
         let flag = |k: &str| {
             opts.and_then(|o| o.get(k))
@@ -204,6 +234,7 @@ impl Generation {
                 "\"text\":\"",
                 b"\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}]",
             ),
+            Dialect::Tgi { .. } => return Ok(g), // events written whole (see write_tgi_event)
         };
         g.content_prefix = format!(
             "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[{{\"index\":0,{field}",
@@ -247,6 +278,11 @@ impl Generation {
             }
             let n = per.min(self.tokens - self.sent);
             self.sent += n;
+            if let Dialect::Tgi { .. } = self.dialect {
+                self.write_tgi_event(out, n);
+                written += 1;
+                continue;
+            }
             out.extend_from_slice(&self.content_prefix);
             for _ in 0..n {
                 out.extend_from_slice(TOKEN_TEXT.as_bytes());
@@ -259,6 +295,9 @@ impl Generation {
             out.extend_from_slice(b"}\n\n");
             written += 1;
         }
+        if self.done() && written > 0 && matches!(self.dialect, Dialect::Tgi { .. }) {
+            return written; // TGI's last token event closes the stream
+        }
         if self.done() && written > 0 {
             self.write_event(out, false, Some("length"));
             if self.include_usage {
@@ -270,18 +309,45 @@ impl Generation {
         written
     }
 
+    /// One TGI token event carrying `n` tokens' text; the last one also carries the whole
+    /// text and `details`, as TGI's `generate_stream` ends.
+    fn write_tgi_event(&self, out: &mut Vec<u8>, n: u64) {
+        write!(
+            out,
+            "data:{{\"index\":{},\"token\":{{\"id\":1,\"text\":\"",
+            self.sent
+        )
+        .ok();
+        for _ in 0..n {
+            out.extend_from_slice(TOKEN_TEXT.as_bytes());
+        }
+        out.extend_from_slice(b"\",\"logprob\":0.0,\"special\":false},");
+        if self.done() {
+            let text = TOKEN_TEXT.repeat(self.tokens as usize);
+            write!(
+                out,
+                "\"generated_text\":{},\"details\":{{\"finish_reason\":\"length\",\"generated_tokens\":{},\"seed\":null}}}}\n\n",
+                json!(text),
+                self.tokens
+            )
+            .ok();
+        } else {
+            out.extend_from_slice(b"\"generated_text\":null,\"details\":null}\n\n");
+        }
+    }
+
     fn object(&self) -> &'static str {
         match (self.dialect, self.stream) {
             (Dialect::Chat, true) => "chat.completion.chunk",
             (Dialect::Chat, false) => "chat.completion",
-            (Dialect::Completions, _) => "text_completion",
+            (Dialect::Completions | Dialect::Tgi { .. }, _) => "text_completion",
         }
     }
 
     fn id_text(&self) -> String {
         match self.dialect {
             Dialect::Chat => format!("chatcmpl-{}", self.id),
-            Dialect::Completions => format!("cmpl-{}", self.id),
+            Dialect::Completions | Dialect::Tgi { .. } => format!("cmpl-{}", self.id),
         }
     }
 
@@ -298,7 +364,7 @@ impl Generation {
             Dialect::Chat => {
                 json!({"index": 0, "delta": {"content": ""}, "logprobs": null, "finish_reason": finish})
             }
-            Dialect::Completions => {
+            Dialect::Completions | Dialect::Tgi { .. } => {
                 json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish, "stop_reason": null})
             }
         };
@@ -315,11 +381,14 @@ impl Generation {
     pub fn full_response(&mut self) -> Value {
         self.sent = self.tokens;
         let text = TOKEN_TEXT.repeat(self.tokens as usize);
+        if let Dialect::Tgi { .. } = self.dialect {
+            return json!({"generated_text": text, "details": {"finish_reason": "length", "generated_tokens": self.tokens, "seed": null}});
+        }
         let choice = match self.dialect {
             Dialect::Chat => {
                 json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": "length"})
             }
-            Dialect::Completions => {
+            Dialect::Completions | Dialect::Tgi { .. } => {
                 json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"})
             }
         };

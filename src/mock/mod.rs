@@ -47,12 +47,15 @@ pub struct MockStats {
     pub requests: u64,
     pub tokens: u64,
     pub writes: u64,
-    /// Generation requests per dialect: chat, completions.
+    /// Generation requests per dialect: chat, completions, TGI.
     pub chat_requests: u64,
     pub completion_requests: u64,
+    pub tgi_requests: u64,
     /// TLS handshakes completed, and how many of them resumed an earlier session.
     pub tls_handshakes: u64,
     pub tls_resumed: u64,
+    /// The first `MockConfig::keep_bodies` generation requests: (path, body).
+    pub bodies: Vec<(String, String)>,
 }
 
 /// A mock running on its own thread.
@@ -474,6 +477,13 @@ impl MockLoop {
         let dialect = match (method.as_str(), path.as_str()) {
             ("POST", "/v1/chat/completions") => Dialect::Chat,
             ("POST", "/v1/completions") => Dialect::Completions,
+            ("POST", "/generate_stream") => Dialect::Tgi { stream: true },
+            ("POST", "/generate") => Dialect::Tgi { stream: false },
+            ("GET", "/info") => {
+                let info = json!({"model_id": cfg.model, "model_dtype": "mock", "max_input_tokens": 1_000_000, "max_total_tokens": 2_000_000, "version": "llmreplay-mock"});
+                respond_json(conn, 200, &info);
+                return true;
+            }
             ("GET", "/health") => {
                 write_response(&mut conn.output, 200, "text/plain", b"");
                 return true;
@@ -483,7 +493,16 @@ impl MockLoop {
                 respond_json(conn, 200, &models);
                 return true;
             }
-            (_, "/v1/chat/completions" | "/v1/completions" | "/health" | "/v1/models") => {
+            (
+                _,
+                "/v1/chat/completions"
+                | "/v1/completions"
+                | "/generate"
+                | "/generate_stream"
+                | "/health"
+                | "/v1/models"
+                | "/info",
+            ) => {
                 respond_json(
                     conn,
                     405,
@@ -500,9 +519,14 @@ impl MockLoop {
                 return true;
             }
         };
+        if self.stats.bodies.len() < cfg.keep_bodies {
+            let text = String::from_utf8_lossy(&body).into_owned();
+            self.stats.bodies.push((path.clone(), text));
+        }
         match dialect {
             Dialect::Chat => self.stats.chat_requests += 1,
             Dialect::Completions => self.stats.completion_requests += 1,
+            Dialect::Tgi { .. } => self.stats.tgi_requests += 1,
         }
         let parsed = serde_json::from_slice::<Value>(&body)
             .map_err(|e| format!("invalid JSON body: {e}"))
