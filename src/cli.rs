@@ -289,9 +289,10 @@ pub struct ReplayArgs {
     #[arg(long = "endpoint", value_name = "URL[,KEY=VALUE]")]
     pub endpoints: Vec<String>,
 
-    /// Which endpoint each record goes to: `round-robin` by record number (by weight), or
+    /// Which endpoint each record goes to: `round-robin` by record number (by weight);
     /// `session`: every turn of a conversation and every record sharing its first hash id
-    /// on one endpoint, as a KV-aware router places them.
+    /// on one endpoint, as a KV-aware router places them; `least-inflight`: the endpoint with
+    /// the fewest requests in flight (per weight) when the request is due.
     #[arg(long, value_enum, default_value = "round-robin")]
     pub route: crate::fleet::Route,
 

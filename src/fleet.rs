@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::api::Api;
 use crate::http::endpoint::Endpoint;
@@ -110,6 +112,58 @@ pub enum Route {
     /// records that share their first hash id on one endpoint, as a KV-aware router places
     /// them; groups are spread by weight.
     Session,
+    /// The endpoint with the fewest requests in flight (relative to its weight), decided by
+    /// the sender when the request is due, among the endpoints its body suits (same dialect
+    /// and model); the pipeline picks among different bodies when it builds.
+    LeastInflight,
+}
+
+/// Requests in flight per endpoint, kept by the senders as they send and record, read by
+/// `least-inflight` routing.
+#[derive(Debug)]
+pub struct Load {
+    in_flight: Vec<AtomicU64>,
+    weights: Vec<u32>,
+}
+
+impl Load {
+    pub fn new(weights: &[u32]) -> Load {
+        Load {
+            in_flight: weights.iter().map(|_| AtomicU64::new(0)).collect(),
+            weights: weights.to_vec(),
+        }
+    }
+
+    pub fn started(&self, endpoint: usize) {
+        self.in_flight[endpoint].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn finished(&self, endpoint: usize) {
+        self.in_flight[endpoint].fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The least loaded of `among` (in flight per unit of weight; the first on a tie).
+    pub fn least_loaded(&self, among: &[u32]) -> u32 {
+        let load = |e: u32| {
+            let e = e as usize;
+            // Cross-multiplied: a/wa < b/wb without division.
+            (
+                self.in_flight[e].load(Ordering::Relaxed),
+                u64::from(self.weights[e]),
+            )
+        };
+        *among
+            .iter()
+            .reduce(|best, e| {
+                let ((b, wb), (c, wc)) = (load(*best), load(*e));
+                if c * wb < b * wc {
+                    e
+                } else {
+                    best
+                }
+            })
+            .expect("an endpoint")
+    }
 }
 
 /// Conversations remembered for `session` routing; past this the table starts afresh, and a
@@ -120,6 +174,8 @@ const MAX_REMEMBERED_CHATS: usize = 4 << 20;
 /// Picks each record's endpoint. Called in trace order, under the reader's lock.
 pub struct Router {
     route: Route,
+    /// `least-inflight`: the load, and one endpoint of each group that takes the same body.
+    load: Option<(Arc<Load>, Vec<u32>)>,
     /// Endpoint indexes, each as often as its weight, interleaved (smooth weighted
     /// round-robin), so that a round spreads every endpoint's share evenly.
     slots: Vec<u32>,
@@ -131,8 +187,18 @@ impl Router {
     pub fn new(route: Route, weights: &[u32]) -> Router {
         Router {
             route,
+            load: None,
             slots: interleave(weights),
             chats: HashMap::new(),
+        }
+    }
+
+    /// `least-inflight` over `load`; `bodies` holds one endpoint per group of endpoints that
+    /// take the same body (the sender then picks within the group).
+    pub fn least_inflight(load: Arc<Load>, bodies: Vec<u32>, weights: &[u32]) -> Router {
+        Router {
+            load: Some((load, bodies)),
+            ..Router::new(Route::LeastInflight, weights)
         }
     }
 
@@ -140,9 +206,10 @@ impl Router {
         if self.slots.len() == 1 {
             return 0;
         }
-        match self.route {
-            Route::RoundRobin => self.slot(record.index),
-            Route::Session => self.session(record),
+        match (self.route, &self.load) {
+            (Route::LeastInflight, Some((load, bodies))) => load.least_loaded(bodies),
+            (Route::RoundRobin | Route::LeastInflight, _) => self.slot(record.index),
+            (Route::Session, _) => self.session(record),
         }
     }
 
@@ -282,6 +349,25 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn least_inflight_picks_the_least_loaded_per_weight() {
+        let load = Load::new(&[1, 1, 2]);
+        assert_eq!(load.least_loaded(&[0, 1, 2]), 0, "a tie goes to the first");
+        load.started(0);
+        assert_eq!(load.least_loaded(&[0, 1, 2]), 1);
+        load.started(1);
+        load.started(2);
+        assert_eq!(
+            load.least_loaded(&[0, 1, 2]),
+            2,
+            "1 of weight 2 is the lightest"
+        );
+        load.started(2);
+        load.finished(0);
+        assert_eq!(load.least_loaded(&[0, 1, 2]), 0);
+        assert_eq!(load.least_loaded(&[1, 2]), 1, "only among the given ones");
     }
 
     #[test]

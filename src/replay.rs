@@ -17,7 +17,7 @@ use crate::api::{Api, BodyOptions};
 use crate::cli::{ms_to_ns, ReplayArgs};
 use crate::clock::RunClock;
 use crate::error::{Error, Result};
-use crate::fleet::{EndpointSpec, Router};
+use crate::fleet::{EndpointSpec, Load, Route, Router};
 use crate::http::endpoint::Endpoint;
 use crate::http::probe;
 use crate::limits;
@@ -349,8 +349,35 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
             api: spec.api,
         })
         .collect();
+    // Routing. `least-inflight` is decided by the senders among endpoints that take the
+    // same body (dialect, model, prompt synthesis); the producers pick among the groups.
+    let weights: Vec<u32> = specs.iter().map(|s| s.weight).collect();
+    let load = Arc::new(Load::new(&weights));
+    let body_of = |e: usize| {
+        let style = &builder.styles[e];
+        (style.api, style.body.model_json.as_str(), style.synth)
+    };
+    let peers: Vec<Vec<u32>> = (0..specs.len())
+        .map(|e| {
+            (0..specs.len())
+                .filter(|&o| body_of(o) == body_of(e))
+                .map(|o| o as u32)
+                .collect()
+        })
+        .collect();
+    let router = match args.route {
+        Route::LeastInflight => {
+            let mut groups: Vec<u32> = peers.iter().map(|p| p[0]).collect();
+            groups.sort_unstable();
+            groups.dedup();
+            Router::least_inflight(Arc::clone(&load), groups, &weights)
+        }
+        route => Router::new(route, &weights),
+    };
     let sender_cfg = Arc::new(SenderConfig {
         targets,
+        load,
+        peers: (args.route == Route::LeastInflight).then_some(peers),
         stream,
         request_timeout_ns: (args.request_timeout * 1e9) as u64,
         first_token_timeout_ns: args.first_token_timeout.map(|s| (s * 1e9) as u64),
@@ -378,11 +405,10 @@ pub fn replay(args: &ReplayArgs) -> Result<RunOutcome> {
     };
     let reader =
         OrderedReader::new(TraceReader::open(&args.trace, format)?.with_options(read_options));
-    let weights: Vec<u32> = specs.iter().map(|s| s.weight).collect();
     let producers = spawn_producers(
         num_producer,
         reader,
-        Router::new(args.route, &weights),
+        router,
         schedule,
         Arc::clone(&builder),
         ToSenders {

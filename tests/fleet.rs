@@ -278,3 +278,40 @@ fn a_mixed_fleet_speaks_each_endpoints_dialect() {
         json!(["openai-chat", "openai-chat", "openai-completions", "tgi"])
     );
 }
+
+/// `least-inflight` sends more to a fast instance than to a slow one: the slow one's
+/// requests stay in flight, so the next ones go to the other.
+#[test]
+fn least_inflight_favours_the_faster_endpoint() {
+    let dir = temp_dir("fleet-least");
+    let trace = dir.join("t.jsonl");
+    let records: Vec<Value> = (0..200)
+        .map(|i| json!({"timestamp": i * 5, "text_input": "a b c", "output_length": 4}))
+        .collect();
+    write_trace(&trace, &records);
+    let start = |ttft_ns, itl_ns| {
+        let cfg = MockConfig {
+            ttft_ns,
+            itl_ns,
+            ..MockConfig::default()
+        };
+        MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap()
+    };
+    let fast = start(1_000_000, 100_000);
+    let slow = start(150_000_000, 10_000_000);
+    let mut args = vec!["--trace".to_string(), trace.display().to_string()];
+    args.extend(["--route", "least-inflight", "--output"].map(String::from));
+    args.push(dir.join("run").display().to_string());
+    for m in [&fast, &slow] {
+        args.push("--endpoint".into());
+        args.push(format!("http://{}", m.addr()));
+    }
+    let outcome = replay(&args);
+    assert_eq!(outcome.summary.ok, 200);
+    let fast_n = fast.stop().unwrap().requests - 1;
+    let slow_n = slow.stop().unwrap().requests - 1;
+    assert_eq!(fast_n + slow_n, 200);
+    // Alone, round-robin would give each 100. The slow one holds each request ~180 ms, so
+    // it is busy nearly always and takes a request only when the fast one has one too.
+    assert!(fast_n > 3 * slow_n, "fast {fast_n}, slow {slow_n}");
+}

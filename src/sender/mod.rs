@@ -39,6 +39,7 @@ use crate::api::{Api, EventScanner};
 use crate::clock::{
     minimise_timer_slack, raise_thread_priority, thread_cpu_ns, DeadlineTimer, RunClock,
 };
+use crate::fleet::Load;
 use crate::http::response::{ResponseParser, Step};
 use crate::http::sse::SseScanner;
 use crate::limits;
@@ -94,6 +95,11 @@ pub struct Target {
 #[derive(Clone, Debug)]
 pub struct SenderConfig {
     pub targets: Vec<Target>,
+    /// Requests in flight per endpoint, kept here for `least-inflight` routing.
+    pub load: Arc<Load>,
+    /// `least-inflight`: per endpoint, the endpoints its bodies suit (itself included); a due
+    /// request goes to the least loaded of them.
+    pub peers: Option<Vec<Vec<u32>>>,
     pub stream: bool,
     pub request_timeout_ns: u64,
     /// A request sent this long ago with no first token yet fails as a timeout.
@@ -516,8 +522,12 @@ impl SenderLoop {
     }
 
     /// Hands a due request to an idle connection of its endpoint, or queues it.
-    fn dispatch(&mut self, req: PreparedRequest) {
+    fn dispatch(&mut self, mut req: PreparedRequest) {
+        if let Some(peers) = &self.cfg.peers {
+            req.endpoint = self.cfg.load.least_loaded(&peers[req.endpoint as usize]);
+        }
         let target = req.endpoint as usize;
+        self.cfg.load.started(target);
         let mut ex = Exchange::new(req, self.cfg.record_itl);
         let now = self.clock.now_ns();
         // It was one of the upcoming requests the pool has a connection for: counted twice
@@ -943,6 +953,7 @@ impl SenderLoop {
     }
 
     fn emit(&mut self, ex: Exchange, target: usize) {
+        self.cfg.load.finished(target);
         let record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
         // The collector outlives the senders; if it is gone the run is being torn down.
         let _ = self.records.send(record);
