@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::api::Api;
-use crate::prompt::{LengthOf, SynthOptions, Wrapping};
+pub use crate::plan::{OutputFormat, PromptMode};
+use crate::prompt::LengthOf;
 use crate::trace::Format;
 
 #[derive(Debug, Parser)]
@@ -100,31 +101,6 @@ pub struct ResultArgs {
     pub output_format: OutputFormat,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    #[default]
-    Text,
-    Json,
-}
-
-impl ResultArgs {
-    pub fn render_options(&self) -> crate::Result<crate::report::RenderOptions> {
-        if let Some(p) = self
-            .percentiles
-            .iter()
-            .find(|p| !(0.0..=100.0).contains(*p))
-        {
-            return Err(crate::Error::Usage(format!(
-                "--percentiles: {p} is not between 0 and 100"
-            )));
-        }
-        Ok(crate::report::RenderOptions {
-            slo: crate::stats::Slo::parse(&self.goodput).map_err(crate::Error::Usage)?,
-            percentiles: self.percentiles.clone(),
-        })
-    }
-}
-
 #[derive(Debug, Args, Clone)]
 pub struct ReportArgs {
     /// A run directory (holding requests.jsonl); give two to compare them (A, then B).
@@ -178,50 +154,6 @@ pub struct PromptArgs {
     /// speed depends on it: traces with millions of distinct hash ids run in this bound.
     #[arg(long, value_name = "MB", default_value_t = 256)]
     pub block_cache_mb: usize,
-}
-
-/// `--prompt-mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PromptMode {
-    Text,
-    TokenIds,
-}
-
-impl PromptArgs {
-    /// What the server wraps around the content for this API and mode.
-    pub fn wrapping(&self, api: Api) -> crate::Result<Wrapping> {
-        match (api, self.prompt_mode) {
-            (Api::OpenaiChat, PromptMode::Text) => Ok(Wrapping::Chat),
-            (Api::OpenaiCompletions, PromptMode::Text) => Ok(Wrapping::Completion),
-            (Api::OpenaiCompletions, PromptMode::TokenIds) => Ok(Wrapping::TokenIds),
-            // TGI tokenizes `inputs` with the tokenizer's special tokens, as completions do.
-            (Api::Tgi, PromptMode::Text) => Ok(Wrapping::Completion),
-            (Api::OpenaiChat | Api::Tgi, PromptMode::TokenIds) => {
-                Err(crate::Error::Usage(format!(
-                    "--prompt-mode token-ids needs --api openai-completions ({} takes text)",
-                    api.name()
-                )))
-            }
-        }
-    }
-
-    /// The synthesis options for this API, or `None` without `--tokenizer`.
-    pub fn synth_options(&self, api: Api, format: Format) -> crate::Result<Option<SynthOptions>> {
-        let wrapping = self.wrapping(api)?;
-        Ok(self.tokenizer.as_ref().map(|t| SynthOptions {
-            tokenizer: t.clone(),
-            tokenizer_config: self.tokenizer_config.clone(),
-            wrapping,
-            length_of: self.input_length_of,
-            seed: self.seed,
-            block_size: self.block_size.unwrap_or(format.default_block_size()),
-        }))
-    }
-
-    pub fn block_cache_bytes(&self) -> usize {
-        self.block_cache_mb.saturating_mul(1 << 20)
-    }
 }
 
 #[derive(Debug, Args, Clone)]
@@ -584,15 +516,6 @@ pub struct TraceInputArgs {
     /// (within a window of 1024 records) and a warning says how many there were.
     #[arg(long)]
     pub strict: bool,
-}
-
-impl ReplayArgs {
-    pub fn tls_options(&self) -> crate::transport::TlsOptions {
-        crate::transport::TlsOptions {
-            ca_cert: self.ca_cert.clone(),
-            insecure: self.insecure,
-        }
-    }
 }
 
 impl MockArgs {

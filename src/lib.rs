@@ -1,26 +1,27 @@
 //! llmreplay: replay LLM request traces against inference servers at the trace's own
 //! timestamps, and measure what the servers did.
 //!
-//! Data flows one way: [`trace`] -> [`prompt`] + [`api`] (request bodies) -> [`pipeline`]
-//! (producers, bounded channel) -> [`sender`] (mio loops over [`http`]) -> [`record`] ->
-//! [`stats`] -> [`report`]. [`mock`] is the built-in server; [`cli`] the command line.
+//! Data flows one way: [`trace`] -> [`fleet`] (endpoints, routing) + [`prompt`] + [`api`]
+//! (request bodies in each endpoint's dialect) -> [`pipeline`] (producers, bounded channel)
+//! -> [`sender`] (mio loops over [`transport`] and [`http`]) -> [`record`] -> [`stats`] ->
+//! [`report`]. [`cli`] parses the command line, [`plan`] validates it into plain values,
+//! [`commands`] run them; [`mock`] is the built-in server.
 
 pub mod affinity;
 pub mod api;
-pub mod calibrate;
 pub mod cli;
 pub mod clock;
+pub mod commands;
 pub mod error;
 pub mod fleet;
 pub mod http;
 pub mod limits;
 pub mod mock;
 pub mod pipeline;
+pub mod plan;
 pub mod progress;
 pub mod prompt;
-pub mod prompts;
 pub mod record;
-pub mod replay;
 pub mod report;
 pub mod sender;
 pub mod sockopt;
@@ -32,16 +33,22 @@ pub mod transport;
 use std::io::Write;
 
 use cli::{Cli, Command};
+use commands::report::Reported;
 pub use error::{Error, Result};
+use plan::{CalibratePlan, OutputFormat, PromptsPlan, ReplayPlan};
 
 /// Runs one command line and returns the exit status; the binary's `main` maps an error to
 /// its own status (CONTRACT §2).
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Replay(args) => {
+            let plan = ReplayPlan::from_args(&args)?;
             stop::install_signal_handlers();
-            let outcome = replay::replay(&args)?;
-            print_summary(&outcome.summary, args.results.output_format);
+            let outcome = commands::replay::run(&plan)?;
+            print_summary(&outcome.summary, plan.output_format);
+            if plan.tls.insecure {
+                eprintln!("note: --insecure: server certificates were not verified");
+            }
             let place = match &outcome.dir {
                 Some(dir) => format!("results in {}", dir.display()),
                 None => format!("requests in {}", outcome.requests_path.display()),
@@ -63,9 +70,25 @@ pub fn run(cli: Cli) -> Result<i32> {
                 .map_err(|e| Error::Run(format!("mock: {e}")))?;
             Ok(0)
         }
-        Command::Report(args) => report_command(&args).map(|()| 0),
+        Command::Report(args) => {
+            let render = plan::render_options(&args.results)?;
+            let format = args.results.output_format;
+            match commands::report::run(&args.dirs, args.output.as_deref(), &render, format)? {
+                Reported::One(summary) => {
+                    print_summary(&summary, format);
+                    eprintln!(
+                        "re-rendered summary.json, summary.txt, report.html, results.xlsx in {}",
+                        args.dirs[0].display()
+                    );
+                }
+                Reported::Compared { page } => {
+                    eprintln!("comparison page in {}", page.display())
+                }
+            }
+            Ok(0)
+        }
         Command::Prompts(args) => {
-            let report = prompts::run(&args)?;
+            let report = commands::prompts::run(&PromptsPlan::from_args(&args)?)?;
             if args.json {
                 println!(
                     "{}",
@@ -87,7 +110,8 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
         }
         Command::Calibrate(args) => {
-            let calibration = calibrate::run(&args)?;
+            let calibration =
+                commands::calibrate::run(&CalibratePlan::from_args(&args)?, args.json)?;
             if args.json {
                 println!(
                     "{}",
@@ -99,16 +123,17 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Inspect(args) => {
-            let format = trace::detect_format(&args.trace, args.format)?;
-            let block = args.block_size.unwrap_or(format.default_block_size());
-            let options = trace::ReadOptions {
+            let read = trace::ReadOptions {
                 skip_invalid: args.input.skip_invalid,
                 max_records: None,
             };
-            let stats = trace::inspect::scan(&args.trace, format, block, options)?;
-            if args.input.strict {
-                stats.require_order(&args.trace)?;
-            }
+            let stats = commands::inspect(
+                &args.trace,
+                args.format,
+                args.block_size,
+                read,
+                args.input.strict,
+            )?;
             if args.json {
                 println!(
                     "{}",
@@ -122,70 +147,14 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
 }
 
-fn print_summary(summary: &stats::Summary, format: cli::OutputFormat) {
+fn print_summary(summary: &stats::Summary, format: OutputFormat) {
     let text = match format {
-        cli::OutputFormat::Text => summary.to_table(),
-        cli::OutputFormat::Json => {
+        OutputFormat::Text => summary.to_table(),
+        OutputFormat::Json => {
             let mut t = serde_json::to_string_pretty(&summary.to_json()).expect("JSON");
             t.push('\n');
             t
         }
     };
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
-}
-
-/// `llmreplay report DIR [DIR2]`.
-fn report_command(args: &cli::ReportArgs) -> Result<()> {
-    let opts = args.results.render_options()?;
-    let requests = |dir: &std::path::Path| {
-        let path = dir.join("requests.jsonl");
-        if path.is_file() {
-            Ok(path)
-        } else {
-            Err(Error::Usage(format!(
-                "{}: no requests.jsonl (give a run directory written by llmreplay replay)",
-                dir.display()
-            )))
-        }
-    };
-    match args.dirs.as_slice() {
-        [dir] => {
-            let summary = report::render(dir, &requests(dir)?, &opts)?;
-            print_summary(&summary, args.results.output_format);
-            eprintln!(
-                "re-rendered summary.json, summary.txt, report.html, results.xlsx in {}",
-                dir.display()
-            );
-            Ok(())
-        }
-        [a, b] => {
-            let mut run_a = report::load_run(a, &requests(a)?, &opts, None)?;
-            let mut run_b = report::load_run(b, &requests(b)?, &opts, None)?;
-            let rows = report::compare::rows(&run_a.summary, &run_b.summary);
-            let (name_a, name_b) = (a.display().to_string(), b.display().to_string());
-            match args.results.output_format {
-                cli::OutputFormat::Text => {
-                    print!("{}", report::compare::table(&rows, &name_a, &name_b))
-                }
-                cli::OutputFormat::Json => println!(
-                    "{}",
-                    serde_json::json!({
-                        "a": {"dir": name_a, "summary": run_a.summary.to_json()},
-                        "b": {"dir": name_b, "summary": run_b.summary.to_json()},
-                    })
-                ),
-            }
-            let page = report::compare::page(&rows, &mut run_a, &mut run_b, &name_a, &name_b);
-            let path = args
-                .output
-                .clone()
-                .unwrap_or_else(|| b.join("compare.html"));
-            report::write_atomic(&path, page.as_bytes())?;
-            eprintln!("comparison page in {}", path.display());
-            Ok(())
-        }
-        _ => Err(Error::Usage(
-            "report takes one or two run directories".into(),
-        )),
-    }
 }

@@ -43,7 +43,9 @@ fn run(name: &str, endpoint: impl Fn(&str) -> String, extra: &[&str]) -> (Vec<Va
     let llmreplay::cli::Command::Replay(args) = cli.command else {
         panic!("replay")
     };
-    let outcome = llmreplay::replay::replay(&args).unwrap();
+    let outcome =
+        llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+            .unwrap();
     assert_eq!(outcome.summary.ok, RECORDS, "{name}");
     (
         read_jsonl(&out.join("requests.jsonl")),

@@ -26,7 +26,7 @@ fn mocks(n: usize) -> Vec<MockServer> {
         .collect()
 }
 
-fn replay(args: &[String]) -> llmreplay::replay::RunOutcome {
+fn replay(args: &[String]) -> llmreplay::commands::replay::RunOutcome {
     let cli = llmreplay::cli::Cli::parse_from(
         ["llmreplay", "replay", "--quiet"]
             .into_iter()
@@ -36,7 +36,8 @@ fn replay(args: &[String]) -> llmreplay::replay::RunOutcome {
     let llmreplay::cli::Command::Replay(args) = cli.command else {
         panic!("replay")
     };
-    llmreplay::replay::replay(&args).unwrap()
+    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+        .unwrap()
 }
 
 fn write_trace(path: &Path, records: &[Value]) {

@@ -13,7 +13,7 @@ use clap::Parser;
 use serde_json::{json, Value};
 
 use llmreplay::cli::{Cli, Command};
-use llmreplay::prompts::PromptsReport;
+use llmreplay::commands::prompts::PromptsReport;
 
 mod common;
 use common::{bin, mooncake, read_jsonl, temp_dir, tokenizer, MockProcess, TOKENIZERS};
@@ -23,7 +23,8 @@ fn prompts(args: &[&str]) -> PromptsReport {
     let Command::Prompts(args) = cli.command else {
         panic!("prompts")
     };
-    llmreplay::prompts::run(&args).unwrap()
+    llmreplay::commands::prompts::run(&llmreplay::plan::PromptsPlan::from_args(&args).unwrap())
+        .unwrap()
 }
 
 fn verify_every() -> String {
@@ -271,7 +272,8 @@ fn mock_with_tokenizer_reports_exact_prompt_tokens_for_500_records() {
     let Command::Replay(args) = cli.command else {
         panic!("replay")
     };
-    llmreplay::replay::replay(&args).unwrap();
+    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+        .unwrap();
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let m = &summary["input_length_match"];

@@ -36,7 +36,9 @@ fn replays_500_mooncake_records_against_the_mock() {
     let llmreplay::cli::Command::Replay(args) = cli.command else {
         panic!("replay")
     };
-    let outcome = llmreplay::replay::replay(&args).unwrap();
+    let outcome =
+        llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+            .unwrap();
     assert_eq!(outcome.summary.ok, 500);
 
     let records = read_jsonl(&out.join("requests.jsonl"));
@@ -333,7 +335,9 @@ fn read_coalescing_gathers_several_tokens_per_read_and_loses_none() {
     let llmreplay::cli::Command::Replay(args) = cli.command else {
         panic!("replay")
     };
-    let outcome = llmreplay::replay::replay(&args).unwrap();
+    let outcome =
+        llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+            .unwrap();
     assert_eq!(outcome.summary.ok, streams);
     let records = read_jsonl(&dir.join("run/requests.jsonl"));
     let streamed: u64 = records.iter().map(|r| r["chunks"].as_u64().unwrap()).sum();
@@ -444,7 +448,9 @@ fn connections_for_the_opening_burst_are_open_before_the_start() {
     let llmreplay::cli::Command::Replay(args) = cli.command else {
         panic!("replay")
     };
-    let outcome = llmreplay::replay::replay(&args).unwrap();
+    let outcome =
+        llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+            .unwrap();
     let stats = server.stop().unwrap();
     assert_eq!(outcome.summary.ok, burst);
     assert_eq!(outcome.connections_at_start, burst as usize + 2);

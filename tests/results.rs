@@ -50,7 +50,7 @@ fn fixture_summary_matches_numpy_reference() {
     let Command::Report(args) = cli.command else {
         panic!("report")
     };
-    let opts = args.results.render_options().unwrap();
+    let opts = llmreplay::plan::render_options(&args.results).unwrap();
     let summary = llmreplay::report::render(&dir, &dir.join("requests.jsonl"), &opts)
         .unwrap()
         .to_json();
@@ -153,7 +153,8 @@ fn small_run(name: &str, ttft_ms: &str, itl_ms: &str, extra: &[&str]) -> PathBuf
     let Command::Replay(args) = Cli::parse_from(argv).command else {
         panic!("replay")
     };
-    llmreplay::replay::replay(&args).unwrap();
+    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+        .unwrap();
     out
 }
 

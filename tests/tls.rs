@@ -37,13 +37,13 @@ fn trace(dir: &Path) -> PathBuf {
     path
 }
 
-fn replay(args: &[&str]) -> llmreplay::Result<llmreplay::replay::RunOutcome> {
+fn replay(args: &[&str]) -> llmreplay::Result<llmreplay::commands::replay::RunOutcome> {
     let cli =
         llmreplay::cli::Cli::parse_from(["llmreplay", "replay", "--quiet"].iter().chain(args));
     let llmreplay::cli::Command::Replay(args) = cli.command else {
         panic!("replay")
     };
-    llmreplay::replay::replay(&args)
+    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args)?)
 }
 
 fn s(p: &Path) -> &str {

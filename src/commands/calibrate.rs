@@ -8,11 +8,10 @@
 use std::fmt;
 use std::io::Write;
 
-use clap::Parser;
 use serde::Serialize;
 
-use crate::cli::{CalibrateArgs, Cli, Command};
 use crate::error::{Error, Result};
+use crate::plan::{CalibratePlan, ReplayPlan, Targets};
 
 /// The p99 drift a trusted rate must stay under.
 const TRUSTED_P99_MS: f64 = 1.0;
@@ -38,23 +37,15 @@ pub struct Calibration {
     pub max_trusted_rps: Option<f64>,
 }
 
-pub fn run(args: &CalibrateArgs) -> Result<Calibration> {
-    if !(args.seconds.is_finite() && args.seconds > 0.0) {
-        return Err(Error::Usage("--seconds must be positive".into()));
-    }
-    if let Some(rate) = args.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
-        return Err(Error::Usage(format!(
-            "--rates: {rate} is not a positive rate"
-        )));
-    }
+pub fn run(plan: &CalibratePlan, quiet: bool) -> Result<Calibration> {
     let dir = std::env::temp_dir().join(format!("llmreplay-calibrate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let mut steps = Vec::new();
-    for &rate in &args.rates {
-        if !args.json {
-            eprintln!("replaying {rate} req/s for {} s ...", args.seconds);
+    for &rate in &plan.rates {
+        if !quiet {
+            eprintln!("replaying {rate} req/s for {} s ...", plan.seconds);
         }
-        let step = run_step(args, rate, &dir);
+        let step = run_step(plan, rate, &dir);
         let _ = std::fs::remove_file(dir.join("trace.jsonl"));
         let _ = std::fs::remove_file(dir.join("requests.jsonl"));
         steps.push(step?);
@@ -71,9 +62,9 @@ pub fn run(args: &CalibrateArgs) -> Result<Calibration> {
     })
 }
 
-fn run_step(args: &CalibrateArgs, rate: f64, dir: &std::path::Path) -> Result<Step> {
+fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<Step> {
     let trace = dir.join("trace.jsonl");
-    let n = ((rate * args.seconds).ceil() as u64).max(1);
+    let n = ((rate * plan.seconds).ceil() as u64).max(1);
     let mut f =
         std::io::BufWriter::new(std::fs::File::create(&trace).map_err(|e| Error::io(&trace, e))?);
     for i in 0..n {
@@ -81,47 +72,31 @@ fn run_step(args: &CalibrateArgs, rate: f64, dir: &std::path::Path) -> Result<St
             f,
             r#"{{"timestamp": {:.6}, "text_input": "calibrate", "input_length": 1, "output_length": {}}}"#,
             i as f64 * 1000.0 / rate,
-            args.tokens
+            plan.tokens
         )
         .map_err(|e| Error::io(&trace, e))?;
     }
     f.flush().map_err(|e| Error::io(&trace, e))?;
     drop(f);
 
-    const STEP_REQUEST_TIMEOUT_S: u32 = 20;
-    let mut argv: Vec<String> = ["llmreplay", "replay", "--quiet", "--model", "calibrate"]
-        .map(String::from)
-        .to_vec();
-    argv.extend(["--trace".into(), trace.display().to_string()]);
-    argv.extend([
-        "--output-path".into(),
-        dir.join("requests.jsonl").display().to_string(),
-    ]);
-    argv.extend(["--num-sender".into(), args.num_sender.to_string()]);
-    // A rate beyond what the machine can hold may leave requests that never complete (e.g.
-    // the in-process mock, sharing the descriptor limit, cannot accept more connections):
-    // they fail as timeouts instead of holding up the table.
-    argv.extend([
-        "--request-timeout".into(),
-        STEP_REQUEST_TIMEOUT_S.to_string(),
-    ]);
-    match &args.endpoint {
-        Some(url) => argv.extend(["--endpoint".into(), url.clone()]),
-        None => argv.extend([
-            "--mock".into(),
-            "--mock-ttft-ms".into(),
-            args.mock_ttft_ms.to_string(),
-            "--mock-itl-ms".into(),
-            args.mock_itl_ms.to_string(),
-        ]),
-    }
-    let Command::Replay(replay_args) = Cli::try_parse_from(&argv)
-        .map_err(|e| Error::Usage(e.to_string()))?
-        .command
-    else {
-        unreachable!("parsed a replay command line")
+    let targets = match &plan.endpoint {
+        Some(spec) => Targets::Servers(vec![spec.clone()]),
+        None => Targets::Mock {
+            ttft_ms: plan.mock_ttft_ms,
+            itl_ms: plan.mock_itl_ms,
+        },
     };
-    let outcome = crate::replay::replay(&replay_args)?;
+    let replay = ReplayPlan {
+        model: Some("calibrate".into()),
+        output_path: Some(dir.join("requests.jsonl")),
+        num_sender: plan.num_sender,
+        // A rate beyond what the machine can hold may leave requests that never complete
+        // (e.g. the in-process mock, sharing the descriptor limit, cannot accept more
+        // connections): they fail as timeouts instead of holding up the table.
+        request_timeout_s: 20.0,
+        ..ReplayPlan::new(trace, targets)
+    };
+    let outcome = super::replay::run(&replay)?;
     let s = &outcome.summary;
     let drift = |p: f64| {
         s.drift

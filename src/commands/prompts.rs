@@ -11,9 +11,9 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::api::BodyOptions;
-use crate::cli::PromptsArgs;
 use crate::error::{Error, Result};
 use crate::pipeline::{BufferPool, PromptLog, RequestBuilder};
+use crate::plan::PromptsPlan;
 use crate::prompt::{self, verify, LengthOf, PromptCounter, Wrapping};
 use crate::trace::{detect_format, Input, ReadOptions, TraceReader, TraceRecord};
 
@@ -69,7 +69,7 @@ impl Verification {
     }
 }
 
-pub fn run(args: &PromptsArgs) -> Result<PromptsReport> {
+pub fn run(args: &PromptsPlan) -> Result<PromptsReport> {
     let format = detect_format(&args.trace, args.format)?;
     let opts = args
         .prompt
@@ -77,11 +77,6 @@ pub fn run(args: &PromptsArgs) -> Result<PromptsReport> {
         .ok_or_else(|| {
             Error::Usage("give --tokenizer PATH: prompts are synthesised with it".into())
         })?;
-    if args.threads == 0 || args.verify_every == 0 {
-        return Err(Error::Usage(
-            "--threads and --verify-every must be at least 1".into(),
-        ));
-    }
     let prepared = prompt::prepare(&opts)?;
     if let Some(w) = &prepared.warning {
         eprintln!("warning: {w}");
@@ -151,7 +146,7 @@ pub fn run(args: &PromptsArgs) -> Result<PromptsReport> {
 
 struct Shared<'a> {
     reader: Mutex<TraceReader>,
-    args: &'a PromptsArgs,
+    args: &'a PromptsPlan,
     builder: RequestBuilder,
     counter: &'a PromptCounter,
     wrapping: Wrapping,

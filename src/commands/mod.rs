@@ -1,0 +1,27 @@
+//! The subcommands. Each takes a validated plan or plain values ([`crate::plan`]), never a
+//! clap type, and returns what it measured; printing and exit codes are the caller's.
+
+pub mod calibrate;
+pub mod prompts;
+pub mod replay;
+pub mod report;
+
+use crate::error::Result;
+use crate::trace::{self, inspect::TraceStats, Format, ReadOptions};
+
+/// `llmreplay inspect`: reads a whole trace and returns its statistics.
+pub fn inspect(
+    path: &std::path::Path,
+    format: Format,
+    block_size: Option<u32>,
+    read: ReadOptions,
+    strict: bool,
+) -> Result<TraceStats> {
+    let format = trace::detect_format(path, format)?;
+    let block = block_size.unwrap_or(format.default_block_size());
+    let stats = trace::inspect::scan(path, format, block, read)?;
+    if strict {
+        stats.require_order(path)?;
+    }
+    Ok(stats)
+}

@@ -1,0 +1,487 @@
+//! `llmreplay replay`: wires the stages together.
+//!
+//! trace (validated up front) -> prompt synthesis -> endpoints (probed, models found) ->
+//! producers (route, build bodies) -> bounded channel -> senders -> records -> collector
+//! (JSONL, flushed per batch) -> summary and reports. [`setup`] prepares and checks; this file
+//! starts the threads, collects the records and finishes.
+
+mod run_json;
+mod setup;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+
+use crate::affinity;
+use crate::api::BodyOptions;
+use crate::clock::RunClock;
+use crate::error::{Error, Result};
+use crate::fleet::{Load, Route, Router};
+use crate::limits;
+use crate::pipeline::{
+    spawn_producers, BodyStyle, BufferPool, ChannelBudget, PromptLog, RequestBuilder, Schedule,
+    ToSenders,
+};
+use crate::plan::ReplayPlan;
+use crate::progress::{LiveProgress, Snapshot};
+use crate::record::{RecordWriter, RequestRecord};
+use crate::report;
+use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
+use crate::stats::{latency_histogram, Summary, SummaryBuilder};
+use crate::stop::{signals_received, StopRequest};
+use crate::trace::{OrderedReader, TraceReader};
+use setup::{Fleet, Output, Prompts, Say, TraceInput};
+
+/// Time between the senders' connections being open and the first possible deadline:
+/// producers have been filling the channel since before the connections, and go on.
+const START_LEAD_NS: u64 = 500_000_000;
+/// Connections for the requests due in the run's first second are opened before the start...
+const WARM_WINDOW_MS: f64 = 1000.0;
+/// ...up to this many per sender and endpoint: a bound on what is opened in one go.
+const WARM_MAX_PER_POOL: usize = 16_384;
+
+/// What a finished replay leaves behind.
+pub struct RunOutcome {
+    pub summary: Summary,
+    /// The output directory, when one was written.
+    pub dir: Option<PathBuf>,
+    pub requests_path: PathBuf,
+    pub sender_cpu_s: f64,
+    /// Successful read(2) calls of all senders (tokens per read shows how reads batch).
+    pub sender_reads: u64,
+    /// The run was stopped early by a signal (the outputs hold what was measured until then).
+    pub stopped: bool,
+    /// Connections open when the clock started (spare ones and the trace opening's).
+    pub connections_at_start: usize,
+}
+
+pub fn run(plan: &ReplayPlan) -> Result<RunOutcome> {
+    let say = Say(plan.quiet);
+    let trace = setup::scan_trace(plan, &say)?;
+    let prompts = setup::prepare_prompts(plan, &setup::endpoint_apis(plan), &trace, &say)?;
+    let mock = setup::start_mock(plan, prompts.chat_overhead, &say)?;
+    let fleet = setup::connect(plan, mock.as_ref())?;
+    let out = setup::prepare_output(plan, &trace)?;
+    let stages = start(plan, &trace, prompts, &fleet, &out, &say)?;
+    let collected = collect(plan, &trace, &stages, out)?;
+    let outcome = finish(plan, stages, collected);
+    if let Some(m) = mock {
+        m.stop().ok();
+    }
+    outcome
+}
+
+/// The running threads and what the collector needs of them.
+struct Stages {
+    clock: RunClock,
+    t0_ns: u64,
+    stop: Arc<StopRequest>,
+    progress: Arc<Progress>,
+    records: crossbeam_channel::Receiver<RequestRecord>,
+    producers: Vec<JoinHandle<Result<u64>>>,
+    senders: Vec<JoinHandle<std::io::Result<SenderReport>>>,
+    builder: Arc<RequestBuilder>,
+    connections_at_start: usize,
+    /// The collecting thread's cores are given back when the run ends.
+    _pinned: affinity::PinnedUntilDrop,
+}
+
+/// Builds the request builder, the router and the senders' configuration, starts producers
+/// and senders, waits for the opening connections and starts the clock.
+fn start(
+    plan: &ReplayPlan,
+    trace: &TraceInput,
+    prompts: Prompts,
+    fleet: &Fleet,
+    out: &Output,
+    say: &Say,
+) -> Result<Stages> {
+    let num_sender = plan.num_sender;
+    let cores = core_affinity::get_core_ids().map_or(1, |c| c.len());
+    let num_producer = plan
+        .num_producer
+        .unwrap_or_else(|| cores.saturating_sub(num_sender).max(1));
+    let placement = affinity::plan(&plan.pin_cores, num_sender, num_producer)?;
+    if let Some(w) = &placement.warning {
+        say.say(format!("warning: {w}"));
+    }
+    // This thread collects the records: keep it, and the helpers it starts, off the senders'
+    // cores, until the run ends.
+    let pinned = affinity::pin_current_to(&placement.producers);
+    let pools = fleet.specs.len() * num_sender;
+    let fd_limit = setup::check_fd_limit(plan.connections * pools, say)?;
+    let warm = warm_connections(
+        trace.stats.opening_count(WARM_WINDOW_MS * plan.time_scale),
+        pools,
+        plan.connections,
+        fd_limit,
+    );
+
+    // Requests a sender holds in its deadline heap.
+    let lookahead = (plan.channel_capacity / num_sender).clamp(16, 1024);
+    // Room for every buffer that can be out at once: in the channel, in the senders' heaps
+    // and being built.
+    let buffers = BufferPool::new(plan.channel_capacity + num_sender * lookahead + num_producer);
+    let builder = Arc::new(request_builder(
+        plan,
+        prompts,
+        fleet,
+        out,
+        num_producer,
+        &buffers,
+    )?);
+    let (router, load, peers) = routing(plan, fleet, &builder);
+
+    keep_bodies_off_mmap();
+    let clock = RunClock::new();
+    let stop = Arc::new(StopRequest::default());
+    let gate = Arc::new(StartGate::new(num_sender));
+    let channel_budget = Arc::new(ChannelBudget::new(plan.channel_mb << 20, num_sender));
+    let sender_cfg = Arc::new(SenderConfig {
+        targets: targets(plan, fleet),
+        load,
+        peers,
+        stream: plan.stream,
+        request_timeout_ns: (plan.request_timeout_s * 1e9) as u64,
+        first_token_timeout_ns: plan.first_token_timeout_s.map(|s| (s * 1e9) as u64),
+        drain_timeout_ns: (plan.drain_timeout_s * 1e9) as u64,
+        stop: Arc::clone(&stop),
+        spare_connections: plan.connections,
+        warm_connections: warm,
+        lookahead,
+        spin_ns: plan.spin_us * 1000,
+        record_itl: plan.record_itl,
+        read_coalesce_ns: plan.read_coalesce_us * 1000,
+        buffers,
+        channel_budget: Arc::clone(&channel_budget),
+        realtime: plan.realtime,
+        start: Arc::clone(&gate),
+    });
+
+    let (tx, rx) = crossbeam_channel::bounded(plan.channel_capacity);
+    let (rec_tx, records) = crossbeam_channel::unbounded::<RequestRecord>();
+    let schedule = Schedule {
+        origin_ms: trace.stats.first_timestamp_ms,
+        time_scale: plan.time_scale,
+        duration_ms: plan.duration_s.map(|d| d * 1000.0),
+    };
+    let reader =
+        OrderedReader::new(TraceReader::open(&plan.trace, trace.format)?.with_options(plan.read));
+    let producers = spawn_producers(
+        num_producer,
+        reader,
+        router,
+        schedule,
+        Arc::clone(&builder),
+        ToSenders {
+            tx,
+            budget: channel_budget,
+        },
+        placement.producers.clone(),
+        Arc::clone(&stop),
+    );
+    let progress = Arc::new(Progress::default());
+    let senders: Vec<_> = (0..num_sender)
+        .map(|i| {
+            spawn_sender(
+                i,
+                Arc::clone(&sender_cfg),
+                clock.clone(),
+                rx.clone(),
+                rec_tx.clone(),
+                Arc::clone(&progress),
+                placement.senders[i],
+            )
+        })
+        .collect();
+
+    // The start: once every sender has its opening connections, the clock begins.
+    let opening = (warm + plan.connections) * pools;
+    if opening >= 1000 {
+        say.say(format!(
+            "opening {opening} connections for the trace's first second before the start"
+        ));
+    }
+    let connections_at_start =
+        gate.wait_ready(|id| senders[id].is_finished(), || signals_received() > 0);
+    let t0_ns = clock.now_ns() + START_LEAD_NS;
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+        + START_LEAD_NS / 1_000_000;
+    gate.start(t0_ns);
+    if let Some(d) = &out.dir {
+        let resolved = run_json::Resolved {
+            trace,
+            fleet,
+            builder: &builder,
+            num_producer,
+            started_unix_ms,
+            connections_at_start,
+        };
+        report::write_json(&d.join("run.json"), &run_json::run_json(plan, &resolved))?;
+    }
+    Ok(Stages {
+        clock,
+        t0_ns,
+        stop,
+        progress,
+        records,
+        producers,
+        senders,
+        builder,
+        connections_at_start,
+        _pinned: pinned,
+    })
+}
+
+/// How each endpoint's bodies are written: its dialect, model and prompt synthesis.
+fn request_builder(
+    plan: &ReplayPlan,
+    prompts: Prompts,
+    fleet: &Fleet,
+    out: &Output,
+    num_producer: usize,
+    buffers: &BufferPool,
+) -> Result<RequestBuilder> {
+    let styles = fleet
+        .specs
+        .iter()
+        .zip(&fleet.models)
+        .zip(&prompts.synth_of_endpoint)
+        .map(|((spec, model), &synth)| BodyStyle {
+            api: spec.api,
+            body: BodyOptions {
+                model_json: json!(model).to_string(),
+                stream: plan.stream,
+                exact_output: plan.exact_output,
+                extra_body: plan.extra_body.clone(),
+            },
+            synth: (!prompts.synths.is_empty()).then_some(synth),
+        })
+        .collect();
+    let prompt_log = match (&out.dir, plan.save_prompts) {
+        (Some(d), true) => Some(PromptLog::create(&d.join("prompts.jsonl"))?),
+        _ => None,
+    };
+    Ok(RequestBuilder {
+        styles,
+        synths: prompts.synths,
+        cache_bytes_per_producer: plan.prompt.block_cache_bytes() / num_producer,
+        prompt_log,
+        buffers: buffers.clone(),
+    })
+}
+
+/// The router of the producers, the in-flight counts, and for `least-inflight` the
+/// endpoints each body suits (the senders decide among them when a request is due).
+fn routing(
+    plan: &ReplayPlan,
+    fleet: &Fleet,
+    builder: &RequestBuilder,
+) -> (Router, Arc<Load>, Option<Vec<Vec<u32>>>) {
+    let weights: Vec<u32> = fleet.specs.iter().map(|s| s.weight).collect();
+    let load = Arc::new(Load::new(&weights));
+    if plan.route != Route::LeastInflight {
+        return (Router::new(plan.route, &weights), load, None);
+    }
+    let body_of = |e: usize| {
+        let style = &builder.styles[e];
+        (style.api, style.body.model_json.as_str(), style.synth)
+    };
+    let n = fleet.specs.len();
+    let peers: Vec<Vec<u32>> = (0..n)
+        .map(|e| {
+            (0..n)
+                .filter(|&o| body_of(o) == body_of(e))
+                .map(|o| o as u32)
+                .collect()
+        })
+        .collect();
+    let mut groups: Vec<u32> = peers.iter().map(|p| p[0]).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let router = Router::least_inflight(Arc::clone(&load), groups, &weights);
+    (router, load, Some(peers))
+}
+
+/// The endpoints as the senders see them.
+fn targets(plan: &ReplayPlan, fleet: &Fleet) -> Vec<Target> {
+    fleet
+        .specs
+        .iter()
+        .zip(&fleet.addrs)
+        .zip(&fleet.tls)
+        .map(|((spec, addr), tls)| Target {
+            url: spec.endpoint.url.clone(),
+            addr: *addr,
+            request_head: setup::request_head(
+                &spec.endpoint,
+                spec.api.path(plan.stream),
+                plan.stream,
+                &fleet.headers,
+            ),
+            tls: tls.clone(),
+            api: spec.api,
+        })
+        .collect()
+}
+
+/// What the collector gathered.
+struct Collected {
+    summary: SummaryBuilder,
+    dir: Option<PathBuf>,
+    requests_path: PathBuf,
+    stopped: bool,
+}
+
+/// Writes records as they complete (flushed per batch), feeds the summary and the progress
+/// line, and on a signal stops sending and drains.
+fn collect(
+    plan: &ReplayPlan,
+    trace: &TraceInput,
+    stages: &Stages,
+    out: Output,
+) -> Result<Collected> {
+    let mut writer = RecordWriter::new(out.requests_file);
+    let mut summary = SummaryBuilder::new(plan.render.slo.clone());
+    let span_s = match plan.duration_s {
+        Some(d) => (trace.stats.span_ms / 1000.0).min(d),
+        None => trace.stats.span_ms / 1000.0,
+    };
+    let mut live = LiveProgress::new(trace.stats.records, span_s, plan.time_scale, !plan.quiet);
+    let write_err = |e| Error::io(&out.requests_path, e);
+    let mut stopped = false;
+    loop {
+        if !stopped && signals_received() > 0 {
+            stopped = true;
+            stages.stop.request(stages.clock.now_ns());
+            live.finish();
+            eprintln!(
+                "stopping: nothing new is sent; waiting up to {} s for requests in flight \
+                 (signal again to exit at once)",
+                plan.drain_timeout_s
+            );
+        }
+        match stages.records.recv_timeout(Duration::from_millis(50)) {
+            Ok(first) => {
+                for r in std::iter::once(first).chain(stages.records.try_iter()) {
+                    writer.write(&r).map_err(write_err)?;
+                    summary.add(&r);
+                    live.add(&r);
+                }
+                writer.flush().map_err(write_err)?;
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+        if !stopped {
+            live.tick(Snapshot {
+                sent: stages.progress.sent.load(Ordering::Relaxed),
+                run_s: (stages.clock.now_ns() as f64 - stages.t0_ns as f64) / 1e9,
+            });
+        }
+    }
+    writer.flush().map_err(write_err)?;
+    if !stopped {
+        live.finish();
+    }
+    Ok(Collected {
+        summary,
+        dir: out.dir,
+        requests_path: out.requests_path,
+        stopped,
+    })
+}
+
+/// Joins the threads and renders the outputs from requests.jsonl, as `report DIR` does.
+fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome> {
+    let mut producer_error = None;
+    for p in stages.producers {
+        let result = p
+            .join()
+            .unwrap_or_else(|_| Err(Error::Run("a producer thread panicked".into())));
+        if let Err(e) = result {
+            producer_error = producer_error.or(Some(e));
+        }
+    }
+    if let Some(log) = &stages.builder.prompt_log {
+        log.finish()?;
+    }
+    let mut itl = latency_histogram();
+    let mut token_itl = latency_histogram();
+    let mut sender_cpu_ns = 0;
+    let mut sender_reads = 0;
+    for s in stages.senders {
+        let report: SenderReport = s
+            .join()
+            .map_err(|_| Error::Run("a sender thread panicked".into()))?
+            .map_err(|e| Error::Run(format!("sender: {e}")))?;
+        itl.add(&report.itl_ns).ok();
+        token_itl.add(&report.token_itl_ns).ok();
+        sender_cpu_ns += report.cpu_ns;
+        sender_reads += report.reads;
+    }
+    let mut summary = c.summary.finish(&itl, &token_itl, &plan.render.percentiles);
+    if let Some(d) = &c.dir {
+        report::save_itl(d, &itl, &token_itl)?;
+        summary = report::render(d, &c.requests_path, &plan.render)?;
+    }
+    if let Some(e) = producer_error {
+        return Err(e);
+    }
+    Ok(RunOutcome {
+        summary,
+        dir: c.dir,
+        requests_path: c.requests_path,
+        sender_cpu_s: sender_cpu_ns as f64 / 1e9,
+        sender_reads,
+        stopped: c.stopped,
+        connections_at_start: stages.connections_at_start,
+    })
+}
+
+/// Request bodies of large prompts (100 KB and more) would each be an mmap/munmap pair in
+/// glibc's default malloc, and every such call takes the process's memory-map lock, which a
+/// producer faulting in fresh bodies holds: measured as 10-15 ms sender stalls at the start of a
+/// run. Raising the mmap threshold keeps bodies in the heap arenas.
+fn keep_bodies_off_mmap() {
+    // SAFETY: mallopt only tunes glibc's allocator; it is called before the worker threads.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        // Nor give freed memory back after each large free (that takes the same lock).
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
+/// Connections each sender opens per endpoint before the start, beyond the spare ones: its
+/// share of the `opening` requests (those due in the run's first second). At most half the
+/// descriptors left after the spare pools, so that the run keeps room to grow, and at most
+/// [`WARM_MAX_PER_POOL`].
+fn warm_connections(opening: usize, pools: usize, spare: usize, fd_limit: u64) -> usize {
+    let free = fd_limit.saturating_sub(limits::FD_RESERVE + (spare * pools) as u64);
+    let room = usize::try_from(free / 2).unwrap_or(usize::MAX) / pools.max(1);
+    opening
+        .div_ceil(pools.max(1))
+        .min(room)
+        .min(WARM_MAX_PER_POOL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_connections_share_the_opening_within_the_descriptors() {
+        // 1000 opening requests over 2 senders x 2 endpoints, plenty of descriptors.
+        assert_eq!(warm_connections(1000, 4, 8, 1 << 20), 250);
+        // Half of what is left after the reserve and the spare pools: (1024-64-32)/2/4 = 116.
+        assert_eq!(warm_connections(1000, 4, 8, 1024), 116);
+        assert_eq!(warm_connections(1 << 20, 1, 8, u64::MAX), WARM_MAX_PER_POOL);
+        assert_eq!(warm_connections(0, 1, 8, 1 << 20), 0);
+    }
+}

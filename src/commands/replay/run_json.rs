@@ -1,0 +1,116 @@
+//! `run.json`: the resolved configuration of a run and the tool's version. Never a secret:
+//! header values and the API key are left out (their names are kept).
+
+use serde_json::{json, Map, Value};
+
+use super::setup::{Fleet, TraceInput};
+use crate::pipeline::RequestBuilder;
+use crate::plan::{ReplayPlan, Targets};
+
+/// What the run resolved beyond its plan.
+pub struct Resolved<'a> {
+    pub trace: &'a TraceInput,
+    pub fleet: &'a Fleet,
+    pub builder: &'a RequestBuilder,
+    pub num_producer: usize,
+    pub started_unix_ms: u64,
+    pub connections_at_start: usize,
+}
+
+/// The configuration; `fleet` has one object per endpoint (url, api, model, weight, prompt
+/// overhead), and `api`, `model` and `prompt_overhead_tokens` at the top are theirs when all
+/// endpoints agree, else the list of them.
+pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
+    let fleet: Vec<Value> = r
+        .fleet
+        .specs
+        .iter()
+        .zip(&r.fleet.models)
+        .zip(&r.builder.styles)
+        .map(|((spec, model), style)| {
+            json!({
+                "url": spec.endpoint.url,
+                "api": spec.api,
+                "model": model,
+                "weight": spec.weight,
+                "prompt_overhead_tokens": style.synth.map(|i| r.builder.synths[i].overhead()),
+            })
+        })
+        .collect();
+    let common = |key: &str| {
+        let values: Vec<&Value> = fleet.iter().map(|e| &e[key]).collect();
+        if values.iter().all(|v| *v == values[0]) {
+            values[0].clone()
+        } else {
+            json!(values)
+        }
+    };
+    let header_names: Vec<&str> = plan.headers.iter().map(|h| h.name.as_str()).collect();
+    let mock = match plan.targets {
+        Targets::Mock { ttft_ms, itl_ms } => json!({"ttft_ms": ttft_ms, "itl_ms": itl_ms}),
+        Targets::Servers(_) => Value::Null,
+    };
+    let prompt = &plan.prompt;
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Value| {
+        m.insert(k.into(), v);
+    };
+    put("tool", json!("llmreplay"));
+    put("version", json!(env!("CARGO_PKG_VERSION")));
+    put("started_unix_ms", json!(r.started_unix_ms));
+    put("trace", json!(plan.trace));
+    put("format", json!(r.trace.format));
+    put("block_size", json!(r.trace.block_size));
+    put(
+        "trace_stats",
+        serde_json::to_value(&r.trace.stats).unwrap_or(Value::Null),
+    );
+    put(
+        "endpoints",
+        json!(fleet.iter().map(|e| &e["url"]).collect::<Vec<_>>()),
+    );
+    put("route", json!(plan.route));
+    put("mock", mock);
+    put("api", common("api"));
+    put("model", common("model"));
+    put("stream", json!(plan.stream));
+    put("exact_output", json!(plan.exact_output));
+    put("tokenizer", json!(prompt.tokenizer));
+    put("tokenizer_config", json!(prompt.tokenizer_config));
+    put("input_length_of", json!(prompt.length_of));
+    put("prompt_mode", json!(prompt.mode));
+    put("prompt_overhead_tokens", common("prompt_overhead_tokens"));
+    put("block_cache_mb", json!(prompt.block_cache_mb));
+    put("save_prompts", json!(plan.save_prompts));
+    put("seed", json!(prompt.seed));
+    put("time_scale", json!(plan.time_scale));
+    put("duration_s", json!(plan.duration_s));
+    put("max_requests", json!(plan.read.max_records));
+    put("num_producer", json!(r.num_producer));
+    put("num_sender", json!(plan.num_sender));
+    put("channel_capacity", json!(plan.channel_capacity));
+    put("channel_mb", json!(plan.channel_mb));
+    put("pin_cores", json!(plan.pin_cores));
+    put("connections", json!(plan.connections));
+    put("request_timeout_s", json!(plan.request_timeout_s));
+    put("record_itl", json!(plan.record_itl));
+    put("spin_us", json!(plan.spin_us));
+    put("realtime", json!(plan.realtime));
+    put("read_coalesce_us", json!(plan.read_coalesce_us));
+    put("header_names", json!(header_names));
+    put(
+        "api_key",
+        json!(r
+            .fleet
+            .has_api_key
+            .then(|| format!("from ${} (not saved)", plan.api_key_env))),
+    );
+    put("extra_body", json!(plan.extra_body));
+    put(
+        "tls",
+        json!({"verify_certificates": !plan.tls.insecure, "ca_cert": plan.tls.ca_cert}),
+    );
+    put("fleet", json!(fleet));
+    put("connections_at_start", json!(r.connections_at_start));
+    Value::Object(m)
+}

@@ -1,0 +1,411 @@
+//! What a replay checks and prepares before any thread starts: the trace, prompt synthesis,
+//! the endpoints (resolved, probed, their models found) and the output files. Each step fails
+//! with a usage, input or run error before anything is sent.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::Api;
+use crate::error::{Error, Result};
+use crate::fleet::EndpointSpec;
+use crate::http::endpoint::Endpoint;
+use crate::http::probe;
+use crate::limits;
+use crate::mock::{MockConfig, MockServer, PromptCounting};
+use crate::plan::{ReplayPlan, Targets};
+use crate::prompt::{self, PromptSynth, Wrapping};
+use crate::report;
+use crate::trace::inspect::{self, TraceStats};
+use crate::trace::{detect_format, Format};
+use crate::transport::{ClientTls, TlsOptions, TlsTarget};
+
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Progress notes on stderr, unless `--quiet`.
+pub struct Say(pub bool);
+
+impl Say {
+    pub fn say(&self, msg: String) {
+        if !self.0 {
+            eprintln!("{msg}");
+        }
+    }
+}
+
+/// The trace, read once in full and checked.
+pub struct TraceInput {
+    pub format: Format,
+    pub block_size: u32,
+    pub stats: TraceStats,
+}
+
+pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
+    let format = detect_format(&plan.trace, plan.format)?;
+    let block_size = plan.prompt.block_size(format);
+    let stats = inspect::scan(&plan.trace, format, block_size, plan.read)?;
+    if plan.strict {
+        stats.require_order(&plan.trace)?;
+    }
+    if stats.records == 0 {
+        return Err(Error::Trace {
+            file: plan.trace.clone(),
+            line: 1,
+            message: "the trace has no records".into(),
+        });
+    }
+    say.say(format!(
+        "trace {}: {} records ({:?}), {:.1} s of trace time, {:.2} req/s",
+        plan.trace.display(),
+        stats.records,
+        format,
+        stats.span_ms / 1000.0,
+        stats.mean_rate()
+    ));
+    for w in stats.warnings() {
+        eprintln!("warning: {w}");
+    }
+    if stats.hash_length_mismatches > 0 {
+        say.say(format!(
+            "note: {} records have a hash_ids count that disagrees with ceil(input_length / {block_size}): \
+             their prompts are padded or cut to input_length",
+            stats.hash_length_mismatches
+        ));
+    }
+    Ok(TraceInput {
+        format,
+        block_size,
+        stats,
+    })
+}
+
+/// The dialect of each endpoint, before the mock (if any) has an address.
+pub fn endpoint_apis(plan: &ReplayPlan) -> Vec<Api> {
+    match &plan.targets {
+        Targets::Mock { .. } => vec![plan.api],
+        Targets::Servers(specs) => specs.iter().map(|s| s.api).collect(),
+    }
+}
+
+/// Prompt synthesis: one synthesiser per way the endpoints' servers wrap the content (a chat
+/// template, special tokens, nothing), only when some record gives lengths instead of text.
+pub struct Prompts {
+    pub synths: Vec<Arc<PromptSynth>>,
+    /// Per endpoint: its synthesiser (an index into `synths`, when there are any).
+    pub synth_of_endpoint: Vec<usize>,
+    /// What a chat template adds (for the in-process mock's count).
+    pub chat_overhead: u64,
+}
+
+pub fn prepare_prompts(
+    plan: &ReplayPlan,
+    apis: &[Api],
+    trace: &TraceInput,
+    say: &Say,
+) -> Result<Prompts> {
+    let needs_tokenizer = trace.stats.verbatim_records < trace.stats.records;
+    // Distinct wrappings, each with an API that needs it.
+    let mut wrappings: Vec<(Wrapping, Api)> = Vec::new();
+    let mut synth_of_endpoint = Vec::with_capacity(apis.len());
+    for &api in apis {
+        let wrapping = plan.prompt.wrapping(api)?;
+        let at = match wrappings.iter().position(|(w, _)| *w == wrapping) {
+            Some(at) => at,
+            None => {
+                wrappings.push((wrapping, api));
+                wrappings.len() - 1
+            }
+        };
+        synth_of_endpoint.push(at);
+    }
+    let mut synths = Vec::new();
+    for &(_, api) in wrappings.iter().filter(|_| needs_tokenizer) {
+        let Some(opts) = plan.prompt.synth_options(api, trace.format)? else {
+            return Err(Error::Usage(
+                "the trace gives lengths, not text: give --tokenizer PATH (a tokenizer.json or a model directory) to synthesise prompts"
+                    .into(),
+            ));
+        };
+        let prepared = prompt::prepare(&opts)?;
+        say.say(prepared.description);
+        if let Some(w) = prepared.warning {
+            eprintln!("warning: {w}");
+        }
+        synths.push(prepared.synth);
+    }
+    let chat_overhead = wrappings
+        .iter()
+        .position(|(w, _)| *w == Wrapping::Chat)
+        .and_then(|i| synths.get(i))
+        .map_or(0, |s| s.overhead());
+    Ok(Prompts {
+        synths,
+        synth_of_endpoint,
+        chat_overhead,
+    })
+}
+
+/// `--mock`: the built-in server, in-process on a free loopback port.
+pub fn start_mock(plan: &ReplayPlan, chat_overhead: u64, say: &Say) -> Result<Option<MockServer>> {
+    let Targets::Mock { ttft_ms, itl_ms } = plan.targets else {
+        return Ok(None);
+    };
+    let cfg = MockConfig {
+        ttft_ns: crate::cli::ms_to_ns(ttft_ms),
+        itl_ns: crate::cli::ms_to_ns(itl_ms),
+        // The in-process mock counts words; it is told the template overhead measured above
+        // so that its usage.prompt_tokens stands for what a server would count.
+        counting: PromptCounting::Words { chat_overhead },
+        ..MockConfig::default()
+    };
+    let server = MockServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), cfg)
+        .map_err(|e| Error::Run(format!("cannot start the mock: {e}")))?;
+    say.say(format!("mock server on {}", server.addr()));
+    Ok(Some(server))
+}
+
+/// The endpoints, resolved and probed, with their models and the headers every request
+/// carries.
+pub struct Fleet {
+    pub specs: Vec<EndpointSpec>,
+    pub addrs: Vec<SocketAddr>,
+    pub tls: Vec<Option<TlsTarget>>,
+    pub models: Vec<String>,
+    /// Header lines sent with every request (the API key among them: never saved).
+    pub headers: String,
+    pub has_api_key: bool,
+}
+
+pub fn connect(plan: &ReplayPlan, mock: Option<&MockServer>) -> Result<Fleet> {
+    let specs = match (&plan.targets, mock) {
+        (Targets::Servers(specs), _) => specs.clone(),
+        (Targets::Mock { .. }, Some(m)) => {
+            let url = format!("http://{}", m.addr());
+            vec![EndpointSpec::parse(&url, Some(plan.api), plan.api).map_err(Error::Usage)?]
+        }
+        (Targets::Mock { .. }, None) => unreachable!("the mock is started first"),
+    };
+    let endpoints: Vec<&Endpoint> = specs.iter().map(|s| &s.endpoint).collect();
+    let addrs: Vec<SocketAddr> = endpoints
+        .iter()
+        .map(|e| e.resolve().map_err(Error::Usage))
+        .collect::<Result<_>>()?;
+    let tls = tls_targets(&endpoints, &plan.tls)?;
+    if plan.tls.insecure && tls.iter().any(Option::is_some) {
+        eprintln!("warning: --insecure: server certificates are not verified");
+    }
+    let mut reachable = 0;
+    for ((e, addr), tls) in endpoints.iter().zip(&addrs).zip(&tls) {
+        match probe::reachable(*addr, tls.as_ref(), PROBE_TIMEOUT) {
+            Ok(()) => reachable += 1,
+            Err(probe::ProbeError::Tls(err)) => {
+                return Err(Error::Run(format!("endpoint {}: {err}", e.url)))
+            }
+            Err(probe::ProbeError::Connect(err)) => eprintln!(
+                "warning: endpoint {} ({addr}) is not reachable: {err}",
+                e.url
+            ),
+        }
+    }
+    if reachable == 0 {
+        return Err(Error::Run(
+            "no endpoint is reachable; nothing was sent".into(),
+        ));
+    }
+    let key = std::env::var(&plan.api_key_env)
+        .ok()
+        .filter(|k| !k.is_empty());
+    let mut headers = String::new();
+    if let Some(key) = &key {
+        headers.push_str(&format!("Authorization: Bearer {key}\r\n"));
+    }
+    for h in &plan.headers {
+        headers.push_str(&h.line);
+    }
+    // Each endpoint's model: its own `model=`, else --model, else what it serves.
+    let models: Vec<String> = specs
+        .iter()
+        .zip(&addrs)
+        .zip(&tls)
+        .map(
+            |((spec, addr), tls)| match spec.model.as_ref().or(plan.model.as_ref()) {
+                Some(m) => Ok(m.clone()),
+                None => discover_model(spec, *addr, tls.as_ref(), &headers),
+            },
+        )
+        .collect::<Result<_>>()?;
+    if plan.exact_output {
+        for spec in specs.iter().filter(|s| !s.api.enforces_output_length()) {
+            eprintln!(
+                "warning: endpoint {}: the {} API cannot ask for exactly output_length tokens \
+                 (no min_tokens or ignore_eos): outputs are only capped at it",
+                spec.endpoint.url,
+                spec.api.name()
+            );
+        }
+    }
+    Ok(Fleet {
+        specs,
+        addrs,
+        tls,
+        models,
+        headers,
+        has_api_key: key.is_some(),
+    })
+}
+
+/// TLS for each https endpoint (the client configuration is built once, and only when one
+/// is https).
+fn tls_targets(endpoints: &[&Endpoint], options: &TlsOptions) -> Result<Vec<Option<TlsTarget>>> {
+    let mut client = None;
+    endpoints
+        .iter()
+        .map(|e| {
+            if !e.tls {
+                return Ok(None);
+            }
+            if client.is_none() {
+                client = Some(ClientTls::new(options).map_err(Error::Usage)?);
+            }
+            let client = client.as_ref().expect("built above");
+            client
+                .target(&e.host)
+                .map(Some)
+                .map_err(|m| Error::Usage(format!("endpoint {}: {m}", e.url)))
+        })
+        .collect()
+}
+
+/// The model an endpoint serves, as its dialect names it (under the endpoint's base URL).
+/// TGI's bodies name no model: a TGI endpoint that does not say is recorded as unknown.
+fn discover_model(
+    spec: &EndpointSpec,
+    addr: SocketAddr,
+    tls: Option<&TlsTarget>,
+    headers: &str,
+) -> Result<String> {
+    let e = &spec.endpoint;
+    let discovery = spec.api.discovery();
+    let path = e.request_path(discovery.path);
+    let why = match probe::get(addr, tls, &e.host_header(), &path, headers, PROBE_TIMEOUT) {
+        Ok((200, body)) => match (discovery.model)(&body) {
+            Some(m) => return Ok(m),
+            None => format!("GET {path} names no model"),
+        },
+        Ok((status, _)) => format!("GET {path} answered {status}"),
+        Err(err) => format!("GET {path} failed: {err}"),
+    };
+    if !spec.api.body_names_model() {
+        eprintln!(
+            "warning: endpoint {}: {why}; its model is recorded as unknown",
+            e.url
+        );
+        return Ok("unknown".into());
+    }
+    Err(Error::Usage(format!(
+        "endpoint {}: could not discover the model name ({why}); give --model NAME (or model= on the endpoint)",
+        e.url
+    )))
+}
+
+/// Where the results go: the run directory (unless only `--output-path` was given) and the
+/// per-request JSONL, created before anything is sent.
+pub struct Output {
+    pub dir: Option<PathBuf>,
+    pub requests_path: PathBuf,
+    pub requests_file: File,
+}
+
+pub fn prepare_output(plan: &ReplayPlan, trace: &TraceInput) -> Result<Output> {
+    let dir = match (&plan.output, &plan.output_path) {
+        (Some(d), _) => Some(d.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(report::default_dir()),
+    };
+    if plan.save_prompts && dir.is_none() {
+        return Err(Error::Usage(
+            "--save-prompts writes prompts.jsonl into the output directory: give --output DIR"
+                .into(),
+        ));
+    }
+    if let Some(d) = &dir {
+        report::prepare_dir(d, plan.force)?;
+    }
+    let requests_path = plan.output_path.clone().unwrap_or_else(|| {
+        dir.as_ref()
+            .expect("a dir or a path")
+            .join("requests.jsonl")
+    });
+    let requests_file = File::create(&requests_path).map_err(|e| Error::io(&requests_path, e))?;
+    warn_if_disk_short(&requests_path, &trace.stats, plan.record_itl);
+    Ok(Output {
+        dir,
+        requests_path,
+        requests_file,
+    })
+}
+
+/// Warns when the output's file system has less room than the records will probably take
+/// (a rough estimate: a few hundred bytes a record, more with --record-itl).
+fn warn_if_disk_short(requests_path: &Path, stats: &TraceStats, itl: bool) {
+    let dir = requests_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let per_record = 700
+        + if itl {
+            24 * stats.output_tokens / stats.records.max(1)
+        } else {
+            0
+        };
+    let needed = stats.records * per_record;
+    if let Some(free) = limits::free_bytes(dir) {
+        if free < needed {
+            eprintln!(
+                "warning: {} has {} MB free; the records may need about {} MB",
+                dir.display(),
+                free >> 20,
+                needed >> 20
+            );
+        }
+    }
+}
+
+/// Raises the descriptor limit to the hard limit (returned); refuses a limit too low for the
+/// connection pools, and warns when it caps how many requests can be in flight.
+pub fn check_fd_limit(pooled: usize, say: &Say) -> Result<u64> {
+    let limit = limits::raise_fd_limit();
+    let needed = pooled as u64 + limits::FD_RESERVE;
+    if limit < needed {
+        return Err(Error::Usage(format!(
+            "ulimit -n is {limit}, but the connection pools alone need {needed} file descriptors: \
+             raise it (ulimit -n 65536) or lower --connections / --num-sender"
+        )));
+    }
+    if limit < 4096 {
+        say.say(format!(
+            "warning: ulimit -n is {limit} (hard limit): at most ~{} requests can be in flight at once; \
+             raise it (ulimit -n 65536) for more",
+            limit - limits::FD_RESERVE
+        ));
+    }
+    Ok(limit)
+}
+
+/// The request line and fixed headers of every request to `endpoint`.
+pub fn request_head(endpoint: &Endpoint, api_path: &str, stream: bool, headers: &str) -> Vec<u8> {
+    let accept = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    format!(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: llmreplay/{}\r\nAccept: {accept}\r\nContent-Type: application/json\r\n{headers}",
+        endpoint.request_path(api_path),
+        endpoint.host_header(),
+        env!("CARGO_PKG_VERSION"),
+    )
+    .into_bytes()
+}

@@ -1,0 +1,66 @@
+//! `llmreplay report DIR [DIR2]`: re-renders a finished run from its requests.jsonl, or
+//! compares two.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::plan::OutputFormat;
+use crate::report::{self, compare, RenderOptions};
+use crate::stats::Summary;
+
+/// What `report` did: the re-rendered summary of one run, or the comparison of two (already
+/// printed in `format`, with compare.html written).
+pub enum Reported {
+    One(Box<Summary>),
+    Compared { page: PathBuf },
+}
+
+fn requests(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join("requests.jsonl");
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::Usage(format!(
+            "{}: no requests.jsonl (give a run directory written by llmreplay replay)",
+            dir.display()
+        )))
+    }
+}
+
+pub fn run(
+    dirs: &[PathBuf],
+    output: Option<&Path>,
+    render: &RenderOptions,
+    format: OutputFormat,
+) -> Result<Reported> {
+    match dirs {
+        [dir] => Ok(Reported::One(Box::new(report::render(
+            dir,
+            &requests(dir)?,
+            render,
+        )?))),
+        [a, b] => {
+            let mut run_a = report::load_run(a, &requests(a)?, render, None)?;
+            let mut run_b = report::load_run(b, &requests(b)?, render, None)?;
+            let rows = compare::rows(&run_a.summary, &run_b.summary);
+            let (name_a, name_b) = (a.display().to_string(), b.display().to_string());
+            match format {
+                OutputFormat::Text => print!("{}", compare::table(&rows, &name_a, &name_b)),
+                OutputFormat::Json => println!(
+                    "{}",
+                    serde_json::json!({
+                        "a": {"dir": name_a, "summary": run_a.summary.to_json()},
+                        "b": {"dir": name_b, "summary": run_b.summary.to_json()},
+                    })
+                ),
+            }
+            let page = compare::page(&rows, &mut run_a, &mut run_b, &name_a, &name_b);
+            let path = output.map_or_else(|| b.join("compare.html"), Path::to_path_buf);
+            report::write_atomic(&path, page.as_bytes())?;
+            Ok(Reported::Compared { page: path })
+        }
+        _ => Err(Error::Usage(
+            "report takes one or two run directories".into(),
+        )),
+    }
+}

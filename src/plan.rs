@@ -1,0 +1,479 @@
+//! Validated, plain values for the commands (ripgrep's split: parsed arguments -> a checked
+//! plan -> the library). `cli` parses; this module turns its structs into plans and refuses
+//! every bad value with the option's name; the commands take plans and never a clap type, so
+//! calibrate (and tests) build plans directly.
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use crate::api::Api;
+use crate::cli;
+use crate::error::{Error, Result};
+use crate::fleet::{EndpointSpec, Route};
+use crate::prompt::{LengthOf, SynthOptions, Wrapping};
+use crate::report::RenderOptions;
+use crate::trace::{Format, ReadOptions};
+use crate::transport::TlsOptions;
+
+/// Threads of one kind a run may start: more is a typo, not a plan.
+const MAX_THREADS: usize = 256;
+
+/// `--output-format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// `--prompt-mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PromptMode {
+    #[default]
+    Text,
+    TokenIds,
+}
+
+/// How synthetic prompts are built.
+#[derive(Clone, Debug, Default)]
+pub struct PromptPlan {
+    pub tokenizer: Option<PathBuf>,
+    pub tokenizer_config: Option<PathBuf>,
+    pub length_of: LengthOf,
+    pub mode: PromptMode,
+    /// Tokens per hash id; the format's default when not given.
+    pub block_size: Option<u32>,
+    pub seed: u64,
+    pub block_cache_mb: usize,
+}
+
+impl PromptPlan {
+    /// What the server wraps around the content for this API and mode.
+    pub fn wrapping(&self, api: Api) -> Result<Wrapping> {
+        match (api, self.mode) {
+            (Api::OpenaiChat, PromptMode::Text) => Ok(Wrapping::Chat),
+            // TGI tokenizes `inputs` with the tokenizer's special tokens, as completions do.
+            (Api::OpenaiCompletions | Api::Tgi, PromptMode::Text) => Ok(Wrapping::Completion),
+            (Api::OpenaiCompletions, PromptMode::TokenIds) => Ok(Wrapping::TokenIds),
+            (Api::OpenaiChat | Api::Tgi, PromptMode::TokenIds) => Err(Error::Usage(format!(
+                "--prompt-mode token-ids needs --api openai-completions ({} takes text)",
+                api.name()
+            ))),
+        }
+    }
+
+    /// The synthesis options for this API, or `None` without a tokenizer.
+    pub fn synth_options(&self, api: Api, format: Format) -> Result<Option<SynthOptions>> {
+        let wrapping = self.wrapping(api)?;
+        Ok(self.tokenizer.as_ref().map(|t| SynthOptions {
+            tokenizer: t.clone(),
+            tokenizer_config: self.tokenizer_config.clone(),
+            wrapping,
+            length_of: self.length_of,
+            seed: self.seed,
+            block_size: self.block_size(format),
+        }))
+    }
+
+    pub fn block_size(&self, format: Format) -> u32 {
+        self.block_size.unwrap_or(format.default_block_size())
+    }
+
+    pub fn block_cache_bytes(&self) -> usize {
+        self.block_cache_mb.saturating_mul(1 << 20)
+    }
+
+    fn from_args(a: &cli::PromptArgs) -> Result<PromptPlan> {
+        if a.block_size == Some(0) {
+            return Err(Error::Usage("--block-size must be at least 1".into()));
+        }
+        Ok(PromptPlan {
+            tokenizer: a.tokenizer.clone(),
+            tokenizer_config: a.tokenizer_config.clone(),
+            length_of: a.input_length_of,
+            mode: a.prompt_mode,
+            block_size: a.block_size,
+            seed: a.seed,
+            block_cache_mb: a.block_cache_mb,
+        })
+    }
+}
+
+/// Where the requests go.
+#[derive(Clone, Debug)]
+pub enum Targets {
+    /// The built-in mock, started in-process on a free loopback port.
+    Mock {
+        ttft_ms: f64,
+        itl_ms: f64,
+    },
+    Servers(Vec<EndpointSpec>),
+}
+
+/// One extra request header, checked: its name (saved in run.json) and its whole line (sent,
+/// never saved: it may hold a credential).
+#[derive(Clone, Debug)]
+pub struct Header {
+    pub name: String,
+    pub line: String,
+}
+
+/// Everything a replay needs, checked.
+#[derive(Clone, Debug)]
+pub struct ReplayPlan {
+    pub trace: PathBuf,
+    pub format: Format,
+    pub read: ReadOptions,
+    /// Refuse timestamps that go backwards.
+    pub strict: bool,
+    pub targets: Targets,
+    /// The dialect of endpoints that say none (and of the mock).
+    pub api: Api,
+    pub route: Route,
+    pub model: Option<String>,
+    pub stream: bool,
+    pub exact_output: bool,
+    pub extra_body: Option<Map<String, Value>>,
+    pub headers: Vec<Header>,
+    pub api_key_env: String,
+    pub tls: TlsOptions,
+    pub prompt: PromptPlan,
+    pub time_scale: f64,
+    pub duration_s: Option<f64>,
+    pub num_producer: Option<usize>,
+    pub num_sender: usize,
+    pub channel_capacity: usize,
+    pub channel_mb: usize,
+    pub pin_cores: String,
+    pub connections: usize,
+    pub request_timeout_s: f64,
+    pub first_token_timeout_s: Option<f64>,
+    pub drain_timeout_s: f64,
+    pub spin_us: u64,
+    pub realtime: bool,
+    pub read_coalesce_us: u64,
+    pub output: Option<PathBuf>,
+    pub output_path: Option<PathBuf>,
+    pub force: bool,
+    pub save_prompts: bool,
+    pub record_itl: bool,
+    pub render: RenderOptions,
+    pub output_format: OutputFormat,
+    pub quiet: bool,
+}
+
+fn positive(name: &str, v: f64) -> Result<f64> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(Error::Usage(format!(
+            "{name} must be a positive number, got {v}"
+        )))
+    }
+}
+
+fn threads(name: &str, n: usize) -> Result<usize> {
+    if (1..=MAX_THREADS).contains(&n) {
+        Ok(n)
+    } else {
+        Err(Error::Usage(format!(
+            "{name} must be between 1 and {MAX_THREADS}, got {n}"
+        )))
+    }
+}
+
+/// Validates `Name: value` and returns it as a header.
+fn parse_header(h: &str) -> Result<Header> {
+    let bad = || Error::Usage(format!("-H {h:?}: expected 'Name: value'"));
+    let (name, value) = h.split_once(':').ok_or_else(bad)?;
+    let name = name.trim();
+    if name.is_empty()
+        || name.bytes().any(|b| !b.is_ascii_graphic())
+        || value.contains(['\r', '\n'])
+    {
+        return Err(bad());
+    }
+    Ok(Header {
+        name: name.to_string(),
+        line: format!("{name}: {}\r\n", value.trim()),
+    })
+}
+
+impl ReplayPlan {
+    pub fn from_args(a: &cli::ReplayArgs) -> Result<ReplayPlan> {
+        let api = a.api.unwrap_or(Api::OpenaiChat);
+        let targets = if a.mock {
+            Targets::Mock {
+                ttft_ms: a.mock_ttft_ms,
+                itl_ms: a.mock_itl_ms,
+            }
+        } else if a.endpoints.is_empty() {
+            return Err(Error::Usage(
+                "give --endpoint URL (repeatable), or --mock to use the built-in mock server"
+                    .into(),
+            ));
+        } else {
+            Targets::Servers(
+                a.endpoints
+                    .iter()
+                    .map(|text| EndpointSpec::parse(text, a.api, api).map_err(Error::Usage))
+                    .collect::<Result<_>>()?,
+            )
+        };
+        let extra_body = match &a.extra_body {
+            None => None,
+            Some(text) => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(m)) => Some(m),
+                _ => {
+                    return Err(Error::Usage(format!(
+                        "--extra-body {text:?}: expected a JSON object"
+                    )))
+                }
+            },
+        };
+        if !(a.drain_timeout.is_finite() && a.drain_timeout >= 0.0) {
+            return Err(Error::Usage(format!(
+                "--drain-timeout must be zero or more seconds, got {}",
+                a.drain_timeout
+            )));
+        }
+        if a.channel_capacity == 0 {
+            return Err(Error::Usage("--channel-capacity must be at least 1".into()));
+        }
+        Ok(ReplayPlan {
+            trace: a.trace.clone(),
+            format: a.format,
+            read: ReadOptions {
+                skip_invalid: a.input.skip_invalid,
+                max_records: a.max_requests,
+            },
+            strict: a.input.strict,
+            targets,
+            api,
+            route: a.route,
+            model: a.model.clone(),
+            stream: !a.no_stream,
+            exact_output: !a.no_exact_output,
+            extra_body,
+            headers: a
+                .headers
+                .iter()
+                .map(|h| parse_header(h))
+                .collect::<Result<_>>()?,
+            api_key_env: a.api_key_env.clone(),
+            tls: TlsOptions {
+                ca_cert: a.ca_cert.clone(),
+                insecure: a.insecure,
+            },
+            prompt: PromptPlan::from_args(&a.prompt)?,
+            time_scale: positive("--time-scale", a.time_scale)?,
+            duration_s: a.duration.map(|d| positive("--duration", d)).transpose()?,
+            num_producer: a
+                .num_producer
+                .map(|n| threads("--num-producer", n))
+                .transpose()?,
+            num_sender: threads("--num-sender", a.num_sender)?,
+            channel_capacity: a.channel_capacity,
+            channel_mb: a.channel_mb.max(1),
+            pin_cores: a.pin_cores.clone(),
+            connections: a.connections.max(1),
+            request_timeout_s: positive("--request-timeout", a.request_timeout)?,
+            first_token_timeout_s: a
+                .first_token_timeout
+                .map(|t| positive("--first-token-timeout", t))
+                .transpose()?,
+            drain_timeout_s: a.drain_timeout,
+            spin_us: a.spin_us,
+            realtime: a.realtime,
+            read_coalesce_us: a.read_coalesce_us,
+            output: a.output.clone(),
+            output_path: a.output_path.clone(),
+            force: a.force,
+            save_prompts: a.save_prompts,
+            record_itl: a.record_itl,
+            render: render_options(&a.results)?,
+            output_format: a.results.output_format,
+            quiet: a.quiet,
+        })
+    }
+
+    /// A plan with every default, for a trace and targets (what calibrate and sweeps start
+    /// from).
+    pub fn new(trace: PathBuf, targets: Targets) -> ReplayPlan {
+        ReplayPlan {
+            trace,
+            format: Format::Auto,
+            read: ReadOptions::default(),
+            strict: false,
+            targets,
+            api: Api::OpenaiChat,
+            route: Route::RoundRobin,
+            model: None,
+            stream: true,
+            exact_output: true,
+            extra_body: None,
+            headers: Vec::new(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            tls: TlsOptions::default(),
+            prompt: PromptPlan {
+                block_cache_mb: 256,
+                ..PromptPlan::default()
+            },
+            time_scale: 1.0,
+            duration_s: None,
+            num_producer: None,
+            num_sender: 1,
+            channel_capacity: 40960,
+            channel_mb: 256,
+            pin_cores: "auto".into(),
+            connections: 2,
+            request_timeout_s: 600.0,
+            first_token_timeout_s: None,
+            drain_timeout_s: 10.0,
+            spin_us: 150,
+            realtime: false,
+            read_coalesce_us: 0,
+            output: None,
+            output_path: None,
+            force: false,
+            save_prompts: false,
+            record_itl: false,
+            render: RenderOptions::default(),
+            output_format: OutputFormat::Text,
+            quiet: true,
+        }
+    }
+}
+
+/// `--goodput` and `--percentiles`, checked.
+pub fn render_options(a: &cli::ResultArgs) -> Result<RenderOptions> {
+    if let Some(p) = a.percentiles.iter().find(|p| !(0.0..=100.0).contains(*p)) {
+        return Err(Error::Usage(format!(
+            "--percentiles: {p} is not between 0 and 100"
+        )));
+    }
+    Ok(RenderOptions {
+        slo: crate::stats::Slo::parse(&a.goodput).map_err(Error::Usage)?,
+        percentiles: a.percentiles.clone(),
+    })
+}
+
+/// `llmreplay prompts`, checked.
+#[derive(Clone, Debug)]
+pub struct PromptsPlan {
+    pub trace: PathBuf,
+    pub format: Format,
+    pub api: Api,
+    pub max_requests: Option<u64>,
+    pub threads: usize,
+    pub verify: bool,
+    pub verify_every: u64,
+    pub output: Option<PathBuf>,
+    pub prompt: PromptPlan,
+}
+
+impl PromptsPlan {
+    pub fn from_args(a: &cli::PromptsArgs) -> Result<PromptsPlan> {
+        if a.verify_every == 0 {
+            return Err(Error::Usage("--verify-every must be at least 1".into()));
+        }
+        Ok(PromptsPlan {
+            trace: a.trace.clone(),
+            format: a.format,
+            api: a.api,
+            max_requests: a.max_requests,
+            threads: threads("--threads", a.threads)?,
+            verify: a.verify,
+            verify_every: a.verify_every,
+            output: a.output.clone(),
+            prompt: PromptPlan::from_args(&a.prompt)?,
+        })
+    }
+}
+
+/// `llmreplay calibrate`, checked.
+#[derive(Clone, Debug)]
+pub struct CalibratePlan {
+    pub rates: Vec<f64>,
+    pub seconds: f64,
+    pub tokens: u64,
+    /// A server instead of the in-process mock.
+    pub endpoint: Option<EndpointSpec>,
+    pub mock_ttft_ms: f64,
+    pub mock_itl_ms: f64,
+    pub num_sender: usize,
+}
+
+impl CalibratePlan {
+    pub fn from_args(a: &cli::CalibrateArgs) -> Result<CalibratePlan> {
+        if let Some(rate) = a.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+            return Err(Error::Usage(format!(
+                "--rates: {rate} is not a positive rate"
+            )));
+        }
+        Ok(CalibratePlan {
+            rates: a.rates.clone(),
+            seconds: positive("--seconds", a.seconds)?,
+            tokens: a.tokens,
+            endpoint: a
+                .endpoint
+                .as_deref()
+                .map(|url| EndpointSpec::parse(url, None, Api::OpenaiChat).map_err(Error::Usage))
+                .transpose()?,
+            mock_ttft_ms: a.mock_ttft_ms,
+            mock_itl_ms: a.mock_itl_ms,
+            num_sender: threads("--num-sender", a.num_sender)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn plan(extra: &[&str]) -> Result<ReplayPlan> {
+        let argv = ["llmreplay", "replay", "--trace", "t.jsonl"];
+        let cli = cli::Cli::parse_from(argv.iter().chain(extra));
+        let cli::Command::Replay(args) = cli.command else {
+            panic!("replay")
+        };
+        ReplayPlan::from_args(&args)
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_naming_the_option() {
+        for (extra, option) in [
+            (&["--mock", "--num-sender", "0"][..], "--num-sender"),
+            (&["--mock", "--num-sender", "100000"], "--num-sender"),
+            (&["--mock", "--num-producer", "0"], "--num-producer"),
+            (&["--mock", "--time-scale", "0"], "--time-scale"),
+            (&["--mock", "--duration=-1"], "--duration"),
+            (&["--mock", "--request-timeout", "nan"], "--request-timeout"),
+            (&["--mock", "--drain-timeout=-1"], "--drain-timeout"),
+            (&["--mock", "--channel-capacity", "0"], "--channel-capacity"),
+            (&["--mock", "--extra-body", "[1]"], "--extra-body"),
+            (&["--mock", "-H", "no colon"], "-H"),
+            (&["--mock", "--percentiles", "101"], "--percentiles"),
+            (&["--mock", "--block-size", "0"], "--block-size"),
+            (&["--endpoint", "ftp://x"], "ftp://x"),
+            (&[], "--endpoint"),
+        ] {
+            let err = plan(extra)
+                .err()
+                .unwrap_or_else(|| panic!("{extra:?} accepted"));
+            assert!(matches!(err, Error::Usage(_)), "{extra:?}: {err}");
+            assert!(err.to_string().contains(option), "{extra:?}: {err}");
+            assert_eq!(err.exit_code(), 1);
+        }
+        let ok = plan(&["--endpoint", "http://h:1/v1/completions", "-H", "X-A: b"]).unwrap();
+        let Targets::Servers(specs) = &ok.targets else {
+            panic!("servers")
+        };
+        assert_eq!(specs[0].api, Api::OpenaiCompletions);
+        assert_eq!(ok.headers[0].name, "X-A");
+        assert_eq!(ok.headers[0].line, "X-A: b\r\n");
+    }
+}
