@@ -17,13 +17,14 @@
 //! `--realtime`). A stop request ([`StopRequest`]) ends sending and, after the drain
 //! timeout, cancels what is in flight.
 
+mod conn;
 mod connector;
 mod exchange;
 mod pool;
 mod start;
 
 use std::collections::BinaryHeap;
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,14 +41,14 @@ use crate::clock::{
     minimise_timer_slack, raise_thread_priority, thread_cpu_ns, DeadlineTimer, RunClock,
 };
 use crate::fleet::Load;
-use crate::http::response::{ResponseParser, Step};
-use crate::http::sse::SseScanner;
+use crate::http::response::Step;
 use crate::limits;
 use crate::pipeline::{BufferPool, ChannelBudget, PreparedRequest};
 use crate::record::{ErrorKind, RequestRecord};
 use crate::stats::latency_histogram;
 use crate::stop::StopRequest;
 use crate::transport::{Stream, TlsTarget};
+use conn::{Conn, Established};
 use connector::{Connector, Dial};
 use exchange::{Exchange, Feed, Hists};
 use pool::Pool;
@@ -180,44 +181,6 @@ struct SenderEnded(Arc<ChannelBudget>);
 impl Drop for SenderEnded {
     fn drop(&mut self) {
         self.0.sender_ended();
-    }
-}
-
-struct Conn {
-    stream: Stream,
-    target: usize,
-    /// Connected, and its TLS handshake (if any) complete: ready for requests.
-    connected: bool,
-    exchange: Option<Exchange>,
-    parser: ResponseParser,
-    sse: SseScanner,
-    body: Vec<u8>,
-    /// When [`Conn::delay_acks`] last ran.
-    acks_delayed_ns: u64,
-    /// Opening order (see [`Pool::take_idle`]).
-    seq: u64,
-    /// It has carried a request.
-    used: bool,
-}
-
-impl Conn {
-    /// Puts the socket (back) in delayed-ACK mode (TCP_QUICKACK off): once the request is
-    /// written, then on a read at most every [`ACK_MODE_REFRESH_NS`].
-    ///
-    /// A token stream is many small segments, and in quick-ACK mode Linux answers nearly each
-    /// with an ACK whose transmit, and on loopback the server's processing of it, is charged to
-    /// this thread: a fifth of the client's CPU at 500k tokens/s (bench-configs/d). The kernel
-    /// leaves the mode by itself when a delayed ACK times out, hence the refresh; doing it on
-    /// every read cost 6 % of the sender's CPU (perf) for no fewer segments. The server never
-    /// waits on it: the kernel still ACKs once more than a segment's worth is unacknowledged.
-    fn delay_acks(&mut self, now: u64) {
-        let _ = crate::sockopt::set(
-            self.stream.tcp(),
-            libc::IPPROTO_TCP,
-            libc::TCP_QUICKACK,
-            &0 as &libc::c_int,
-        );
-        self.acks_delayed_ns = now;
     }
 }
 
@@ -614,18 +577,7 @@ impl SenderLoop {
             self.free.push(slot);
             return Err(e);
         }
-        self.slots[slot].conn = Some(Conn {
-            stream,
-            target,
-            connected: false,
-            exchange: None,
-            parser: ResponseParser::default(),
-            sse: SseScanner::default(),
-            body: Vec::new(),
-            acks_delayed_ns: 0,
-            seq: self.opened,
-            used: false,
-        });
+        self.slots[slot].conn = Some(Conn::new(stream, target, self.opened));
         Ok(())
     }
 
@@ -657,15 +609,11 @@ impl SenderLoop {
     }
 
     fn start(&mut self, slot: usize, ex: Exchange) {
-        let conn = self.slots[slot]
+        self.slots[slot]
             .conn
             .as_mut()
-            .expect("idle slot has a connection");
-        conn.parser.reset();
-        conn.sse.reset();
-        conn.body.clear();
-        conn.exchange = Some(ex);
-        conn.used = true;
+            .expect("idle slot has a connection")
+            .begin(ex);
         self.in_flight += 1;
         // Only the start now: the rest waits until every request due at this moment has
         // started, so a burst of large prompts does not delay the last one's first byte.
@@ -679,71 +627,19 @@ impl SenderLoop {
     /// its WRITABLE event resumes). True when the budget ran out with bytes still to write.
     fn write_some(&mut self, slot: usize, budget: usize) -> bool {
         let conn = self.slots[slot].conn.as_mut().expect("live slot");
-        let Some(ex) = conn.exchange.as_mut() else {
-            return false;
-        };
         let head = &self.cfg.targets[conn.target].request_head;
-        let mut failure = None;
-        let mut left = budget;
-        let mut out_of_budget = false;
-        loop {
-            let payload = ex.req.payload();
-            let total = head.len() + payload.len();
-            if ex.written >= total {
-                break;
-            }
-            if left == 0 {
-                out_of_budget = true;
-                break;
-            }
-            let parts = if ex.written < head.len() {
-                let rest = left.saturating_sub(head.len() - ex.written);
-                [
-                    IoSlice::new(&head[ex.written..]),
-                    IoSlice::new(&payload[..rest.min(payload.len())]),
-                ]
-            } else {
-                let from = ex.written - head.len();
-                let to = from.saturating_add(left).min(payload.len());
-                [IoSlice::new(&payload[from..to]), IoSlice::new(&[])]
-            };
-            let before = self.clock.now_ns();
-            match conn.stream.write_vectored(&parts) {
-                Ok(0) => {
-                    failure = Some((
-                        ErrorKind::Reset,
-                        "connection closed while sending".to_string(),
-                    ));
-                    break;
-                }
-                Ok(n) => {
-                    if ex.sent_ns.is_none() {
-                        ex.sent_ns = Some(before);
-                        self.progress.sent.fetch_add(1, Ordering::Relaxed);
-                    }
-                    ex.written += n;
-                    left = left.saturating_sub(n);
-                    if ex.written == total {
-                        // The bytes are no longer needed while the response streams.
-                        self.cfg.buffers.give(std::mem::take(&mut ex.req.bytes));
-                        ex.req.start = 0;
-                        conn.delay_acks(before);
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    failure = Some((io_error_kind(&conn.stream, &e), format!("write: {e}")));
-                    break;
-                }
-            }
+        let written = conn.write_request(head, budget, &self.clock);
+        if written.started {
+            self.progress.sent.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some((kind, message)) = failure {
+        if let Some(buffer) = written.spent {
+            self.cfg.buffers.give(buffer);
+        }
+        if let Some((kind, message)) = written.failed {
             self.fail_and_close(slot, kind, message);
             return false;
         }
-        out_of_budget
+        written.out_of_budget
     }
 
     /// Writes the rest of the requests started by `send_due`.
@@ -765,44 +661,29 @@ impl SenderLoop {
         let conn = self.slots[slot].conn.as_mut().expect("checked");
         if !conn.connected {
             let target = conn.target;
-            match conn.stream.tcp().take_error() {
-                Ok(Some(e)) | Err(e) => {
+            match conn.establish() {
+                Established::Pending => return,
+                Established::Failed(kind, e) => {
                     self.close(slot);
-                    self.connect_failed(target, ErrorKind::Connect, &e);
+                    self.connect_failed(target, kind, &e);
                     return;
                 }
-                Ok(None) => {}
+                Established::Ready => {}
             }
-            if conn.stream.tcp().peer_addr().is_err() {
-                return; // still connecting
-            }
-            match conn.stream.handshake() {
-                Ok(true) => {}
-                Ok(false) => return, // TLS handshake under way
-                Err(e) => {
-                    self.close(slot);
-                    self.connect_failed(target, ErrorKind::Tls, &e);
-                    return;
-                }
-            }
-            conn.connected = true;
-            let _ = conn.stream.tcp().set_nodelay(true);
+            let seq = conn.seq;
             let pool = &mut self.pools[target];
-            pool.connecting -= 1;
-            pool.backoff_ns = FIRST_BACKOFF_NS;
-            pool.down_until = 0;
-            pool.down_because = None;
+            pool.connected();
             match pool.waiting.pop_front() {
                 Some(ex) => self.start(slot, ex),
                 None => {
                     let now = self.clock.now_ns();
-                    pool.put_idle(slot, conn.seq, false, now);
+                    pool.put_idle(slot, seq, false, now);
                 }
             }
             return;
         }
         if let Err(e) = conn.stream.flush() {
-            let kind = io_error_kind(&conn.stream, &e);
+            let kind = conn.error_kind(&e);
             self.fail_and_close(slot, kind, format!("write: {e}"));
             return;
         }
@@ -825,7 +706,7 @@ impl SenderLoop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    let kind = io_error_kind(&conn.stream, &e);
+                    let kind = conn.error_kind(&e);
                     self.fail_and_close(slot, kind, format!("read: {e}"));
                     break;
                 }
@@ -1029,14 +910,5 @@ impl SenderLoop {
             }
             self.top_up(target);
         }
-    }
-}
-
-/// The error kind of a failed read or write: a TLS record that fails to decrypt or verify is
-/// `tls`, not a generic I/O error.
-fn io_error_kind(stream: &Stream, e: &io::Error) -> ErrorKind {
-    match stream {
-        Stream::Tls(_) if e.kind() == io::ErrorKind::InvalidData => ErrorKind::Tls,
-        _ => ErrorKind::from_io(e),
     }
 }

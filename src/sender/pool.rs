@@ -41,6 +41,7 @@ pub struct Pool {
     /// Why the last connect failed: what requests due while the endpoint is down are told.
     pub down_because: Option<(ErrorKind, String)>,
     pub backoff_ns: u64,
+    first_backoff_ns: u64,
     /// Requests due soon: connections are opened for them before their deadlines, so a
     /// rising load does not wait for connects.
     pub upcoming: usize,
@@ -50,8 +51,17 @@ impl Pool {
     pub fn new(backoff_ns: u64) -> Pool {
         Pool {
             backoff_ns,
+            first_backoff_ns: backoff_ns,
             ..Pool::default()
         }
+    }
+
+    /// A connection came up: the endpoint is reachable again.
+    pub fn connected(&mut self) {
+        self.connecting -= 1;
+        self.backoff_ns = self.first_backoff_ns;
+        self.down_until = 0;
+        self.down_because = None;
     }
 
     pub fn idle_len(&self) -> usize {
