@@ -215,8 +215,8 @@ pub struct ReplayArgs {
     /// An inference server: `URL[,api=...][,model=...][,weight=N]`, repeatable to drive
     /// several instances directly (`--route` spreads the records). The URL is a base
     /// (`http://host:port`, `https://...`, with a path prefix if any) or a full API URL
-    /// (`http://h:8000/v1/chat/completions`, `.../v1/completions`), whose path then selects
-    /// the dialect. `api=` and `model=` override --api and --model for this endpoint (a mixed
+    /// (`http://h:8000/v1/chat/completions`, `.../v1/completions`, `.../generate_stream`), whose
+    /// path then selects the dialect. `api=` and `model=` override --api and --model for this endpoint (a mixed
     /// fleet); `weight=` is its share of the records.
     #[arg(long = "endpoint", value_name = "URL[,KEY=VALUE]")]
     pub endpoints: Vec<String>,

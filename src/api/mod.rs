@@ -23,7 +23,8 @@ pub enum Api {
     OpenaiChat,
     /// OpenAI `POST /v1/completions`.
     OpenaiCompletions,
-    /// Hugging Face TGI's own `POST /generate_stream` and `/generate` (see [`tgi`]).
+    /// Hugging Face TGI's own `POST /generate_stream` and `/generate` (`inputs`,
+    /// `parameters.max_new_tokens`); TGI cannot be asked for an exact output length.
     Tgi,
 }
 
