@@ -27,6 +27,8 @@ pub struct Conn {
     pub seq: u64,
     /// It has carried a request.
     pub used: bool,
+    /// It waits in its pool's idle queue.
+    pub idle: bool,
 }
 
 /// How far a connection being opened has come.
@@ -63,6 +65,7 @@ impl Conn {
             acks_delayed_ns: 0,
             seq,
             used: false,
+            idle: false,
         }
     }
 
@@ -94,6 +97,7 @@ impl Conn {
         self.body.clear();
         self.exchange = Some(ex);
         self.used = true;
+        self.idle = false;
     }
 
     /// Writes up to `budget` more bytes of the request in flight: `head` (the endpoint's

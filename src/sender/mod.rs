@@ -678,6 +678,7 @@ impl SenderLoop {
                 None => {
                     let now = self.clock.now_ns();
                     pool.put_idle(slot, seq, false, now);
+                    conn.idle = true;
                 }
             }
             return;
@@ -794,8 +795,9 @@ impl SenderLoop {
         match self.pools[target].waiting.pop_front() {
             Some(next) => self.start(slot, next),
             None => {
-                let seq = self.slots[slot].conn.as_ref().map_or(0, |c| c.seq);
-                self.pools[target].put_idle(slot, seq, true, now);
+                let conn = self.slots[slot].conn.as_mut().expect("live slot");
+                conn.idle = true;
+                self.pools[target].put_idle(slot, conn.seq, true, now);
             }
         }
     }
@@ -824,7 +826,9 @@ impl SenderLoop {
         if !conn.connected {
             pool.connecting -= 1;
         }
-        pool.forget(slot);
+        if conn.idle {
+            pool.forget(slot);
+        }
         debug_assert!(
             conn.exchange.is_none(),
             "an exchange must be emitted before its connection closes"
@@ -891,7 +895,10 @@ impl SenderLoop {
         if now >= self.next_idle_check {
             self.next_idle_check = now + IDLE_CHECK_NS;
             for target in 0..self.pools.len() {
-                for slot in self.pools[target].expired(now) {
+                for slot in self.pools[target].take_expired(now) {
+                    if let Some(conn) = self.slots[slot].conn.as_mut() {
+                        conn.idle = false; // already out of the queue
+                    }
                     self.close(slot);
                 }
             }
