@@ -24,6 +24,47 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// What a command line that does not parse ends in: the message (clap's, plus a hint) and
+/// the exit status. A usage error is 1 (CONTRACT §2; clap's own default is 2); `--help` and
+/// `--version` print to stdout and exit 0.
+pub struct ParseExit {
+    pub message: String,
+    pub code: i32,
+    pub to_stdout: bool,
+}
+
+/// Parses a command line (the program name first).
+pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, ParseExit> {
+    use clap::error::ErrorKind;
+    let err = match Cli::try_parse_from(&args) {
+        Ok(cli) => return Ok(cli),
+        Err(e) => e,
+    };
+    let help = matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    );
+    let mut message = err.render().to_string();
+    // trace-replayer's habit: options straight after the program name. Suggest the
+    // subcommand that takes them.
+    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or_default();
+    if !help && first.starts_with("--") {
+        let rest: Vec<String> = args[1..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        message.push_str(&format!(
+            "\nhint: options go after a subcommand; to replay a trace: llmreplay replay {}\n",
+            rest.join(" ")
+        ));
+    }
+    Err(ParseExit {
+        message,
+        code: if help { 0 } else { 1 },
+        to_stdout: help,
+    })
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Replay a trace against one or more endpoints (or the built-in mock) and measure.

@@ -1,7 +1,15 @@
-use clap::Parser;
-
 fn main() {
-    let cli = llmreplay::cli::Cli::parse();
+    let cli = match llmreplay::cli::parse(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(exit) => {
+            if exit.to_stdout {
+                print!("{}", exit.message);
+            } else {
+                eprint!("{}", exit.message);
+            }
+            std::process::exit(exit.code);
+        }
+    };
     let code = llmreplay::run(cli).unwrap_or_else(|e| {
         eprintln!("error: {e}");
         e.exit_code()
