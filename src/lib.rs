@@ -37,6 +37,9 @@ use commands::report::Reported;
 pub use error::{Error, Result};
 use plan::{CalibratePlan, OutputFormat, PromptsPlan, ReplayPlan};
 
+/// Exit status of a run that completed without one successful request (CONTRACT §2).
+pub const NO_SUCCESS_EXIT_CODE: i32 = 3;
+
 /// Runs one command line and returns the exit status; the binary's `main` maps an error to
 /// its own status (CONTRACT §2).
 pub fn run(cli: Cli) -> Result<i32> {
@@ -58,6 +61,17 @@ pub fn run(cli: Cli) -> Result<i32> {
                 return Ok(stop::STOPPED_EXIT_CODE);
             }
             eprintln!("{place}");
+            if outcome.summary.ok == 0 {
+                let first = outcome.summary.first_error_by_kind.iter().next();
+                eprintln!(
+                    "error: no request succeeded ({} failed){}",
+                    outcome.summary.failed,
+                    first.map_or(String::new(), |(kind, m)| format!(
+                        "; first {kind} error: {m}"
+                    ))
+                );
+                return Ok(NO_SUCCESS_EXIT_CODE);
+            }
             Ok(0)
         }
         Command::Mock(args) => {

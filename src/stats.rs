@@ -238,6 +238,7 @@ pub struct SummaryBuilder {
     total: u64,
     ok: u64,
     by_error_kind: BTreeMap<String, u64>,
+    first_error_by_kind: BTreeMap<String, String>,
     first_send_ns: Option<u64>,
     last_end_ns: u64,
     input_tokens: u64,
@@ -317,15 +318,24 @@ impl SummaryBuilder {
                 self.late_sends += 1;
             }
         }
-        if let Some(s) = r.sent_ns {
-            self.first_send_ns = Some(self.first_send_ns.map_or(s, |f| f.min(s)));
-        }
+        // The run's duration spans every record, failures included: a request that never
+        // got sent (its endpoint was down) counts from when it was due.
+        let s = r.sent_ns.unwrap_or(r.scheduled_ns);
+        self.first_send_ns = Some(self.first_send_ns.map_or(s, |f| f.min(s)));
         if let Some(e) = r.end_ns {
             self.last_end_ns = self.last_end_ns.max(e);
         }
         if !r.ok() {
             let kind = r.error.as_ref().map_or("http", |e| e.kind.as_str());
             *self.by_error_kind.entry(kind.to_string()).or_default() += 1;
+            if !self.first_error_by_kind.contains_key(kind) {
+                let message = match (&r.error, r.status) {
+                    (Some(e), _) => e.message.clone(),
+                    (None, Some(status)) => format!("HTTP status {status}"),
+                    (None, None) => String::new(),
+                };
+                self.first_error_by_kind.insert(kind.to_string(), message);
+            }
             return;
         }
         self.ok += 1;
@@ -374,6 +384,7 @@ impl SummaryBuilder {
             ok: self.ok,
             failed: self.total - self.ok,
             by_error_kind: self.by_error_kind,
+            first_error_by_kind: self.first_error_by_kind,
             duration_s,
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
@@ -420,6 +431,8 @@ pub struct Summary {
     pub ok: u64,
     pub failed: u64,
     pub by_error_kind: BTreeMap<String, u64>,
+    /// The message of the first failure of each kind, in the order records completed.
+    pub first_error_by_kind: BTreeMap<String, String>,
     pub duration_s: f64,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -477,7 +490,7 @@ impl Summary {
         let mut m = Map::new();
         m.insert(
             "requests".into(),
-            json!({"total": self.total, "ok": self.ok, "failed": self.failed, "by_error_kind": self.by_error_kind}),
+            json!({"total": self.total, "ok": self.ok, "failed": self.failed, "by_error_kind": self.by_error_kind, "first_error_by_kind": self.first_error_by_kind}),
         );
         m.insert("duration_s".into(), json!(self.duration_s));
         m.insert("input_tokens".into(), json!(self.input_tokens));
@@ -522,11 +535,18 @@ impl Summary {
     /// The vLLM-style table.
     pub fn to_table(&self) -> String {
         let mut s = String::new();
-        let mut line = |k: &str, v: String| s.push_str(&format!("{k:<40}{v:<10}\n"));
+        let mut line = |k: &str, v: String| match v.is_empty() {
+            true => s.push_str(&format!("{k}\n")),
+            false => s.push_str(&format!("{k:<40}{v:<10}\n")),
+        };
         line("Successful requests:", self.ok.to_string());
         line("Failed requests:", self.failed.to_string());
         for (kind, n) in &self.by_error_kind {
             line(&format!("  {kind}:"), n.to_string());
+            if let Some(m) = self.first_error_by_kind.get(kind) {
+                let m: String = m.chars().take(64).collect();
+                line(&format!("    first: {m}"), String::new());
+            }
         }
         line("Benchmark duration (s):", format!("{:.2}", self.duration_s));
         line("Total input tokens:", self.input_tokens.to_string());

@@ -161,7 +161,7 @@ fn first_token_timeout_fails_only_slow_starts() {
         })
         .collect();
     std::fs::write(&trace, lines.join("\n")).unwrap();
-    let run = |ttft_ms: &str, name: &str| {
+    let run = |ttft_ms: &str, name: &str, exit: i32| {
         let out = dir.join(name);
         let status = bin()
             .args(["replay", "--mock", "--quiet", "--mock-itl-ms", "20"])
@@ -173,15 +173,16 @@ fn first_token_timeout_fails_only_slow_starts() {
             .stdout(std::process::Stdio::null())
             .status()
             .unwrap();
-        assert!(status.success());
+        assert_eq!(status.code(), Some(exit));
         read_jsonl(&out)
     };
     // 40 tokens at 20 ms take 0.8 s after a 50 ms first token: longer than the limit, but
     // the limit is on the first token only.
-    for r in run("50", "fast.jsonl") {
+    for r in run("50", "fast.jsonl", 0) {
         assert!(r["error"].is_null(), "{r}");
     }
-    let slow = run("3000", "slow.jsonl");
+    // Every request fails: the run completed, but nothing succeeded (exit 3).
+    let slow = run("3000", "slow.jsonl", 3);
     assert_eq!(slow.len(), 6);
     for r in slow {
         assert_eq!(r["error"]["kind"], "timeout", "{r}");
@@ -193,4 +194,57 @@ fn first_token_timeout_fails_only_slow_starts() {
             "ended by the 0.3 s limit, not the 3 s TTFT: {waited} ms"
         );
     }
+}
+
+/// A run in which every request failed exits 3, says the first error, and keeps it in
+/// summary.json; its duration spans the failures (a server that refuses every request still
+/// took the trace's 1.9 s, not zero).
+#[test]
+fn a_run_where_nothing_succeeded_exits_3_with_the_first_error() {
+    let dir = temp_dir("all-failed");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..20)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 4}}"#,
+                i * 100
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let mock = MockProcess::start(&["--fault", "status:503:1"]);
+    let out = dir.join("run");
+    let output = bin()
+        .args([
+            "replay",
+            "--quiet",
+            "--model",
+            "m",
+            "--endpoint",
+            &mock.url(),
+            "--trace",
+        ])
+        .arg(&trace)
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no request succeeded (20 failed)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("first http error"), "{stderr}");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(table.contains("first:"), "{table}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["requests"]["failed"], 20);
+    let first = summary["requests"]["first_error_by_kind"]["http"]
+        .as_str()
+        .unwrap();
+    assert!(first.contains("503"), "{first}");
+    let duration = summary["duration_s"].as_f64().unwrap();
+    assert!(duration >= 1.9, "the failures span the trace: {duration} s");
 }

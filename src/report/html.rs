@@ -232,7 +232,11 @@ pub fn summary_tables(s: &Summary) -> String {
         format!("{} ({} / {})", s.total, s.ok, s.failed),
     );
     for (kind, n) in &s.by_error_kind {
-        row(&format!("  failed: {kind}"), n.to_string());
+        let first = s.first_error_by_kind.get(kind).map_or("", String::as_str);
+        row(
+            &format!("  failed: {kind}"),
+            format!("{n} (first: {first})"),
+        );
     }
     row("Duration (s)", format!("{:.2}", s.duration_s));
     row(

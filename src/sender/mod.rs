@@ -837,8 +837,13 @@ impl SenderLoop {
         self.free.push(slot);
     }
 
-    fn emit(&mut self, ex: Exchange, target: usize) {
+    fn emit(&mut self, mut ex: Exchange, target: usize) {
         self.cfg.load.finished(target);
+        // A request that failed without a response (its endpoint down, the run stopped) ends
+        // now: the run's duration must include it.
+        if ex.end_ns.is_none() {
+            ex.end_ns = Some(self.clock.now_ns());
+        }
         let record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
         // The collector outlives the senders; if it is gone the run is being torn down.
         let _ = self.records.send(record);
