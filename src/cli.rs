@@ -377,7 +377,8 @@ pub struct ReplayArgs {
 
     /// On Ctrl-C or SIGTERM: nothing new is sent, requests in flight get this many seconds to
     /// finish and are then recorded as `cancelled`, and every output is written (exit status
-    /// 130). A second signal exits at once, leaving requests.jsonl intact to its last line.
+    /// 130). A second signal a second or more later exits at once, leaving requests.jsonl
+    /// intact to its last line (two within a second are one stop).
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub drain_timeout: f64,
 

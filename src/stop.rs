@@ -3,7 +3,10 @@
 //! The first signal asks the run to stop: producers stop reading the trace, senders send
 //! nothing new, requests in flight get `--drain-timeout` to finish and are then recorded as
 //! `cancelled`, and every output is written. A second signal exits at once: `requests.jsonl`
-//! is written in whole lines per `write(2)`, so it stays intact up to its last line.
+//! is written in whole lines per `write(2)`, so it stays intact up to its last line. A second
+//! signal within a second of the first is taken as the same stop: `timeout -s INT`, or Ctrl-C
+//! under `timeout --foreground`, delivers two signals microseconds apart, and the user meant
+//! one (the hard exit lost the summary in 2 runs of 4).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -11,9 +14,27 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub const STOPPED_EXIT_CODE: i32 = 130;
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
+/// CLOCK_MONOTONIC time of the first signal, in ns.
+static FIRST_SIGNAL_NS: AtomicU64 = AtomicU64::new(0);
+/// A later signal exits at once only when it comes at least this long after the first.
+const SAME_STOP_NS: u64 = 1_000_000_000;
+
+fn monotonic_ns() -> u64 {
+    // SAFETY: clock_gettime is async-signal-safe and fills the timespec it is given.
+    unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+}
 
 extern "C" fn on_signal(_: libc::c_int) {
-    if SIGNALS.fetch_add(1, Ordering::SeqCst) > 0 {
+    let now = monotonic_ns();
+    if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
+        FIRST_SIGNAL_NS.store(now, Ordering::SeqCst);
+        return;
+    }
+    if now.saturating_sub(FIRST_SIGNAL_NS.load(Ordering::SeqCst)) >= SAME_STOP_NS {
         const MSG: &[u8] =
             b"\nsecond signal: exiting now (requests.jsonl holds what was recorded)\n";
         // SAFETY: write(2) and _exit(2) are async-signal-safe.

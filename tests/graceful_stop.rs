@@ -153,7 +153,8 @@ fn second_sigint_exits_at_once_with_whole_lines() {
     let mut child = start_replay(&mock, &trace, &out, "60");
     wait_for_records(&out.join("requests.jsonl"), 20);
     interrupt(&child);
-    std::thread::sleep(Duration::from_millis(300));
+    // A second signal within a second of the first is the same stop (see the next test).
+    std::thread::sleep(Duration::from_millis(1200));
     interrupt(&child);
     let (status, took) = wait_bounded(&mut child, Duration::from_secs(20));
     assert_eq!(status.code(), Some(130));
@@ -168,4 +169,28 @@ fn second_sigint_exits_at_once_with_whole_lines() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert!(records.len() >= 20);
+}
+
+/// Two signals microseconds apart (`timeout -s INT`, Ctrl-C under `timeout --foreground`)
+/// are one stop: the run drains and writes every output instead of exiting hard.
+#[test]
+fn two_signals_within_a_second_drain_as_one() {
+    let dir = temp_dir("sigint-double");
+    let trace = write_trace(&dir);
+    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
+    let out = dir.join("run");
+    let mut child = start_replay(&mock, &trace, &out, "1");
+    wait_for_records(&out.join("requests.jsonl"), 20);
+    interrupt(&child);
+    interrupt(&child);
+    let (status, _) = wait_bounded(&mut child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130));
+    for file in ["summary.json", "report.html", "results.xlsx", "run.json"] {
+        assert!(out.join(file).is_file(), "{file} written: the run drained");
+    }
+    let records = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    assert!(
+        records.contains("\"cancelled\""),
+        "requests in flight were cancelled after the drain"
+    );
 }
