@@ -71,3 +71,42 @@ fn opening_counts_records_within_the_window_after_the_first() {
     assert_eq!(stats.opening_count(4000.5), 5);
     assert_eq!(stats.opening_count(0.0), 0);
 }
+
+/// A format forced on the other kind of trace is refused at its first record, naming the
+/// field, instead of replaying 1000x too fast or too slow.
+#[test]
+fn a_forced_format_that_does_not_fit_is_refused_with_the_field() {
+    let dir = std::env::temp_dir().join(format!("llmreplay-forced-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bailian = dir.join("bailian.jsonl");
+    std::fs::write(
+        &bailian,
+        r#"{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 16, "output_length": 2, "type": "text", "turn": 1, "hash_ids": [1]}"#,
+    )
+    .unwrap();
+    let mooncake = mooncake("conversation_trace.jsonl");
+    for (path, format, field, advice) in [
+        (&mooncake, Format::Bailian, "chat_id", "--format mooncake"),
+        (&bailian, Format::Mooncake, "chat_id", "--format bailian"),
+    ] {
+        let err = inspect::scan(path, format, 16, Default::default())
+            .err()
+            .unwrap_or_else(|| panic!("{format:?} on {} accepted", path.display()));
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("{}:1:", path.display())),
+            "names file and line: {text}"
+        );
+        assert!(text.contains(field) && text.contains(advice), "{text}");
+        assert_eq!(err.exit_code(), 1);
+    }
+    // auto picks each correctly.
+    assert_eq!(
+        detect_format(&bailian, Format::Auto).unwrap(),
+        Format::Bailian
+    );
+    assert_eq!(
+        detect_format(&mooncake, Format::Auto).unwrap(),
+        Format::Mooncake
+    );
+}

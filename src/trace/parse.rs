@@ -42,6 +42,30 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
     let rec: RawRecord =
         serde_json::from_slice(&raw.bytes).map_err(|e| fail(diagnose(&raw.bytes, e)))?;
 
+    // A format forced on the other kind of trace reads its timestamps 1000x off (ms as
+    // seconds or the reverse): the record's own fields say which it is.
+    match (
+        format,
+        rec.chat_id.is_some() || rec.parent_chat_id.is_some(),
+    ) {
+        (Format::Bailian, false) => {
+            return Err(fail(
+                "missing field `chat_id`: --format bailian is for Qwen-Bailian traces (chat_id, \
+                 parent_chat_id, timestamps in seconds); this record is not one. Use --format \
+                 mooncake (timestamps in ms) or auto"
+                    .into(),
+            ))
+        }
+        (Format::Mooncake, true) => {
+            return Err(fail(
+                "field `chat_id`: this is a Qwen-Bailian record (timestamps in seconds), but \
+                 --format mooncake reads timestamps as milliseconds (a replay 1000x too fast). \
+                 Use --format bailian or auto"
+                    .into(),
+            ))
+        }
+        _ => {}
+    }
     let timestamp_ms = match rec.timestamp {
         Some(t) if t < 0.0 => {
             return Err(fail(format!(

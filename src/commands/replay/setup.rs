@@ -56,8 +56,13 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
             message: "the trace has no records".into(),
         });
     }
+    let chosen = match (plan.format, format) {
+        (Format::Auto, Format::Bailian) => " (auto: the first record has chat_id; timestamps in s)",
+        (Format::Auto, _) => " (auto: the first record has no chat_id; timestamps in ms)",
+        _ => "",
+    };
     say.say(format!(
-        "trace {}: {} records ({:?}), {:.1} s of trace time, {:.2} req/s",
+        "trace {}: {} records ({:?}{chosen}), {:.1} s of trace time, {:.2} req/s",
         plan.trace.display(),
         stats.records,
         format,
