@@ -308,9 +308,20 @@ pub struct ReplayArgs {
     )]
     pub time_scale: f64,
 
-    /// Stop scheduling at this trace time, in seconds after the first record.
-    #[arg(long, visible_alias = "time-in-secs", value_name = "SECS")]
+    /// Stop scheduling at this trace time, in seconds after the first record (before
+    /// --time-scale: with --time-scale 10, --duration 60 is 6 s of replay).
+    #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+
+    /// Stop issuing requests this many seconds of wall time after the start, as
+    /// trace-replayer's --time-in-secs does (after --time-scale, unlike --duration).
+    #[arg(long, value_name = "SECS")]
+    pub time_in_secs: Option<f64>,
+
+    /// Print the plan (trace and replay spans, rates, endpoints, warnings) and exit without
+    /// connecting or sending.
+    #[arg(long)]
+    pub dry_run: bool,
 
     /// Replay only the first N records.
     #[arg(long, value_name = "N")]

@@ -118,6 +118,17 @@ pub enum Route {
     LeastInflight,
 }
 
+impl Route {
+    /// The name `--route` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::RoundRobin => "round-robin",
+            Route::Session => "session",
+            Route::LeastInflight => "least-inflight",
+        }
+    }
+}
+
 /// Requests in flight per endpoint, kept by the senders as they send and record, read by
 /// `least-inflight` routing.
 #[derive(Debug)]

@@ -46,6 +46,10 @@ pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Replay(args) => {
             let plan = ReplayPlan::from_args(&args)?;
+            if plan.dry_run {
+                commands::replay::dry_run(&plan)?;
+                return Ok(0);
+            }
             stop::install_signal_handlers();
             let outcome = commands::replay::run(&plan)?;
             print_summary(&outcome.summary, plan.output_format);

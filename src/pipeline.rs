@@ -73,6 +73,8 @@ pub struct Schedule {
     pub time_scale: f64,
     /// Stop at this trace time (ms after the origin), unscaled.
     pub duration_ms: Option<f64>,
+    /// Stop at this wall time after the start (`--time-in-secs`), in ns.
+    pub wall_limit_ns: Option<u64>,
 }
 
 impl Schedule {
@@ -82,7 +84,11 @@ impl Schedule {
         if self.duration_ms.is_some_and(|d| trace_ms > d) {
             return None;
         }
-        Some((trace_ms / self.time_scale * 1e6).round() as u64)
+        let at = (trace_ms / self.time_scale * 1e6).round() as u64;
+        if self.wall_limit_ns.is_some_and(|limit| at > limit) {
+            return None;
+        }
+        Some(at)
     }
 }
 
@@ -491,6 +497,7 @@ mod tests {
             origin_ms: 1000.0,
             time_scale: 2.0,
             duration_ms: Some(4000.0),
+            wall_limit_ns: None,
         };
         assert_eq!(s.plan(1000.0), Some(0));
         assert_eq!(s.plan(3000.0), Some(1_000_000_000));
@@ -501,6 +508,14 @@ mod tests {
         );
         assert_eq!(s.plan(5000.0), Some(2_000_000_000));
         assert_eq!(s.plan(5000.1), None);
+        // --time-in-secs counts wall time: 1.5 s of replay is 3 s of trace at 2x.
+        let wall = Schedule {
+            duration_ms: None,
+            wall_limit_ns: Some(1_500_000_000),
+            ..s
+        };
+        assert_eq!(wall.plan(4000.0), Some(1_500_000_000));
+        assert_eq!(wall.plan(4000.1), None);
     }
 
     #[test]

@@ -141,7 +141,11 @@ pub struct ReplayPlan {
     pub tls: TlsOptions,
     pub prompt: PromptPlan,
     pub time_scale: f64,
+    /// `--duration`: trace seconds.
     pub duration_s: Option<f64>,
+    /// `--time-in-secs`: wall seconds after the start.
+    pub wall_limit_s: Option<f64>,
+    pub dry_run: bool,
     pub num_producer: Option<usize>,
     pub num_sender: usize,
     pub channel_capacity: usize,
@@ -270,6 +274,11 @@ impl ReplayPlan {
             prompt: PromptPlan::from_args(&a.prompt)?,
             time_scale: positive("--time-scale", a.time_scale)?,
             duration_s: a.duration.map(|d| positive("--duration", d)).transpose()?,
+            wall_limit_s: a
+                .time_in_secs
+                .map(|d| positive("--time-in-secs", d))
+                .transpose()?,
+            dry_run: a.dry_run,
             num_producer: a
                 .num_producer
                 .map(|n| threads("--num-producer", n))
@@ -323,6 +332,8 @@ impl ReplayPlan {
             },
             time_scale: 1.0,
             duration_s: None,
+            wall_limit_s: None,
+            dry_run: false,
             num_producer: None,
             num_sender: 1,
             channel_capacity: 40960,

@@ -464,3 +464,68 @@ fn connections_for_the_opening_burst_are_open_before_the_start() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("run/run.json")).unwrap()).unwrap();
     assert_eq!(run["connections_at_start"], burst + 2);
 }
+
+/// The plan is said before anything is sent; trace-replayer's `--scale-factor 1000` on a
+/// millisecond trace is warned about with the replay span it gives; `--dry-run` stops there.
+#[test]
+fn dry_run_says_the_plan_and_warns_about_a_millisecond_scale_factor() {
+    let out = bin()
+        .args(["replay", "--dry-run", "--scale-factor", "1000", "--trace"])
+        .arg(mooncake("conversation_trace.jsonl"))
+        .args(["--endpoint", "http://127.0.0.1:9"]) // nothing listens: nothing is sent
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // 3537 s of trace (the last record is at 3,537,000 ms) in 3.54 s.
+    assert!(
+        text.contains("3537.0 s of trace time replayed in 3.5 s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("replayed in 3.54 s") && text.contains("trace-replayer"),
+        "{text}"
+    );
+    assert!(text.contains("busiest second"), "{text}");
+}
+
+/// `--time-in-secs` is wall time, as in trace-replayer; `--duration` is trace time.
+#[test]
+fn time_in_secs_stops_at_wall_time_and_duration_at_trace_time() {
+    let dir = temp_dir("wall-limit");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..40)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b", "input_length": 2, "output_length": 2}}"#,
+                i * 100
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let count = |limit: &str| {
+        let out = dir.join(limit.replace(' ', "_"));
+        let status = bin()
+            .args([
+                "replay",
+                "--mock",
+                "--quiet",
+                "--time-scale",
+                "2",
+                "--trace",
+            ])
+            .arg(&trace)
+            .args(limit.split(' '))
+            .arg("--output")
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        read_jsonl(&out.join("requests.jsonl")).len()
+    };
+    // At 2x, 1 s of wall time is 2 s of trace: records at 0, 100, ..., 2000 ms.
+    assert_eq!(count("--time-in-secs 1"), 21);
+    // --duration 1 is 1 s of trace: records at 0, ..., 1000 ms.
+    assert_eq!(count("--duration 1"), 11);
+}

@@ -40,6 +40,9 @@ pub struct TraceStats {
     /// reading order: how the trace opens (see [`TraceStats::opening_count`]).
     #[serde(skip)]
     pub opening_ms: Vec<f64>,
+    /// Requests over trace time, for the busiest stretch of a run.
+    #[serde(skip)]
+    pub arrivals: super::arrivals::Arrivals,
 }
 
 /// Records whose times [`TraceStats::opening_ms`] keeps: more than any run opens connections
@@ -138,9 +141,11 @@ pub fn scan(
     let b = u64::from(block_size.max(1));
     while let Some((rec, ts)) = reader.next_record()? {
         stats.records += 1;
+        let since_first = ts - *first_ts.get_or_insert(ts);
         if stats.opening_ms.len() < OPENING_RECORDS {
-            stats.opening_ms.push(ts - *first_ts.get_or_insert(ts));
+            stats.opening_ms.push(since_first);
         }
+        stats.arrivals.add(since_first);
         min_ts = min_ts.min(ts);
         max_ts = max_ts.max(ts);
         let input = rec.input_length().unwrap_or(0);

@@ -59,9 +59,25 @@ pub struct RunOutcome {
     pub connections_at_start: usize,
 }
 
+/// `--dry-run`: reads the trace and says what the run would do, sending nothing.
+pub fn dry_run(plan: &ReplayPlan) -> Result<()> {
+    let trace = setup::scan_trace(plan, &Say(false))?;
+    let (line, warnings) = setup::describe(plan, &trace);
+    println!("{line}");
+    for w in warnings {
+        println!("warning: {w}");
+    }
+    Ok(())
+}
+
 pub fn run(plan: &ReplayPlan) -> Result<RunOutcome> {
     let say = Say(plan.quiet);
     let trace = setup::scan_trace(plan, &say)?;
+    let (line, warnings) = setup::describe(plan, &trace);
+    say.say(line);
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
     let prompts = setup::prepare_prompts(plan, &setup::endpoint_apis(plan), &trace, &say)?;
     let mock = setup::start_mock(plan, prompts.chat_overhead, &say)?;
     let fleet = setup::connect(plan, mock.as_ref())?;
@@ -168,6 +184,7 @@ fn start(
         origin_ms: trace.stats.first_timestamp_ms,
         time_scale: plan.time_scale,
         duration_ms: plan.duration_s.map(|d| d * 1000.0),
+        wall_limit_ns: plan.wall_limit_s.map(|s| (s * 1e9) as u64),
     };
     let reader =
         OrderedReader::new(TraceReader::open(&plan.trace, trace.format)?.with_options(plan.read));
@@ -349,10 +366,7 @@ fn collect(
 ) -> Result<Collected> {
     let mut writer = RecordWriter::new(out.requests_file);
     let mut summary = SummaryBuilder::new(plan.render.slo.clone());
-    let span_s = match plan.duration_s {
-        Some(d) => (trace.stats.span_ms / 1000.0).min(d),
-        None => trace.stats.span_ms / 1000.0,
-    };
+    let span_s = setup::trace_span_s(plan, &trace.stats);
     let mut live = LiveProgress::new(trace.stats.records, span_s, plan.time_scale, !plan.quiet);
     let write_err = |e| Error::io(&out.requests_path, e);
     let mut stopped = false;

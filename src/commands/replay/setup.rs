@@ -86,6 +86,65 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
     })
 }
 
+/// Trace seconds the run will cover: the whole span, or less with --duration and
+/// --time-in-secs.
+pub fn trace_span_s(plan: &ReplayPlan, stats: &TraceStats) -> f64 {
+    let mut s = stats.span_ms / 1000.0;
+    if let Some(d) = plan.duration_s {
+        s = s.min(d);
+    }
+    if let Some(w) = plan.wall_limit_s {
+        s = s.min(w * plan.time_scale);
+    }
+    s
+}
+
+/// A time scale at or above this on a millisecond trace is likely trace-replayer's habit.
+const SUSPICIOUS_SCALE: f64 = 100.0;
+/// Requests per second per sender thread past which a run should be checked with calibrate.
+const CHECK_RATE_PER_SENDER: f64 = 2000.0;
+
+/// What the run will do, said before it does it, and the settings that are likely mistakes.
+pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) {
+    let stats = &trace.stats;
+    let trace_s = trace_span_s(plan, stats);
+    let wall_s = trace_s / plan.time_scale;
+    let busiest = stats.arrivals.peak(1000.0 * plan.time_scale);
+    let endpoints = match &plan.targets {
+        Targets::Mock { .. } => "the in-process mock".to_string(),
+        Targets::Servers(specs) => {
+            let urls: Vec<&str> = specs.iter().map(|s| s.endpoint.url.as_str()).collect();
+            format!("{} (--route {})", urls.join(", "), plan.route.name())
+        }
+    };
+    let line = format!(
+        "plan: {} records, {trace_s:.1} s of trace time replayed in {wall_s:.1} s \
+         (--time-scale {}), mean {:.1} req/s, busiest second {busiest} requests; to {endpoints}",
+        stats.records,
+        plan.time_scale,
+        stats.records as f64 / wall_s.max(1e-3),
+    );
+    let mut warnings = Vec::new();
+    if trace.format.ms_per_time_unit() == 1.0 && plan.time_scale >= SUSPICIOUS_SCALE {
+        warnings.push(format!(
+            "--time-scale (--scale-factor) {} on a trace whose timestamps are milliseconds: \
+             {trace_s:.0} s of trace are replayed in {wall_s:.2} s. trace-replayer reads Mooncake \
+             milliseconds as seconds, so its users type --scale-factor 1000 for real time; here \
+             1 is real time",
+            plan.time_scale
+        ));
+    }
+    if busiest as f64 > CHECK_RATE_PER_SENDER * plan.num_sender as f64 {
+        warnings.push(format!(
+            "the busiest second asks for {busiest} requests from {} sender thread(s): check with \
+             `llmreplay calibrate` that this machine keeps such a rate on schedule, or add \
+             --num-sender",
+            plan.num_sender
+        ));
+    }
+    (line, warnings)
+}
+
 /// The dialect of each endpoint, before the mock (if any) has an address.
 pub fn endpoint_apis(plan: &ReplayPlan) -> Vec<Api> {
     match &plan.targets {
