@@ -386,6 +386,12 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS")]
     pub first_token_timeout: Option<f64>,
 
+    /// A response that has started but then sent nothing for this many seconds fails with
+    /// `timeout`, keeping what it received (a server that died without closing its streams
+    /// would otherwise hold them for the whole --request-timeout).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub stall_timeout: f64,
+
     /// On Ctrl-C or SIGTERM: nothing new is sent, requests in flight get this many seconds to
     /// finish and are then recorded as `cancelled`, and every output is written (exit status
     /// 130). A second signal a second or more later exits at once, leaving requests.jsonl

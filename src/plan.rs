@@ -154,6 +154,8 @@ pub struct ReplayPlan {
     pub connections: usize,
     pub request_timeout_s: f64,
     pub first_token_timeout_s: Option<f64>,
+    /// A started response silent this long fails.
+    pub stall_timeout_s: f64,
     pub drain_timeout_s: f64,
     pub spin_us: u64,
     pub realtime: bool,
@@ -293,6 +295,7 @@ impl ReplayPlan {
                 .first_token_timeout
                 .map(|t| positive("--first-token-timeout", t))
                 .transpose()?,
+            stall_timeout_s: positive("--stall-timeout", a.stall_timeout)?,
             drain_timeout_s: a.drain_timeout,
             spin_us: a.spin_us,
             realtime: a.realtime,
@@ -342,6 +345,7 @@ impl ReplayPlan {
             connections: 2,
             request_timeout_s: 600.0,
             first_token_timeout_s: None,
+            stall_timeout_s: 60.0,
             drain_timeout_s: 10.0,
             spin_us: 150,
             realtime: false,

@@ -19,6 +19,8 @@ pub struct LiveProgress {
     schedule_s: f64,
     time_scale: f64,
     done: u64,
+    /// Records of requests that were sent (the others never were in flight).
+    done_sent: u64,
     failed: u64,
     output_tokens: u64,
     window_drift_ms: Vec<f64>,
@@ -44,6 +46,7 @@ impl LiveProgress {
             schedule_s: span_s / time_scale,
             time_scale,
             done: 0,
+            done_sent: 0,
             failed: 0,
             output_tokens: 0,
             window_drift_ms: Vec::new(),
@@ -56,6 +59,8 @@ impl LiveProgress {
 
     pub fn add(&mut self, r: &RequestRecord) {
         self.done += 1;
+        // In flight: sent and not yet recorded (a request that failed unsent never was).
+        self.done_sent += u64::from(r.sent_ns.is_some());
         if r.ok() {
             self.output_tokens += r.output_tokens.unwrap_or(0);
         } else {
@@ -103,7 +108,7 @@ impl LiveProgress {
 
     fn line(&mut self, s: &Snapshot, window_s: f64) -> String {
         let run_s = s.run_s.max(0.0);
-        let in_flight = s.sent.saturating_sub(self.done);
+        let in_flight = s.sent.saturating_sub(self.done_sent);
         let drift = if self.window_drift_ms.is_empty() {
             "-".to_string()
         } else {

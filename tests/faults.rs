@@ -248,3 +248,62 @@ fn a_run_where_nothing_succeeded_exits_3_with_the_first_error() {
     let duration = summary["duration_s"].as_f64().unwrap();
     assert!(duration >= 1.9, "the failures span the trace: {duration} s");
 }
+
+/// A stream that stops mid-way (the server died without closing it) ends at --stall-timeout
+/// as a `timeout` that keeps what was received, not at the 600 s request timeout.
+#[test]
+fn a_stream_stalled_mid_way_ends_at_the_stall_timeout() {
+    let dir = temp_dir("stall");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..5)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 40}}"#,
+                i * 10
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let mock = MockProcess::start(&["--fault", "stall:1", "--ttft-ms", "5", "--itl-ms", "5"]);
+    let out = dir.join("run.jsonl");
+    let started = std::time::Instant::now();
+    let status = bin()
+        .args([
+            "replay",
+            "--quiet",
+            "--model",
+            "m",
+            "--endpoint",
+            &mock.url(),
+        ])
+        .args(["--stall-timeout", "0.5", "--trace"])
+        .arg(&trace)
+        .arg("--output-path")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "nothing succeeded");
+    assert!(
+        started.elapsed().as_secs() < 30,
+        "ended by the stall timeout"
+    );
+    let records = read_jsonl(&out);
+    assert_eq!(records.len(), 5);
+    for r in records {
+        assert_eq!(r["error"]["kind"], "timeout", "{r}");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains("stalled"),
+            "{r}"
+        );
+        assert!(
+            r["chunks"].as_u64().unwrap() > 0,
+            "what was received is kept: {r}"
+        );
+        let e2el = r["e2el_ms"].as_f64().unwrap();
+        assert!(
+            (400.0..3000.0).contains(&e2el),
+            "ended ~0.5 s after the last byte: {e2el}"
+        );
+    }
+}

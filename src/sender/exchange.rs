@@ -28,6 +28,9 @@ pub struct Exchange {
     sse: bool,
     pub first_token_ns: Option<u64>,
     last_chunk_ns: Option<u64>,
+    /// When the last bytes of the response arrived (a started response is judged stalled
+    /// from it).
+    pub last_byte_ns: Option<u64>,
     pub end_ns: Option<u64>,
     chunks: u64,
     counted_tokens: u64,
@@ -48,6 +51,7 @@ impl Exchange {
             sse: false,
             first_token_ns: None,
             last_chunk_ns: None,
+            last_byte_ns: None,
             end_ns: None,
             chunks: 0,
             counted_tokens: 0,

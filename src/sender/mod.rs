@@ -105,6 +105,8 @@ pub struct SenderConfig {
     pub request_timeout_ns: u64,
     /// A request sent this long ago with no first token yet fails as a timeout.
     pub first_token_timeout_ns: Option<u64>,
+    /// A response that has started and then been silent this long fails as a timeout.
+    pub stall_timeout_ns: u64,
     /// After a stop request, how long requests in flight may still finish.
     pub drain_timeout_ns: u64,
     pub stop: Arc<StopRequest>,
@@ -727,6 +729,7 @@ impl SenderLoop {
                 self.close(slot);
                 break;
             };
+            ex.last_byte_ns = Some(now);
             let mut feed = Feed {
                 ex,
                 sse: &mut conn.sse,
@@ -887,6 +890,16 @@ impl SenderLoop {
             if waited > timeout {
                 let secs = timeout as f64 / 1e9;
                 expired.push((slot, format!("no complete response within {secs} s")));
+            } else if let Some(silent) = ex
+                .last_byte_ns
+                .map(|t| now.saturating_sub(t))
+                .filter(|&silent| silent > self.cfg.stall_timeout_ns)
+            {
+                let secs = silent as f64 / 1e9;
+                expired.push((
+                    slot,
+                    format!("the response stalled: nothing for {secs:.1} s (--stall-timeout)"),
+                ));
             } else if let (true, Some(limit)) = (self.cfg.stream, self.cfg.first_token_timeout_ns) {
                 if ex.sent_ns.is_some() && ex.first_token_ns.is_none() && waited > limit {
                     let secs = limit as f64 / 1e9;

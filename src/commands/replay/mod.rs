@@ -164,6 +164,7 @@ fn start(
         stream: plan.stream,
         request_timeout_ns: (plan.request_timeout_s * 1e9) as u64,
         first_token_timeout_ns: plan.first_token_timeout_s.map(|s| (s * 1e9) as u64),
+        stall_timeout_ns: (plan.stall_timeout_s * 1e9) as u64,
         drain_timeout_ns: (plan.drain_timeout_s * 1e9) as u64,
         stop: Arc::clone(&stop),
         spare_connections: plan.connections,
