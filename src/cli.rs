@@ -365,11 +365,14 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
 
-    /// Write the per-request JSONL to this file (instead of DIR/requests.jsonl).
+    /// Also write the per-request JSONL to this file (trace-replayer's option); the run
+    /// directory is written as well (--output, or a dated one) and the run says where. An
+    /// existing file needs --force.
     #[arg(long, value_name = "FILE")]
     pub output_path: Option<PathBuf>,
 
-    /// Write into a non-empty output directory.
+    /// Write into a non-empty output directory (the files of an earlier run there are
+    /// removed first; other files stay), or over an existing --output-path file.
     #[arg(long)]
     pub force: bool,
 

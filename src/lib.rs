@@ -56,9 +56,13 @@ pub fn run(cli: Cli) -> Result<i32> {
             if plan.tls.insecure {
                 eprintln!("note: --insecure: server certificates were not verified");
             }
-            let place = match &outcome.dir {
-                Some(dir) => format!("results in {}", dir.display()),
-                None => format!("requests in {}", outcome.requests_path.display()),
+            let place = match &outcome.copy_path {
+                None => format!("results in {}", outcome.dir.display()),
+                Some(copy) => format!(
+                    "results in {} (requests also in {})",
+                    outcome.dir.display(),
+                    copy.display()
+                ),
             };
             if outcome.stopped {
                 eprintln!("stopped early by a signal; {place}");

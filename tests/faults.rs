@@ -170,6 +170,8 @@ fn first_token_timeout_fails_only_slow_starts() {
             .arg(&trace)
             .arg("--output-path")
             .arg(&out)
+            .arg("--output")
+            .arg(dir.join(format!("{name}.d")))
             .stdout(std::process::Stdio::null())
             .status()
             .unwrap();
@@ -280,6 +282,8 @@ fn a_stream_stalled_mid_way_ends_at_the_stall_timeout() {
         .arg(&trace)
         .arg("--output-path")
         .arg(&out)
+        .arg("--output")
+        .arg(dir.join("run"))
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();

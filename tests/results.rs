@@ -331,3 +331,72 @@ fn report_rerenders_a_run_and_compares_two() {
     assert_well_formed(&page);
     assert!(page.contains("comparison-table") && page.contains("TTFT CDF"));
 }
+
+/// trace-replayer's `--output-path FILE` alone: the records go to FILE and the full run
+/// directory is written too (the run says where); FILE is not overwritten without --force;
+/// --force clears the files of the earlier run.
+#[test]
+fn output_path_alone_keeps_the_run_directory_and_never_overwrites_silently() {
+    let dir = temp_dir("output-path");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..8)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {i}, "text_input": "a b", "input_length": 2, "output_length": 2}}"#
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let run = |extra: &[&str]| {
+        bin()
+            .current_dir(&dir)
+            .args(["replay", "--mock", "--quiet", "--trace", "t.jsonl"])
+            .args(["--output-path", "client.jsonl"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = run(&[]);
+    assert!(first.status.success());
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(stderr.contains("results in llmreplay-results/"), "{stderr}");
+    assert!(stderr.contains("requests also in client.jsonl"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("client.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        8
+    );
+    let runs: Vec<_> = std::fs::read_dir(dir.join("llmreplay-results"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(runs.len(), 1);
+    for file in [
+        "requests.jsonl",
+        "summary.json",
+        "report.html",
+        "results.xlsx",
+        "run.json",
+    ] {
+        assert!(runs[0].join(file).is_file(), "{file}");
+    }
+    // Again without --force: refused, naming the file.
+    let again = run(&[]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("client.jsonl"));
+    // --force into the same directory clears the earlier run's files.
+    let out = runs[0].to_str().unwrap().to_string();
+    std::fs::write(runs[0].join("prompts.jsonl"), "stale\n").unwrap();
+    std::fs::write(runs[0].join("notes.txt"), "mine\n").unwrap();
+    assert!(run(&["--force", "--output", &out]).status.success());
+    assert!(
+        !runs[0].join("prompts.jsonl").exists(),
+        "an earlier run's file is cleared"
+    );
+    assert!(
+        runs[0].join("notes.txt").exists(),
+        "the user's own file stays"
+    );
+}

@@ -47,10 +47,9 @@ pub fn run(plan: &CalibratePlan, quiet: bool) -> Result<Calibration> {
         }
         let step = run_step(plan, rate, &dir);
         let _ = std::fs::remove_file(dir.join("trace.jsonl"));
-        let _ = std::fs::remove_file(dir.join("requests.jsonl"));
         steps.push(step?);
     }
-    let _ = std::fs::remove_dir(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
     let max_trusted_rps = steps
         .iter()
         .filter(|s| s.drift_p99_ms < TRUSTED_P99_MS && s.failed == 0)
@@ -88,7 +87,8 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
     };
     let replay = ReplayPlan {
         model: Some("calibrate".into()),
-        output_path: Some(dir.join("requests.jsonl")),
+        output: Some(dir.join("run")),
+        force: true,
         num_sender: plan.num_sender,
         // A rate beyond what the machine can hold may leave requests that never complete
         // (e.g. the in-process mock, sharing the descriptor limit, cannot accept more

@@ -41,16 +41,47 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<()> {
                 dir.display()
             )));
         }
+        // --force: the files a run writes go, so none of an earlier run's is left beside the
+        // new ones (other files are the user's and stay).
+        for name in RUN_FILES {
+            match fs::remove_file(dir.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io(dir.join(name), e))
+                }
+                _ => {}
+            }
+        }
     }
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))
 }
 
-/// `llmreplay-results/<UTC yyyymmdd-hhmmss>`.
+/// Every file a run or `report` writes into a run directory.
+pub const RUN_FILES: [&str; 9] = [
+    "requests.jsonl",
+    "summary.json",
+    "summary.txt",
+    "report.html",
+    "results.xlsx",
+    "itl.json",
+    "run.json",
+    "prompts.jsonl",
+    "compare.html",
+];
+
+/// `llmreplay-results/<UTC yyyymmdd-hhmmss>`, with `-2`, `-3`... when runs start within the
+/// same second.
 pub fn default_dir() -> PathBuf {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    PathBuf::from("llmreplay-results").join(utc_stamp(secs))
+    let base = PathBuf::from("llmreplay-results").join(utc_stamp(secs));
+    (1..)
+        .map(|n| match n {
+            1 => base.clone(),
+            n => base.with_file_name(format!("{}-{n}", utc_stamp(secs))),
+        })
+        .find(|dir| !dir.exists())
+        .expect("a free name")
 }
 
 /// `yyyymmdd-hhmmss` of a Unix time (UTC), by the civil-from-days algorithm.

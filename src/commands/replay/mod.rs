@@ -31,7 +31,7 @@ use crate::progress::{LiveProgress, Snapshot};
 use crate::record::{RecordWriter, RequestRecord};
 use crate::report;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
-use crate::stats::{latency_histogram, Summary, SummaryBuilder};
+use crate::stats::{latency_histogram, Summary};
 use crate::stop::{signals_received, StopRequest};
 use crate::trace::{OrderedReader, TraceReader};
 use setup::{Fleet, Output, Prompts, Say, TraceInput};
@@ -47,9 +47,11 @@ const WARM_MAX_PER_POOL: usize = 16_384;
 /// What a finished replay leaves behind.
 pub struct RunOutcome {
     pub summary: Summary,
-    /// The output directory, when one was written.
-    pub dir: Option<PathBuf>,
+    /// The run directory.
+    pub dir: PathBuf,
     pub requests_path: PathBuf,
+    /// `--output-path`: the copy of the records written there.
+    pub copy_path: Option<PathBuf>,
     pub sender_cpu_s: f64,
     /// Successful read(2) calls of all senders (tokens per read shows how reads batch).
     pub sender_reads: u64,
@@ -232,7 +234,7 @@ fn start(
         .map_or(0, |d| d.as_millis() as u64)
         + START_LEAD_NS / 1_000_000;
     gate.start(t0_ns);
-    if let Some(d) = &out.dir {
+    {
         let resolved = run_json::Resolved {
             trace,
             fleet,
@@ -241,7 +243,8 @@ fn start(
             started_unix_ms,
             connections_at_start,
         };
-        report::write_json(&d.join("run.json"), &run_json::run_json(plan, &resolved))?;
+        let run = run_json::run_json(plan, &resolved);
+        report::write_json(&out.dir.join("run.json"), &run)?;
     }
     Ok(Stages {
         clock,
@@ -282,9 +285,9 @@ fn request_builder(
             synth: (!prompts.synths.is_empty()).then_some(synth),
         })
         .collect();
-    let prompt_log = match (&out.dir, plan.save_prompts) {
-        (Some(d), true) => Some(PromptLog::create(&d.join("prompts.jsonl"))?),
-        _ => None,
+    let prompt_log = match plan.save_prompts {
+        true => Some(PromptLog::create(&out.dir.join("prompts.jsonl"))?),
+        false => None,
     };
     Ok(RequestBuilder {
         styles,
@@ -351,14 +354,13 @@ fn targets(plan: &ReplayPlan, fleet: &Fleet) -> Vec<Target> {
 
 /// What the collector gathered.
 struct Collected {
-    summary: SummaryBuilder,
-    dir: Option<PathBuf>,
+    dir: PathBuf,
     requests_path: PathBuf,
+    copy_path: Option<PathBuf>,
     stopped: bool,
 }
 
-/// Writes records as they complete (flushed per batch), feeds the summary and the progress
-/// line, and on a signal stops sending and drains.
+/// Writes records as they complete (flushed per batch), feeds the progress line, and on a signal stops sending and drains.
 fn collect(
     plan: &ReplayPlan,
     trace: &TraceInput,
@@ -366,7 +368,11 @@ fn collect(
     out: Output,
 ) -> Result<Collected> {
     let mut writer = RecordWriter::new(out.requests_file);
-    let mut summary = SummaryBuilder::new(plan.render.slo.clone());
+    let (copy_path, mut copy) = match out.copy {
+        Some((path, file)) => (Some(path), Some(RecordWriter::new(file))),
+        None => (None, None),
+    };
+    let copy_err = |e| Error::io(copy_path.as_ref().expect("a copy"), e);
     let span_s = setup::trace_span_s(plan, &trace.stats);
     let mut live = LiveProgress::new(trace.stats.records, span_s, plan.time_scale, !plan.quiet);
     let write_err = |e| Error::io(&out.requests_path, e);
@@ -386,10 +392,15 @@ fn collect(
             Ok(first) => {
                 for r in std::iter::once(first).chain(stages.records.try_iter()) {
                     writer.write(&r).map_err(write_err)?;
-                    summary.add(&r);
+                    if let Some(c) = copy.as_mut() {
+                        c.write(&r).map_err(copy_err)?;
+                    }
                     live.add(&r);
                 }
                 writer.flush().map_err(write_err)?;
+                if let Some(c) = copy.as_mut() {
+                    c.flush().map_err(copy_err)?;
+                }
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
@@ -406,9 +417,9 @@ fn collect(
         live.finish();
     }
     Ok(Collected {
-        summary,
         dir: out.dir,
         requests_path: out.requests_path,
+        copy_path,
         stopped,
     })
 }
@@ -441,11 +452,9 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         sender_cpu_ns += report.cpu_ns;
         sender_reads += report.reads;
     }
-    let mut summary = c.summary.finish(&itl, &token_itl, &plan.render.percentiles);
-    if let Some(d) = &c.dir {
-        report::save_itl(d, &itl, &token_itl)?;
-        summary = report::render(d, &c.requests_path, &plan.render)?;
-    }
+    // Everything in the directory is rendered from requests.jsonl, as `report DIR` does.
+    report::save_itl(&c.dir, &itl, &token_itl)?;
+    let summary = report::render(&c.dir, &c.requests_path, &plan.render)?;
     if let Some(e) = producer_error {
         return Err(e);
     }
@@ -453,6 +462,7 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         summary,
         dir: c.dir,
         requests_path: c.requests_path,
+        copy_path: c.copy_path,
         sender_cpu_s: sender_cpu_ns as f64 / 1e9,
         sender_reads,
         stopped: c.stopped,

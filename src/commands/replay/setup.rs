@@ -374,40 +374,41 @@ fn discover_model(
     )))
 }
 
-/// Where the results go: the run directory (unless only `--output-path` was given) and the
-/// per-request JSONL, created before anything is sent.
+/// Where the results go: the run directory, always (`--output`, or a dated one), and with
+/// `--output-path FILE` a second copy of the per-request JSONL there, for trace-replayer's
+/// users. Both are created before anything is sent.
 pub struct Output {
-    pub dir: Option<PathBuf>,
+    pub dir: PathBuf,
     pub requests_path: PathBuf,
     pub requests_file: File,
+    /// `--output-path`: the copy and where it goes.
+    pub copy: Option<(PathBuf, File)>,
 }
 
 pub fn prepare_output(plan: &ReplayPlan, trace: &TraceInput) -> Result<Output> {
-    let dir = match (&plan.output, &plan.output_path) {
-        (Some(d), _) => Some(d.clone()),
-        (None, Some(_)) => None,
-        (None, None) => Some(report::default_dir()),
-    };
-    if plan.save_prompts && dir.is_none() {
-        return Err(Error::Usage(
-            "--save-prompts writes prompts.jsonl into the output directory: give --output DIR"
-                .into(),
-        ));
-    }
-    if let Some(d) = &dir {
-        report::prepare_dir(d, plan.force)?;
-    }
-    let requests_path = plan.output_path.clone().unwrap_or_else(|| {
-        dir.as_ref()
-            .expect("a dir or a path")
-            .join("requests.jsonl")
-    });
+    let dir = plan.output.clone().unwrap_or_else(report::default_dir);
+    report::prepare_dir(&dir, plan.force)?;
+    let requests_path = dir.join("requests.jsonl");
     let requests_file = File::create(&requests_path).map_err(|e| Error::io(&requests_path, e))?;
+    let copy = match &plan.output_path {
+        None => None,
+        Some(path) => {
+            if path.exists() && !plan.force {
+                return Err(Error::Usage(format!(
+                    "--output-path {}: the file exists (add --force to overwrite it)",
+                    path.display()
+                )));
+            }
+            let file = File::create(path).map_err(|e| Error::io(path, e))?;
+            Some((path.clone(), file))
+        }
+    };
     warn_if_disk_short(&requests_path, &trace.stats, plan.record_itl);
     Ok(Output {
         dir,
         requests_path,
         requests_file,
+        copy,
     })
 }
 
