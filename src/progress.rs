@@ -14,10 +14,8 @@ const PLAIN_EVERY: Duration = Duration::from_secs(5);
 pub struct LiveProgress {
     enabled: bool,
     terminal: bool,
-    total: u64,
     /// Run time at which the last record is scheduled, in seconds (trace span / time scale).
     schedule_s: f64,
-    time_scale: f64,
     done: u64,
     /// Records of requests that were sent (the others never were in flight).
     done_sent: u64,
@@ -38,13 +36,11 @@ pub struct Snapshot {
 }
 
 impl LiveProgress {
-    pub fn new(total: u64, span_s: f64, time_scale: f64, enabled: bool) -> Self {
+    pub fn new(span_s: f64, time_scale: f64, enabled: bool) -> Self {
         LiveProgress {
             enabled,
             terminal: std::io::stderr().is_terminal(),
-            total,
             schedule_s: span_s / time_scale,
-            time_scale,
             done: 0,
             done_sent: 0,
             failed: 0,
@@ -114,25 +110,38 @@ impl LiveProgress {
         } else {
             self.window_drift_ms.sort_by(f64::total_cmp);
             let i = ((self.window_drift_ms.len() - 1) as f64 * 0.99).round() as usize;
-            format!("{:.3} ms", self.window_drift_ms[i])
+            match self.window_drift_ms[i] {
+                d if d < 10.0 => format!("{d:.2}ms"),
+                d => format!("{d:.0}ms"),
+            }
         };
         let eta = if run_s < self.schedule_s {
             format!("ETA {}", clock(self.schedule_s - run_s))
         } else {
-            format!("draining {in_flight}")
+            format!("drain {}", short(in_flight as f64))
         };
+        // Fits 80 columns: counts past 10,000 are shortened (12.0M, 323k); the ETA says how
+        // much of the schedule is left.
         format!(
-            "[{} | trace {}] sent {}/{} done {} in-flight {} failed {} | {:.1} req/s {:.0} tok/s | drift p99 {drift} | {eta}",
+            "{} sent {} fly {} err {} {}r/s {}tok/s p99 {drift} {eta}",
             clock(run_s),
-            clock(run_s.min(self.schedule_s) * self.time_scale),
-            s.sent,
-            self.total,
-            self.done,
-            in_flight,
-            self.failed,
-            (self.done - self.last_done) as f64 / window_s,
-            (self.output_tokens - self.last_tokens) as f64 / window_s,
+            short(s.sent as f64),
+            short(in_flight as f64),
+            short(self.failed as f64),
+            short((self.done - self.last_done) as f64 / window_s),
+            short((self.output_tokens - self.last_tokens) as f64 / window_s),
         )
+    }
+}
+
+/// A count in at most 5 characters: 9999, 12.3k, 323k, 1.23M, 12.0M.
+fn short(x: f64) -> String {
+    match x {
+        x if x < 10_000.0 => format!("{x:.0}"),
+        x if x < 100_000.0 => format!("{:.1}k", x / 1e3),
+        x if x < 1e6 => format!("{:.0}k", x / 1e3),
+        x if x < 1e7 => format!("{:.2}M", x / 1e6),
+        x => format!("{:.1}M", x / 1e6),
     }
 }
 
@@ -152,7 +161,7 @@ mod tests {
 
     #[test]
     fn line_shows_position_counts_rates_drift_and_eta() {
-        let mut p = LiveProgress::new(10, 100.0, 10.0, true);
+        let mut p = LiveProgress::new(100.0, 10.0, true);
         for (i, drift_ns) in [(0, 100_000u64), (1, 3_000_000)] {
             p.add(&RequestRecord {
                 index: i,
@@ -172,8 +181,27 @@ mod tests {
         );
         assert_eq!(
             line,
-            "[0:03 | trace 0:30] sent 4/10 done 2 in-flight 2 failed 0 | 2.0 req/s 10 tok/s | drift p99 3.000 ms | ETA 0:07"
+            "0:03 sent 4 fly 2 err 0 2r/s 10tok/s p99 3.00ms ETA 0:07"
         );
+        // A large run still fits 80 columns.
+        let mut big = LiveProgress::new(40_000.0, 1.0, false);
+        big.done = 1_234_000;
+        big.done_sent = 1_234_000;
+        big.failed = 12_345;
+        big.output_tokens = 9_876_543_210;
+        big.last_done = big.done - 1000;
+        big.last_tokens = big.output_tokens - 323_360;
+        big.window_drift_ms = vec![12.34];
+        let line = big.line(
+            &Snapshot {
+                sent: 1_234_567,
+                run_s: 3725.0,
+            },
+            1.0,
+        );
+        assert!(line.len() <= 80, "{} columns: {line}", line.len());
+        assert_eq!(short(12_031_000.0), "12.0M");
+        assert_eq!(short(323_360.0), "323k");
         assert_eq!(clock(3725.0), "1:02:05");
     }
 }

@@ -249,9 +249,8 @@ pub struct SummaryBuilder {
     e2el: Vec<f64>,
     drift: Vec<f64>,
     late_sends: u64,
-    length_checked: u64,
-    length_exact: u64,
-    length_max_diff: u64,
+    input_length_match: LengthMatch,
+    output_length_match: LengthMatch,
     per_endpoint: BTreeMap<String, EndpointBuilder>,
 }
 
@@ -288,6 +287,34 @@ impl EndpointSummary {
             "e2el_ms": {"p50": p(&self.e2el, 50.0), "p99": p(&self.e2el, 99.0)},
             "output_throughput": self.output_throughput,
         })
+    }
+}
+
+/// A trace's token counts against what the server reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LengthMatch {
+    pub checked: u64,
+    pub exact: u64,
+    pub max_abs_diff: u64,
+}
+
+impl LengthMatch {
+    fn add(&mut self, target: u64, actual: u64) {
+        self.checked += 1;
+        self.exact += u64::from(target == actual);
+        self.max_abs_diff = self.max_abs_diff.max(target.abs_diff(actual));
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({"checked": self.checked, "exact": self.exact, "max_abs_diff": self.max_abs_diff})
+    }
+
+    /// `exact/checked (max diff N)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}/{} (max diff {})",
+            self.exact, self.checked, self.max_abs_diff
+        )
     }
 }
 
@@ -346,9 +373,10 @@ impl SummaryBuilder {
         self.input_tokens += r.prompt_tokens.or(r.input_tokens).unwrap_or(0);
         self.output_tokens += r.output_tokens.unwrap_or(0);
         if let (Some(target), Some(actual)) = (r.input_tokens, r.prompt_tokens) {
-            self.length_checked += 1;
-            self.length_exact += u64::from(target == actual);
-            self.length_max_diff = self.length_max_diff.max(target.abs_diff(actual));
+            self.input_length_match.add(target, actual);
+        }
+        if let (Some(target), Some(actual)) = (r.output_tokens_target, r.output_tokens) {
+            self.output_length_match.add(target, actual);
         }
         let pairs: [(&mut Vec<f64>, Option<f64>); 4] = [
             (&mut self.ttft, r.ttft_ms()),
@@ -403,9 +431,8 @@ impl SummaryBuilder {
             e2el: Distribution::of(&mut self.e2el, percentiles),
             drift: Distribution::of(&mut self.drift, percentiles),
             late_sends: self.late_sends,
-            length_checked: self.length_checked,
-            length_exact: self.length_exact,
-            length_max_diff: self.length_max_diff,
+            input_length_match: self.input_length_match,
+            output_length_match: self.output_length_match,
             percentiles: percentile_list(percentiles),
             per_endpoint: self
                 .per_endpoint
@@ -453,9 +480,10 @@ pub struct Summary {
     pub e2el: Option<Distribution>,
     pub drift: Option<Distribution>,
     pub late_sends: u64,
-    pub length_checked: u64,
-    pub length_exact: u64,
-    pub length_max_diff: u64,
+    /// The trace's input_length against the server's usage.prompt_tokens.
+    pub input_length_match: LengthMatch,
+    /// The trace's output_length against the tokens the server generated.
+    pub output_length_match: LengthMatch,
     pub percentiles: Vec<f64>,
     /// Each endpoint's share, by URL.
     pub per_endpoint: Vec<EndpointSummary>,
@@ -518,7 +546,11 @@ impl Summary {
         }
         m.insert(
             "input_length_match".into(),
-            json!({"checked": self.length_checked, "exact": self.length_exact, "max_abs_diff": self.length_max_diff}),
+            self.input_length_match.to_json(),
+        );
+        m.insert(
+            "output_length_match".into(),
+            self.output_length_match.to_json(),
         );
         m.insert("late_sends".into(), json!(self.late_sends));
         m.insert(
@@ -570,14 +602,14 @@ impl Summary {
         if let Some(g) = self.goodput {
             line("Request goodput (req/s):", format!("{g:.2}"));
         }
-        if self.length_checked > 0 {
+        if self.input_length_match.checked > 0 {
             line(
                 "Input length exact (server usage):",
-                format!(
-                    "{}/{} (max diff {})",
-                    self.length_exact, self.length_checked, self.length_max_diff
-                ),
+                self.input_length_match.describe(),
             );
+        }
+        if self.output_length_match.checked > 0 {
+            line("Output length exact:", self.output_length_match.describe());
         }
         line("Late sends (drift > 1 ms):", self.late_sends.to_string());
         let mut out = format!("{:=^50}\n", " Serving Benchmark Result ");

@@ -402,3 +402,24 @@ fn tokenizer_families_beyond_byte_level_bpe() {
         "{err}"
     );
 }
+
+/// A file that is not a tokenizer says so, instead of a bare JSON syntax error.
+#[test]
+fn a_file_that_is_not_a_tokenizer_says_so() {
+    let dir = temp_dir("not-a-tokenizer");
+    for (name, text) in [
+        ("config.json", r#"{"model_type": "llama"}"#),
+        ("notes.txt", "hello"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let err = llmreplay::prompt::load_tokenizer(&path)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("not a tokenizer") && err.contains(name),
+            "{err}"
+        );
+    }
+}

@@ -40,7 +40,9 @@ fn replays_500_mooncake_records_against_the_mock() {
         llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
             .unwrap();
     assert_eq!(outcome.summary.ok, 500);
-
+    // The mock honours min_tokens and ignore_eos: every output has its trace length.
+    let out_match = outcome.summary.output_length_match;
+    assert_eq!((out_match.checked, out_match.exact), (500, 500));
     let records = read_jsonl(&out.join("requests.jsonl"));
     assert_eq!(records.len(), 500);
     let mut seen = vec![false; 500];

@@ -28,7 +28,10 @@ pub fn load_tokenizer(path: &Path) -> Result<(Tokenizer, PathBuf)> {
     tokenizers::utils::parallelism::set_parallelism(false);
     let tokenizer = Tokenizer::from_file(&file).map_err(|e| Error::Tokenizer {
         path: file.clone(),
-        message: e.to_string(),
+        message: format!(
+            "not a tokenizer: the Hugging Face tokenizers library cannot read it as a \
+             tokenizer.json ({e})"
+        ),
     })?;
     Ok((tokenizer, file))
 }

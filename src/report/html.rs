@@ -263,11 +263,9 @@ pub fn summary_tables(s: &Summary) -> String {
     }
     row(
         "Input length exact (server usage)",
-        format!(
-            "{} / {} (max diff {})",
-            s.length_exact, s.length_checked, s.length_max_diff
-        ),
+        s.input_length_match.describe(),
     );
+    row("Output length exact", s.output_length_match.describe());
     row("Late sends (drift > 1 ms)", s.late_sends.to_string());
     t.push_str("</table>\n<table>\n<tr><th>metric (ms)</th><th>count</th><th>mean</th><th>median</th><th>std</th><th>min</th>");
     for p in &s.percentiles {
@@ -412,7 +410,9 @@ pub fn report(title: &str, summary: &Summary, data: &mut RunData, itl: &Histogra
         "Input length match",
         &format!(
             "Target input_length vs the server's usage.prompt_tokens: {} of {} exact, max difference {}.",
-            summary.length_exact, summary.length_checked, summary.length_max_diff
+            summary.input_length_match.exact,
+            summary.input_length_match.checked,
+            summary.input_length_match.max_abs_diff
         ),
         &[chart(
             "Prompt tokens: target vs server",

@@ -142,8 +142,11 @@ impl ResultsBook {
         if let Some(g) = summary.goodput {
             pair(sheet, "goodput", g)?;
         }
-        pair(sheet, "input_length_checked", summary.length_checked as f64)?;
-        pair(sheet, "input_length_exact", summary.length_exact as f64)?;
+        let (input, output) = (&summary.input_length_match, &summary.output_length_match);
+        pair(sheet, "input_length_checked", input.checked as f64)?;
+        pair(sheet, "input_length_exact", input.exact as f64)?;
+        pair(sheet, "output_length_checked", output.checked as f64)?;
+        pair(sheet, "output_length_exact", output.exact as f64)?;
         pair(sheet, "late_sends", summary.late_sends as f64)?;
         if self.dropped > 0 {
             pair(

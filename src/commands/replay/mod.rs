@@ -374,7 +374,7 @@ fn collect(
     };
     let copy_err = |e| Error::io(copy_path.as_ref().expect("a copy"), e);
     let span_s = setup::trace_span_s(plan, &trace.stats);
-    let mut live = LiveProgress::new(trace.stats.records, span_s, plan.time_scale, !plan.quiet);
+    let mut live = LiveProgress::new(span_s, plan.time_scale, !plan.quiet);
     let write_err = |e| Error::io(&out.requests_path, e);
     let mut stopped = false;
     loop {
