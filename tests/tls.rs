@@ -103,6 +103,13 @@ fn https_is_verified_with_ca_cert_refused_without_and_skipped_with_insecure() {
             name != "insecure",
             "{name}: {run}"
         );
+        // report.html opens with the configuration, and says when certificates went unchecked.
+        let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+        assert!(
+            page.contains("Configuration") && page.contains(&url),
+            "{name}"
+        );
+        assert_eq!(page.contains("NOT verified"), name == "insecure", "{name}");
     }
 
     // The bundled web roots do not trust a self-signed certificate: the run stops before

@@ -296,11 +296,26 @@ fn per_second(series: &[f64]) -> Vec<(f64, f64)> {
 }
 
 /// The whole `report.html` of one run.
-pub fn report(title: &str, summary: &Summary, data: &mut RunData, itl: &Histogram<u64>) -> String {
+pub fn report(
+    title: &str,
+    run: Option<&serde_json::Value>,
+    summary: &Summary,
+    data: &mut RunData,
+    itl: &Histogram<u64>,
+) -> String {
     let mut out = page_start(
         title,
         "llmreplay report: every figure below comes from requests.jsonl of this run.",
     );
+    if let Some(run) = run {
+        section(
+            &mut out,
+            "configuration",
+            "Configuration",
+            "",
+            &[configuration(run)],
+        );
+    }
     section(
         &mut out,
         "summary",
@@ -463,4 +478,60 @@ pub fn stat(d: &Distribution, name: &str) -> Option<f64> {
             .ok()
             .and_then(|p| d.percentile(p)),
     }
+}
+
+/// What the run was (from its run.json): tool version, trace, endpoints with their dialect
+/// and model, stream mode, time scale, routing, and certificate checks.
+fn configuration(run: &serde_json::Value) -> String {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let mut t = String::from("<table>\n");
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(t, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
+    };
+    row(
+        "Tool",
+        format!("{} {}", text(&run["tool"]), text(&run["version"])),
+    );
+    row(
+        "Trace",
+        format!("{} ({})", text(&run["trace"]), text(&run["format"])),
+    );
+    let endpoints = run["fleet"].as_array().map_or_else(Vec::new, |fleet| {
+        fleet
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} ({}, model {})",
+                    text(&e["url"]),
+                    text(&e["api"]),
+                    text(&e["model"])
+                )
+            })
+            .collect()
+    });
+    row("Endpoints", endpoints.join("; "));
+    row("Route", text(&run["route"]));
+    row(
+        "Stream",
+        if run["stream"] == true {
+            "yes (SSE)"
+        } else {
+            "no (whole responses)"
+        }
+        .into(),
+    );
+    row("Time scale", text(&run["time_scale"]));
+    row("Exact output lengths asked", text(&run["exact_output"]));
+    if run["tls"]["verify_certificates"] == false {
+        row(
+            "TLS",
+            "--insecure: server certificates were NOT verified".into(),
+        );
+    }
+    t.push_str("</table>\n");
+    t
 }

@@ -239,7 +239,16 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
     let mut run = load_run(dir, requests, opts, Some(&mut book))?;
     write_summary(dir, &run.summary)?;
     let title = format!("llmreplay report: {}", run_title(dir));
-    let page = html::report(&title, &run.summary, &mut run.data, &run.itl);
+    let config: Option<Value> = fs::read_to_string(dir.join("run.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let page = html::report(
+        &title,
+        config.as_ref(),
+        &run.summary,
+        &mut run.data,
+        &run.itl,
+    );
     write_atomic(&dir.join("report.html"), page.as_bytes())?;
     book.finish(&run.summary, &dir.join("results.xlsx"))?;
     Ok(run.summary)
