@@ -395,6 +395,12 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     pub stall_timeout: f64,
 
+    /// Stop the run early once more than this share of the requests recorded so far failed
+    /// (after the first 10), as trace-replayer's early-stop threshold: nothing new is sent,
+    /// requests in flight drain, summary.json and report.html say why, and the exit status is 3.
+    #[arg(long, value_name = "R")]
+    pub max_error_rate: Option<f64>,
+
     /// On Ctrl-C or SIGTERM: nothing new is sent, requests in flight get this many seconds to
     /// finish and are then recorded as `cancelled`, and every output is written (exit status
     /// 130). A second signal a second or more later exits at once, leaving requests.jsonl

@@ -37,7 +37,8 @@ use commands::report::Reported;
 pub use error::{Error, Result};
 use plan::{CalibratePlan, OutputFormat, PromptsPlan, ReplayPlan};
 
-/// Exit status of a run that completed without one successful request (CONTRACT §2).
+/// Exit status of a run that completed without one successful request, or that
+/// `--max-error-rate` stopped (CONTRACT §2).
 pub const NO_SUCCESS_EXIT_CODE: i32 = 3;
 
 /// Runs one command line and returns the exit status; the binary's `main` maps an error to
@@ -69,6 +70,10 @@ pub fn run(cli: Cli) -> Result<i32> {
                 return Ok(stop::STOPPED_EXIT_CODE);
             }
             eprintln!("{place}");
+            if let Some(reason) = &outcome.stopped_early {
+                eprintln!("error: {reason}");
+                return Ok(NO_SUCCESS_EXIT_CODE);
+            }
             if outcome.summary.ok == 0 {
                 let first = outcome.summary.first_error_by_kind.iter().next();
                 eprintln!(

@@ -156,6 +156,8 @@ pub struct ReplayPlan {
     pub first_token_timeout_s: Option<f64>,
     /// A started response silent this long fails.
     pub stall_timeout_s: f64,
+    /// Stop early past this share of failed requests.
+    pub max_error_rate: Option<f64>,
     pub drain_timeout_s: f64,
     pub spin_us: u64,
     pub realtime: bool,
@@ -296,6 +298,14 @@ impl ReplayPlan {
                 .map(|t| positive("--first-token-timeout", t))
                 .transpose()?,
             stall_timeout_s: positive("--stall-timeout", a.stall_timeout)?,
+            max_error_rate: match a.max_error_rate {
+                Some(r) if !(0.0..=1.0).contains(&r) => {
+                    return Err(Error::Usage(format!(
+                        "--max-error-rate must be a share between 0 and 1, got {r}"
+                    )))
+                }
+                r => r,
+            },
             drain_timeout_s: a.drain_timeout,
             spin_us: a.spin_us,
             realtime: a.realtime,
@@ -346,6 +356,7 @@ impl ReplayPlan {
             request_timeout_s: 600.0,
             first_token_timeout_s: None,
             stall_timeout_s: 60.0,
+            max_error_rate: None,
             drain_timeout_s: 10.0,
             spin_us: 150,
             realtime: false,

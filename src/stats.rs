@@ -447,6 +447,7 @@ impl SummaryBuilder {
                     output_throughput: per_s(b.output_tokens as f64),
                 })
                 .collect(),
+            stopped_early: None,
         }
     }
 }
@@ -487,6 +488,8 @@ pub struct Summary {
     pub percentiles: Vec<f64>,
     /// Each endpoint's share, by URL.
     pub per_endpoint: Vec<EndpointSummary>,
+    /// Why the run stopped before its schedule ended (from run.json), if it did.
+    pub stopped_early: Option<String>,
 }
 
 impl Summary {
@@ -553,6 +556,9 @@ impl Summary {
             self.output_length_match.to_json(),
         );
         m.insert("late_sends".into(), json!(self.late_sends));
+        if let Some(reason) = &self.stopped_early {
+            m.insert("stopped_early".into(), json!(reason));
+        }
         m.insert(
             "per_endpoint".into(),
             json!(self
@@ -612,6 +618,9 @@ impl Summary {
             line("Output length exact:", self.output_length_match.describe());
         }
         line("Late sends (drift > 1 ms):", self.late_sends.to_string());
+        if let Some(reason) = &self.stopped_early {
+            line(reason, String::new());
+        }
         let mut out = format!("{:=^50}\n", " Serving Benchmark Result ");
         out.push_str(&s);
         let short = [

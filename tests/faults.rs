@@ -311,3 +311,57 @@ fn a_stream_stalled_mid_way_ends_at_the_stall_timeout() {
         );
     }
 }
+
+/// `--max-error-rate`: once more than that share of the recorded requests failed, the run
+/// stops sending, drains, says why in summary.json and report.html, and exits 3.
+#[test]
+fn max_error_rate_stops_the_run_and_says_so() {
+    let dir = temp_dir("max-error-rate");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..300)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 2}}"#,
+                i * 20
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let mock = MockProcess::start(&["--fault", "status:503:0.5", "--ttft-ms", "1"]);
+    let out = dir.join("run");
+    let output = bin()
+        .args([
+            "replay",
+            "--quiet",
+            "--model",
+            "m",
+            "--endpoint",
+            &mock.url(),
+        ])
+        .args(["--max-error-rate", "0.2", "--trace"])
+        .arg(&trace)
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--max-error-rate 0.2"), "{stderr}");
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    assert!(
+        records.len() < 150,
+        "stopped early: {} of 300 sent",
+        records.len()
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert!(
+        summary["stopped_early"]
+            .as_str()
+            .unwrap()
+            .contains("max-error-rate"),
+        "{summary}"
+    );
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("Stopped early"));
+}

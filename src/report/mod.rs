@@ -237,11 +237,15 @@ pub fn load_run(
 pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summary> {
     let mut book = ResultsBook::new()?;
     let mut run = load_run(dir, requests, opts, Some(&mut book))?;
-    write_summary(dir, &run.summary)?;
-    let title = format!("llmreplay report: {}", run_title(dir));
     let config: Option<Value> = fs::read_to_string(dir.join("run.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
+    run.summary.stopped_early = config
+        .as_ref()
+        .and_then(|c| c["stopped_early"].as_str())
+        .map(str::to_string);
+    write_summary(dir, &run.summary)?;
+    let title = format!("llmreplay report: {}", run_title(dir));
     let page = html::report(
         &title,
         config.as_ref(),

@@ -43,6 +43,8 @@ const START_LEAD_NS: u64 = 500_000_000;
 const WARM_WINDOW_MS: f64 = 1000.0;
 /// ...up to this many per sender and endpoint: a bound on what is opened in one go.
 const WARM_MAX_PER_POOL: usize = 16_384;
+/// `--max-error-rate` is judged once this many requests are recorded.
+const MIN_RECORDS_FOR_ERROR_RATE: u64 = 10;
 
 /// What a finished replay leaves behind.
 pub struct RunOutcome {
@@ -59,6 +61,8 @@ pub struct RunOutcome {
     pub stopped: bool,
     /// Connections open when the clock started (spare ones and the trace opening's).
     pub connections_at_start: usize,
+    /// Why the run stopped before its schedule ended (`--max-error-rate`), if it did.
+    pub stopped_early: Option<String>,
 }
 
 /// `--dry-run`: reads the trace and says what the run would do, sending nothing.
@@ -358,6 +362,7 @@ struct Collected {
     requests_path: PathBuf,
     copy_path: Option<PathBuf>,
     stopped: bool,
+    stopped_early: Option<String>,
 }
 
 /// Writes records as they complete (flushed per batch), feeds the progress line, and on a signal stops sending and drains.
@@ -377,6 +382,8 @@ fn collect(
     let mut live = LiveProgress::new(span_s, plan.time_scale, !plan.quiet);
     let write_err = |e| Error::io(&out.requests_path, e);
     let mut stopped = false;
+    let (mut recorded, mut failed) = (0u64, 0u64);
+    let mut stopped_early = None;
     loop {
         if !stopped && signals_received() > 0 {
             stopped = true;
@@ -396,6 +403,22 @@ fn collect(
                         c.write(&r).map_err(copy_err)?;
                     }
                     live.add(&r);
+                    recorded += 1;
+                    failed += u64::from(!r.ok());
+                }
+                if let (None, Some(limit)) = (&stopped_early, plan.max_error_rate) {
+                    if recorded >= MIN_RECORDS_FOR_ERROR_RATE
+                        && failed as f64 > limit * recorded as f64
+                    {
+                        let reason = format!(
+                            "stopped early: {failed} of {recorded} requests failed, more than \
+                             --max-error-rate {limit}"
+                        );
+                        live.finish();
+                        eprintln!("{reason}; nothing new is sent, requests in flight drain");
+                        stages.stop.request(stages.clock.now_ns());
+                        stopped_early = Some(reason);
+                    }
                 }
                 writer.flush().map_err(write_err)?;
                 if let Some(c) = copy.as_mut() {
@@ -421,6 +444,7 @@ fn collect(
         requests_path: out.requests_path,
         copy_path,
         stopped,
+        stopped_early,
     })
 }
 
@@ -452,6 +476,16 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         sender_cpu_ns += report.cpu_ns;
         sender_reads += report.reads;
     }
+    if let Some(reason) = &c.stopped_early {
+        // Said in run.json, which report renders read with the records.
+        let path = c.dir.join("run.json");
+        let mut run: serde_json::Value = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        run["stopped_early"] = json!(reason);
+        report::write_json(&path, &run)?;
+    }
     // Everything in the directory is rendered from requests.jsonl, as `report DIR` does.
     report::save_itl(&c.dir, &itl, &token_itl)?;
     let summary = report::render(&c.dir, &c.requests_path, &plan.render)?;
@@ -467,6 +501,7 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         sender_reads,
         stopped: c.stopped,
         connections_at_start: stages.connections_at_start,
+        stopped_early: c.stopped_early,
     })
 }
 
