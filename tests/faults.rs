@@ -248,7 +248,10 @@ fn a_run_where_nothing_succeeded_exits_3_with_the_first_error() {
         .unwrap();
     assert!(first.contains("503"), "{first}");
     let duration = summary["duration_s"].as_f64().unwrap();
-    assert!(duration >= 1.8, "the failures span the 1.9 s trace: {duration} s");
+    assert!(
+        duration >= 1.8,
+        "the failures span the 1.9 s trace: {duration} s"
+    );
 }
 
 /// A stream that stops mid-way (the server died without closing it) ends at --stall-timeout
