@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 mod common;
-use common::{bin, read_jsonl, temp_dir, MockProcess};
+use common::{bin, read_jsonl, temp_dir, text_trace, MockProcess};
 
 const FAULTS: [&str; 11] = [
     "refuse",
@@ -151,16 +151,7 @@ fn fault_matrix_2000_requests_every_fault_at_5_percent() {
 #[test]
 fn first_token_timeout_fails_only_slow_starts() {
     let dir = temp_dir("first-token");
-    let trace = dir.join("trace.jsonl");
-    let lines: Vec<String> = (0..6)
-        .map(|i| {
-            format!(
-                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 40}}"#,
-                i * 5
-            )
-        })
-        .collect();
-    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let trace = text_trace(&dir, 6, 5, 40);
     let run = |ttft_ms: &str, name: &str, exit: i32| {
         let out = dir.join(name);
         let status = bin()
@@ -204,16 +195,7 @@ fn first_token_timeout_fails_only_slow_starts() {
 #[test]
 fn a_run_where_nothing_succeeded_exits_3_with_the_first_error() {
     let dir = temp_dir("all-failed");
-    let trace = dir.join("t.jsonl");
-    let lines: Vec<String> = (0..20)
-        .map(|i| {
-            format!(
-                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 4}}"#,
-                i * 100
-            )
-        })
-        .collect();
-    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let trace = text_trace(&dir, 20, 100, 4);
     let mock = MockProcess::start(&["--fault", "status:503:1"]);
     let out = dir.join("run");
     let output = bin()
@@ -259,16 +241,7 @@ fn a_run_where_nothing_succeeded_exits_3_with_the_first_error() {
 #[test]
 fn a_stream_stalled_mid_way_ends_at_the_stall_timeout() {
     let dir = temp_dir("stall");
-    let trace = dir.join("t.jsonl");
-    let lines: Vec<String> = (0..5)
-        .map(|i| {
-            format!(
-                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 40}}"#,
-                i * 10
-            )
-        })
-        .collect();
-    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let trace = text_trace(&dir, 5, 10, 40);
     let mock = MockProcess::start(&["--fault", "stall:1", "--ttft-ms", "5", "--itl-ms", "5"]);
     let out = dir.join("run.jsonl");
     let started = std::time::Instant::now();
@@ -320,16 +293,7 @@ fn a_stream_stalled_mid_way_ends_at_the_stall_timeout() {
 #[test]
 fn max_error_rate_stops_the_run_and_says_so() {
     let dir = temp_dir("max-error-rate");
-    let trace = dir.join("t.jsonl");
-    let lines: Vec<String> = (0..300)
-        .map(|i| {
-            format!(
-                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 2}}"#,
-                i * 20
-            )
-        })
-        .collect();
-    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let trace = text_trace(&dir, 300, 20, 2);
     let mock = MockProcess::start(&["--fault", "status:503:0.5", "--ttft-ms", "1"]);
     let out = dir.join("run");
     let output = bin()

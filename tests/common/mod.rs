@@ -31,6 +31,22 @@ fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
+/// A trace of `n` text records (`"a b c"`, 3 tokens) `every_ms` apart, each asking for
+/// `output` tokens, written into `dir`.
+pub fn text_trace(dir: &Path, n: u64, every_ms: u64, output: u64) -> PathBuf {
+    let path = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": {output}}}"#,
+                i * every_ms
+            )
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
 /// A fresh, empty scratch directory for one test.
 pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("llmreplay-test-{name}-{}", std::process::id()));
