@@ -6,7 +6,7 @@
 use serde_json::json;
 
 mod common;
-use common::{bin, read_jsonl, temp_dir, MockProcess};
+use common::{read_jsonl, replay_against, temp_dir, MockProcess};
 
 const MOCK_TTFT_MS: f64 = 20.0;
 
@@ -36,19 +36,7 @@ fn default_connections_leave_a_four_worker_server_free_for_the_requests() {
         "1",
     ]);
     let out = dir.join("run");
-    let status = bin()
-        .args([
-            "replay",
-            "--quiet",
-            "--model",
-            "m",
-            "--endpoint",
-            &mock.url(),
-            "--trace",
-        ])
-        .arg(&trace)
-        .arg("--output")
-        .arg(&out)
+    let status = replay_against(&mock, &trace, &out)
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 mod common;
-use common::{bin, read_jsonl, temp_dir, text_trace, MockProcess};
+use common::{bin, read_jsonl, replay_against, temp_dir, text_trace, MockProcess};
 
 const FAULTS: [&str; 11] = [
     "refuse",
@@ -198,21 +198,7 @@ fn a_run_where_nothing_succeeded_exits_3_with_the_first_error() {
     let trace = text_trace(&dir, 20, 100, 4);
     let mock = MockProcess::start(&["--fault", "status:503:1"]);
     let out = dir.join("run");
-    let output = bin()
-        .args([
-            "replay",
-            "--quiet",
-            "--model",
-            "m",
-            "--endpoint",
-            &mock.url(),
-            "--trace",
-        ])
-        .arg(&trace)
-        .arg("--output")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let output = replay_against(&mock, &trace, &out).output().unwrap();
     assert_eq!(output.status.code(), Some(3));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -296,19 +282,8 @@ fn max_error_rate_stops_the_run_and_says_so() {
     let trace = text_trace(&dir, 300, 20, 2);
     let mock = MockProcess::start(&["--fault", "status:503:0.5", "--ttft-ms", "1"]);
     let out = dir.join("run");
-    let output = bin()
-        .args([
-            "replay",
-            "--quiet",
-            "--model",
-            "m",
-            "--endpoint",
-            &mock.url(),
-        ])
-        .args(["--max-error-rate", "0.2", "--trace"])
-        .arg(&trace)
-        .arg("--output")
-        .arg(&out)
+    let output = replay_against(&mock, &trace, &out)
+        .args(["--max-error-rate", "0.2"])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(3));

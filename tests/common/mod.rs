@@ -68,6 +68,25 @@ pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_llmreplay"))
 }
 
+/// `llmreplay replay --quiet` of `trace` against `mock` into the run directory `out` (add
+/// options with `.args`).
+pub fn replay_against(mock: &MockProcess, trace: &Path, out: &Path) -> Command {
+    let mut cmd = bin();
+    cmd.args([
+        "replay",
+        "--quiet",
+        "--model",
+        "m",
+        "--endpoint",
+        &mock.url(),
+    ])
+    .arg("--trace")
+    .arg(trace)
+    .arg("--output")
+    .arg(out);
+    cmd
+}
+
 /// `llmreplay mock` in a child process on a free loopback port; killed when dropped.
 pub struct MockProcess {
     child: Child,
