@@ -57,8 +57,10 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         });
     }
     let chosen = match (plan.format, format) {
-        (Format::Auto, Format::Bailian) => " (auto: the first record has chat_id; timestamps in s)",
-        (Format::Auto, _) => " (auto: the first record has no chat_id; timestamps in ms)",
+        (Format::Auto, Format::Bailian) => {
+            ", by auto: the first record has chat_id; timestamps in s"
+        }
+        (Format::Auto, _) => ", by auto: the first record has no chat_id; timestamps in ms",
         _ => "",
     };
     say.say(format!(
