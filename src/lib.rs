@@ -154,7 +154,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 skip_invalid: args.input.skip_invalid,
                 max_records: None,
             };
-            let stats = commands::inspect(
+            let (_, stats) = commands::inspect(
                 &args.trace,
                 args.format,
                 args.block_size,

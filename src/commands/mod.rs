@@ -9,19 +9,20 @@ pub mod report;
 use crate::error::Result;
 use crate::trace::{self, inspect::TraceStats, Format, ReadOptions};
 
-/// `llmreplay inspect`: reads a whole trace and returns its statistics.
+/// `llmreplay inspect` (and the first step of a replay): reads a whole trace and returns its
+/// format (resolved from `auto`) and statistics.
 pub fn inspect(
     path: &std::path::Path,
     format: Format,
     block_size: Option<u32>,
     read: ReadOptions,
     strict: bool,
-) -> Result<TraceStats> {
+) -> Result<(Format, TraceStats)> {
     let format = trace::detect_format(path, format)?;
     let block = block_size.unwrap_or(format.default_block_size());
     let stats = trace::inspect::scan(path, format, block, read)?;
     if strict {
         stats.require_order(path)?;
     }
-    Ok(stats)
+    Ok((format, stats))
 }

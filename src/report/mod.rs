@@ -237,15 +237,13 @@ pub fn load_run(
 pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summary> {
     let mut book = ResultsBook::new()?;
     let mut run = load_run(dir, requests, opts, Some(&mut book))?;
-    let config: Option<Value> = fs::read_to_string(dir.join("run.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
+    let config = run_config(dir);
     run.summary.stopped_early = config
         .as_ref()
         .and_then(|c| c["stopped_early"].as_str())
         .map(str::to_string);
     write_summary(dir, &run.summary)?;
-    let title = format!("llmreplay report: {}", run_title(dir));
+    let title = format!("llmreplay report: {}", run_title(dir, config.as_ref()));
     let page = html::report(
         &title,
         config.as_ref(),
@@ -258,14 +256,16 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
     Ok(run.summary)
 }
 
-/// The trace name and start time from `run.json`, else the directory name.
-pub fn run_title(dir: &Path) -> String {
-    let run: Option<Value> = fs::read_to_string(dir.join("run.json"))
+/// A run directory's `run.json`, when it has a readable one.
+pub fn run_config(dir: &Path) -> Option<Value> {
+    fs::read_to_string(dir.join("run.json"))
         .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
-    let trace = run
-        .as_ref()
-        .and_then(|r| r["trace"].as_str().map(str::to_string));
+        .and_then(|t| serde_json::from_str(&t).ok())
+}
+
+/// The trace name from `run.json`, and the directory.
+fn run_title(dir: &Path, run: Option<&Value>) -> String {
+    let trace = run.and_then(|r| r["trace"].as_str().map(str::to_string));
     match trace {
         Some(t) => format!("{t} ({})", dir.display()),
         None => dir.display().to_string(),

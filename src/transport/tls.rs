@@ -93,10 +93,7 @@ impl TlsTarget {
     /// Starts a client session over a socket (the handshake runs as the socket allows:
     /// [`Stream::handshake`]).
     pub fn wrap(&self, tcp: TcpStream) -> std::io::Result<Stream> {
-        let session =
-            rustls::ClientConnection::new(Arc::clone(&self.config), self.server_name.clone())
-                .map_err(|e| std::io::Error::other(describe(&e)))?;
-        Ok(Stream::tls(tcp, session))
+        Ok(Stream::tls(tcp, self.session()?))
     }
 
     /// A blocking session for the start-up probes.
@@ -104,10 +101,12 @@ impl TlsTarget {
         &self,
         tcp: std::net::TcpStream,
     ) -> std::io::Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> {
-        let session =
-            rustls::ClientConnection::new(Arc::clone(&self.config), self.server_name.clone())
-                .map_err(|e| std::io::Error::other(describe(&e)))?;
-        Ok(rustls::StreamOwned::new(session, tcp))
+        Ok(rustls::StreamOwned::new(self.session()?, tcp))
+    }
+
+    fn session(&self) -> std::io::Result<rustls::ClientConnection> {
+        rustls::ClientConnection::new(Arc::clone(&self.config), self.server_name.clone())
+            .map_err(|e| std::io::Error::other(describe(&e)))
     }
 }
 

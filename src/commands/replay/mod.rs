@@ -478,13 +478,9 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     }
     if let Some(reason) = &c.stopped_early {
         // Said in run.json, which report renders read with the records.
-        let path = c.dir.join("run.json");
-        let mut run: serde_json::Value = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
+        let mut run = report::run_config(&c.dir).unwrap_or_default();
         run["stopped_early"] = json!(reason);
-        report::write_json(&path, &run)?;
+        report::write_json(&c.dir.join("run.json"), &run)?;
     }
     // Everything in the directory is rendered from requests.jsonl, as `report DIR` does.
     report::save_itl(&c.dir, &itl, &token_itl)?;

@@ -18,8 +18,8 @@ use crate::mock::{MockConfig, MockServer, PromptCounting};
 use crate::plan::{ReplayPlan, Targets};
 use crate::prompt::{self, PromptSynth, Wrapping};
 use crate::report;
-use crate::trace::inspect::{self, TraceStats};
-use crate::trace::{detect_format, Format};
+use crate::trace::inspect::TraceStats;
+use crate::trace::Format;
 use crate::transport::{ClientTls, TlsOptions, TlsTarget};
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -43,12 +43,14 @@ pub struct TraceInput {
 }
 
 pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
-    let format = detect_format(&plan.trace, plan.format)?;
-    let block_size = plan.prompt.block_size(format);
-    let stats = inspect::scan(&plan.trace, format, block_size, plan.read)?;
-    if plan.strict {
-        stats.require_order(&plan.trace)?;
-    }
+    let (format, stats) = crate::commands::inspect(
+        &plan.trace,
+        plan.format,
+        plan.prompt.block_size,
+        plan.read,
+        plan.strict,
+    )?;
+    let block_size = stats.block_size;
     if stats.records == 0 {
         return Err(Error::Trace {
             file: plan.trace.clone(),
