@@ -88,7 +88,19 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Mock(args) => {
-            let server = mock::MockServer::start(args.listen, args.config()?)
+            let cfg = args.config()?;
+            match &cfg.counting {
+                mock::PromptCounting::Approximate => eprintln!(
+                    "mock: no --tokenizer: usage.prompt_tokens counts words, an estimate; each \
+                     response says so ({}) and llmreplay reports input lengths as not checked",
+                    mock::APPROXIMATE_COUNT_HEADER
+                ),
+                _ => eprintln!(
+                    "mock: counting prompts with the tokenizer on {} threads",
+                    cfg.count_threads
+                ),
+            }
+            let server = mock::MockServer::start(args.listen, cfg)
                 .map_err(|e| Error::Run(format!("mock: cannot listen on {}: {e}", args.listen)))?;
             println!("listening on {}", server.addr());
             let _ = std::io::stdout().flush();

@@ -296,25 +296,50 @@ pub struct LengthMatch {
     pub checked: u64,
     pub exact: u64,
     pub max_abs_diff: u64,
+    /// Successful requests with a target the server gave no (exact) count for.
+    pub not_checked: u64,
 }
 
 impl LengthMatch {
-    fn add(&mut self, target: u64, actual: u64) {
-        self.checked += 1;
-        self.exact += u64::from(target == actual);
-        self.max_abs_diff = self.max_abs_diff.max(target.abs_diff(actual));
+    fn add(&mut self, target: Option<u64>, actual: Option<u64>) {
+        match (target, actual) {
+            (Some(target), Some(actual)) => {
+                self.checked += 1;
+                self.exact += u64::from(target == actual);
+                self.max_abs_diff = self.max_abs_diff.max(target.abs_diff(actual));
+            }
+            (Some(_), None) => self.not_checked += 1,
+            (None, _) => {}
+        }
     }
 
     pub fn to_json(&self) -> Value {
-        json!({"checked": self.checked, "exact": self.exact, "max_abs_diff": self.max_abs_diff})
+        json!({"checked": self.checked, "exact": self.exact, "max_abs_diff": self.max_abs_diff,
+               "not_checked": self.not_checked})
     }
 
-    /// `exact/checked (max diff N)`.
+    /// `exact/checked (max diff N)`, or why nothing was checked.
     pub fn describe(&self) -> String {
-        format!(
-            "{}/{} (max diff {})",
-            self.exact, self.checked, self.max_abs_diff
-        )
+        let mut s = if self.checked == 0 {
+            "not checked".to_string()
+        } else {
+            format!(
+                "{}/{} (max diff {})",
+                self.exact, self.checked, self.max_abs_diff
+            )
+        };
+        if self.not_checked > 0 {
+            s.push_str(&format!(
+                "; {} without an exact server count",
+                self.not_checked
+            ));
+        }
+        s
+    }
+
+    /// Anything to say: a comparison, or requests that could not be compared.
+    pub fn any(&self) -> bool {
+        self.checked + self.not_checked > 0
     }
 }
 
@@ -372,12 +397,9 @@ impl SummaryBuilder {
         add_output_tokens(&mut self.output_per_second, r);
         self.input_tokens += r.prompt_tokens.or(r.input_tokens).unwrap_or(0);
         self.output_tokens += r.output_tokens.unwrap_or(0);
-        if let (Some(target), Some(actual)) = (r.input_tokens, r.prompt_tokens) {
-            self.input_length_match.add(target, actual);
-        }
-        if let (Some(target), Some(actual)) = (r.output_tokens_target, r.output_tokens) {
-            self.output_length_match.add(target, actual);
-        }
+        self.input_length_match.add(r.input_tokens, r.prompt_tokens);
+        self.output_length_match
+            .add(r.output_tokens_target, r.output_tokens);
         let pairs: [(&mut Vec<f64>, Option<f64>); 4] = [
             (&mut self.ttft, r.ttft_ms()),
             (&mut self.ttft_sched, r.ttft_from_schedule_ms()),
@@ -608,13 +630,13 @@ impl Summary {
         if let Some(g) = self.goodput {
             line("Request goodput (req/s):", format!("{g:.2}"));
         }
-        if self.input_length_match.checked > 0 {
+        if self.input_length_match.any() {
             line(
                 "Input length exact (server usage):",
                 self.input_length_match.describe(),
             );
         }
-        if self.output_length_match.checked > 0 {
+        if self.output_length_match.any() {
             line("Output length exact:", self.output_length_match.describe());
         }
         line("Late sends (drift > 1 ms):", self.late_sends.to_string());

@@ -237,8 +237,9 @@ fn two_processes_with_one_seed_write_identical_prompts() {
     }
 }
 
-/// Through a real mock that counts with the tokenizer and chat template: every request's
-/// `usage.prompt_tokens` equals the trace's `input_length`.
+/// Through a real mock that counts with the tokenizer and chat template (on its counting
+/// threads, while the answer streams): every request's `usage.prompt_tokens` equals the
+/// trace's `input_length`, streamed (the usage event waits for the count) or not.
 #[test]
 fn mock_with_tokenizer_reports_exact_prompt_tokens_for_500_records() {
     let tokenizer = tokenizer("mistral");
@@ -251,36 +252,76 @@ fn mock_with_tokenizer_reports_exact_prompt_tokens_for_500_records() {
         "0.05",
     ]);
     let dir = temp_dir("mock-tokenizer");
+    for (stream, requests) in [("--stream", "500"), ("--no-stream", "100")] {
+        let out = dir.join(&stream[2..]);
+        let cli = Cli::parse_from([
+            "llmreplay",
+            "replay",
+            "--quiet",
+            stream,
+            "--endpoint",
+            &mock.url(),
+            "--trace",
+            path(&mooncake("conversation_trace.jsonl")),
+            "--tokenizer",
+            path(&tokenizer),
+            "--max-requests",
+            requests,
+            "--time-scale",
+            "100",
+            "--output",
+            path(&out),
+        ]);
+        let Command::Replay(args) = cli.command else {
+            panic!("replay")
+        };
+        llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+            .unwrap();
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let m = &summary["input_length_match"];
+        assert_eq!(
+            m["checked"],
+            requests.parse::<u64>().unwrap(),
+            "{stream}: {m}"
+        );
+        assert_eq!(m["exact"], m["checked"], "{stream}: {m}");
+        for r in read_jsonl(&out.join("requests.jsonl")) {
+            assert_eq!(r["prompt_tokens"], r["input_tokens"], "{r}");
+        }
+    }
+}
+
+/// A stand-alone mock without a tokenizer only estimates prompt tokens and says so: the run
+/// reports the input length as not checked, not as a mismatch.
+#[test]
+fn mock_without_tokenizer_leaves_input_lengths_not_checked() {
+    let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "0.05"]);
+    let dir = temp_dir("mock-approximate");
     let out = dir.join("run");
-    let cli = Cli::parse_from([
-        "llmreplay",
-        "replay",
-        "--quiet",
-        "--endpoint",
-        &mock.url(),
-        "--trace",
-        path(&mooncake("conversation_trace.jsonl")),
-        "--tokenizer",
-        path(&tokenizer),
-        "--max-requests",
-        "500",
-        "--time-scale",
-        "100",
-        "--output",
-        path(&out),
-    ]);
-    let Command::Replay(args) = cli.command else {
-        panic!("replay")
-    };
-    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+    let status = common::replay_against(&mock, &mooncake("conversation_trace.jsonl"), &out)
+        .args(["--tokenizer", path(&tokenizer("qwen3"))])
+        .args(["--max-requests", "20", "--time-scale", "100"])
+        .status()
         .unwrap();
+    assert!(status.success());
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let m = &summary["input_length_match"];
-    assert_eq!(m["checked"], 500, "{m}");
-    assert_eq!(m["exact"], 500, "{m}");
+    assert_eq!(
+        (m["checked"].as_u64(), m["not_checked"].as_u64()),
+        (Some(0), Some(20)),
+        "{m}"
+    );
+    let text = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(
+        text.contains("not checked; 20 without an exact server count"),
+        "{text}"
+    );
     for r in read_jsonl(&out.join("requests.jsonl")) {
-        assert_eq!(r["prompt_tokens"], r["input_tokens"], "{r}");
+        assert!(r["prompt_tokens"].is_null(), "{r}");
+        assert!(r["output_tokens"].as_u64().is_some_and(|n| n > 0), "{r}");
     }
 }
 

@@ -15,6 +15,9 @@ pub struct ResponseHead {
     pub keep_alive: bool,
     /// `Content-Type: text/event-stream`.
     pub event_stream: bool,
+    /// The server says its `usage.prompt_tokens` is an estimate (llmreplay's mock without a
+    /// tokenizer: `x-llmreplay-prompt-count: approximate`).
+    pub approximate_prompt_count: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +181,7 @@ fn interpret(
 ) -> Result<(ResponseHead, Framing), ProtocolError> {
     let mut keep_alive = version >= 1;
     let mut event_stream = false;
+    let mut approximate_prompt_count = false;
     let mut chunked = false;
     let mut length: Option<u64> = None;
     for h in headers {
@@ -201,6 +205,8 @@ fn interpret(
             }
         } else if h.name.eq_ignore_ascii_case("content-type") {
             event_stream = contains_token(value, b"text/event-stream");
+        } else if h.name.eq_ignore_ascii_case("x-llmreplay-prompt-count") {
+            approximate_prompt_count = contains_token(value, b"approximate");
         }
     }
     let framing = if status == 204 || status == 304 {
@@ -218,6 +224,7 @@ fn interpret(
             status,
             keep_alive,
             event_stream,
+            approximate_prompt_count,
         },
         framing,
     ))
@@ -271,7 +278,8 @@ mod tests {
                 ResponseHead {
                     status: 200,
                     keep_alive: true,
-                    event_stream: true
+                    event_stream: true,
+                    approximate_prompt_count: false,
                 }
             );
             assert_eq!(c.body, b"data: 1\n\n", "cut {cut}");

@@ -33,54 +33,97 @@ pub struct MockConfig {
     pub keep_alive_ns: u64,
     /// Keep the bodies of this many generation requests in [`super::MockStats`] (tests).
     pub keep_bodies: usize,
+    /// With [`PromptCounting::Tokenizer`]: threads that count prompts (`--count-threads`).
+    pub count_threads: usize,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
 #[derive(Clone, Debug)]
 pub enum PromptCounting {
     /// Whitespace-separated words, plus a fixed overhead for chat requests: exact for
-    /// llmreplay's synthetic prompts (one word per token) without loading a tokenizer. The
-    /// in-process mock of `replay --mock` is given the chat template overhead the replay
-    /// measured; a stand-alone mock without `--tokenizer` uses 0.
+    /// llmreplay's synthetic prompts (one word per token) once the template overhead is known.
+    /// The in-process mock of `replay --mock` is given the overhead the replay measured.
     Words { chat_overhead: u64 },
+    /// Words with no template overhead (a stand-alone mock without `--tokenizer`): only an
+    /// estimate, so every response says so in [`APPROXIMATE_COUNT_HEADER`] and the client
+    /// reports the input length as not checked rather than as a mismatch.
+    Approximate,
     /// The real tokenizer and chat template, counted as a vLLM server does (`mock
-    /// --tokenizer`). Costs tokenizer time (~0.2M tokens/s) on the mock's thread.
+    /// --tokenizer`). Tokenizing costs far more than generating, so it runs on the
+    /// [`super::counting`] threads while the answer streams; only the closing usage waits.
     Tokenizer(Arc<PromptCounter>),
 }
 
+/// Response header of a mock whose `usage.prompt_tokens` is an estimate.
+pub const APPROXIMATE_COUNT_HEADER: &str = "x-llmreplay-prompt-count: approximate";
+
+/// A prompt to be counted by the tokenizer, off the mock's event loop.
+#[derive(Debug)]
+pub enum CountJob {
+    Chat {
+        messages: Value,
+        tools: Option<Value>,
+    },
+    Completion(String),
+}
+
+impl CountJob {
+    pub fn count(&self, counter: &PromptCounter) -> Result<u64, String> {
+        let ids = match self {
+            CountJob::Chat { messages, tools } => counter.chat_ids(messages, tools.as_ref())?,
+            CountJob::Completion(text) => counter.completion_ids(text)?,
+        };
+        Ok(ids.len() as u64)
+    }
+}
+
+/// A request's prompt count: known at once, or left to the tokenizer threads.
+enum Count {
+    Known(u64),
+    Deferred(CountJob),
+}
+
 impl PromptCounting {
-    fn count(&self, dialect: Dialect, obj: &serde_json::Map<String, Value>) -> Result<u64, String> {
-        match (dialect, self) {
-            (Dialect::Chat, counting) => {
+    fn count(
+        &self,
+        dialect: Dialect,
+        obj: &serde_json::Map<String, Value>,
+    ) -> Result<Count, String> {
+        let tokenizer = matches!(self, PromptCounting::Tokenizer(_));
+        let overhead = match self {
+            PromptCounting::Words { chat_overhead } => *chat_overhead,
+            _ => 0,
+        };
+        match dialect {
+            Dialect::Chat => {
                 let messages = obj.get("messages").ok_or("`messages` is required")?;
                 let list = messages.as_array().ok_or("`messages` must be an array")?;
-                match counting {
-                    PromptCounting::Words { chat_overhead } => Ok(list
-                        .iter()
-                        .map(|m| count_words_in(m.get("content")))
-                        .sum::<u64>()
-                        + chat_overhead),
-                    PromptCounting::Tokenizer(counter) => counter
-                        .chat_ids(messages, obj.get("tools").filter(|t| !t.is_null()))
-                        .map(|ids| ids.len() as u64),
+                if tokenizer {
+                    let tools = obj.get("tools").filter(|t| !t.is_null()).cloned();
+                    return Ok(Count::Deferred(CountJob::Chat {
+                        messages: messages.clone(),
+                        tools,
+                    }));
                 }
+                let words: u64 = list.iter().map(|m| count_words_in(m.get("content"))).sum();
+                Ok(Count::Known(words + overhead))
             }
-            (Dialect::Completions | Dialect::Tgi { .. }, counting) => {
+            Dialect::Completions | Dialect::Tgi { .. } => {
                 let key = if dialect == Dialect::Completions {
                     "prompt"
                 } else {
                     "inputs"
                 };
                 let prompt = obj.get(key).ok_or(format!("`{key}` is required"))?;
-                match (prompt, counting) {
+                match prompt {
                     // Token ids are taken as they are, as vLLM does.
-                    (Value::Array(items), _) if items.iter().all(Value::is_u64) => {
-                        Ok(items.len() as u64)
+                    Value::Array(items) if items.iter().all(Value::is_u64) => {
+                        Ok(Count::Known(items.len() as u64))
                     }
-                    (Value::String(text), PromptCounting::Tokenizer(counter)) => {
-                        counter.completion_ids(text).map(|ids| ids.len() as u64)
+                    Value::String(text) if tokenizer => {
+                        Ok(Count::Deferred(CountJob::Completion(text.clone())))
                     }
-                    (prompt, _) => Ok(count_words_in(Some(prompt))),
+                    prompt => Ok(Count::Known(count_words_in(Some(prompt)))),
                 }
             }
         }
@@ -102,6 +145,7 @@ impl Default for MockConfig {
             http_workers: None,
             keep_alive_ns: 5_000_000_000,
             keep_bodies: 0,
+            count_threads: 2,
         }
     }
 }
@@ -124,10 +168,17 @@ pub struct Generation {
     /// Tokens to generate.
     pub tokens: u64,
     pub prompt_tokens: u64,
+    /// The prompt is being counted on the tokenizer threads: the events that carry usage
+    /// wait for it (see [`Generation::held`]).
+    pub count_pending: bool,
+    /// The count to hand to those threads (taken by the event loop).
+    pub count_job: Option<CountJob>,
     include_usage: bool,
     continuous_usage: bool,
     /// Tokens already sent.
     pub sent: u64,
+    /// The closing events (finish, usage, `[DONE]`) are written.
+    closed: bool,
     /// Events stop here (a fault cuts the stream); `u64::MAX` otherwise.
     pub stop_at: u64,
     /// Arrival time of the request (mock clock, ns).
@@ -194,7 +245,10 @@ impl Generation {
                 }
             }
         };
-        let prompt_tokens = counting.count(dialect, obj)?;
+        let (prompt_tokens, count_job) = match counting.count(dialect, obj)? {
+            Count::Known(n) => (n, None),
+            Count::Deferred(job) => (0, Some(job)),
+        };
         let stream = match dialect {
             Dialect::Tgi { stream } => stream,
             _ => obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
@@ -215,9 +269,12 @@ impl Generation {
             stream,
             tokens,
             prompt_tokens,
+            count_pending: count_job.is_some(),
+            count_job,
             include_usage: flag("include_usage"),
             continuous_usage: flag("continuous_usage_stats"),
             sent: 0,
+            closed: false,
             stop_at: u64::MAX,
             arrival_ns,
             id,
@@ -263,12 +320,39 @@ impl Generation {
         self.sent >= self.tokens
     }
 
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The next event would carry the prompt count, which is not known yet: a whole
+    /// response, every chunk of a stream with continuous usage, or a stream's closing usage
+    /// event (its tokens are not held: the TTFT stays as configured). TGI reports no prompt
+    /// count, so it never waits.
+    pub fn held(&self) -> bool {
+        if !self.count_pending || matches!(self.dialect, Dialect::Tgi { .. }) {
+            return false;
+        }
+        !self.stream || self.continuous_usage || (self.include_usage && self.done())
+    }
+
+    /// Every event of the stream is written, the closing ones included.
+    pub fn closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The tokenizer threads counted the prompt.
+    pub fn counted(&mut self, prompt_tokens: u64) {
+        self.prompt_tokens = prompt_tokens;
+        self.count_pending = false;
+    }
+
     /// Appends the SSE events of every chunk due by `now` (and the closing events after the
-    /// last one) to `out`. Returns the number of chunks written.
+    /// last one, unless they wait for the prompt count) to `out`. Returns the number of events
+    /// written, the closing ones counted as one.
     pub fn write_due_events(&mut self, cfg: &MockConfig, now: u64, out: &mut Vec<u8>) -> u64 {
         let per = u64::from(cfg.tokens_per_chunk.max(1));
         let mut written = 0;
-        while !self.done() && self.sent < self.stop_at {
+        while !self.done() && self.sent < self.stop_at && !self.held() {
             let k = self.sent / per;
             if self.chunk_due(cfg, k) > now {
                 break;
@@ -295,10 +379,16 @@ impl Generation {
             out.extend_from_slice(b"}\n\n");
             written += 1;
         }
-        if self.done() && written > 0 && matches!(self.dialect, Dialect::Tgi { .. }) {
-            return written; // TGI's last token event closes the stream
+        if !self.done() || self.closed {
+            return written;
         }
-        if self.done() && written > 0 {
+        if matches!(self.dialect, Dialect::Tgi { .. }) {
+            self.closed = true; // TGI's last token event closes the stream
+            return written;
+        }
+        if !self.held() {
+            self.closed = true;
+            written += 1;
             self.write_event(out, false, Some("length"));
             if self.include_usage {
                 let usage = self.usage();
@@ -512,6 +602,51 @@ mod tests {
         .is_err());
     }
 
+    /// With a tokenizer the count is deferred: every token but the last streams on time, and
+    /// the last one with the usage event waits until the count is in.
+    #[test]
+    fn usage_waits_for_a_deferred_count() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tokenizers/qwen3");
+        let (tokenizer, file) = crate::prompt::load_tokenizer(dir.as_ref()).unwrap();
+        let counter = PromptCounter::new(tokenizer, &file, None).unwrap();
+        let counting = PromptCounting::Tokenizer(Arc::new(counter));
+        let cfg = MockConfig::default();
+        let body = json!({"prompt": "hello world", "max_tokens": 4, "ignore_eos": true,
+                          "stream": true, "stream_options": {"include_usage": true}});
+        let mut g = Generation::from_request(Dialect::Completions, &body, 1, 0, &counting).unwrap();
+        let job = g.count_job.take().expect("deferred");
+        let mut out = Vec::new();
+        assert_eq!(
+            g.write_due_events(&cfg, u64::MAX, &mut out),
+            4,
+            "every token on time"
+        );
+        assert!(g.held() && g.done() && !g.closed());
+        assert!(!String::from_utf8_lossy(&out).contains("usage"));
+        let PromptCounting::Tokenizer(counter) = &counting else {
+            unreachable!()
+        };
+        g.counted(job.count(counter).unwrap());
+        out.clear();
+        assert_eq!(
+            g.write_due_events(&cfg, u64::MAX, &mut out),
+            1,
+            "the closing events"
+        );
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            g.closed() && text.contains("\"prompt_tokens\":2,"),
+            "{text}"
+        );
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        // Without include_usage nothing carries the count, so nothing waits.
+        let body = json!({"prompt": "hello world", "max_tokens": 4, "ignore_eos": true,
+                          "stream": true});
+        let mut g = Generation::from_request(Dialect::Completions, &body, 1, 0, &counting).unwrap();
+        assert_eq!(g.write_due_events(&cfg, u64::MAX, &mut out), 5);
+        assert!(g.closed());
+    }
+
     #[test]
     fn stream_is_understood_by_the_client_scanner() {
         let cfg = MockConfig {
@@ -532,8 +667,12 @@ mod tests {
             2,
             "chunks due at 10 and 15"
         );
-        assert_eq!(g.write_due_events(&cfg, 100, &mut out), 1);
-        assert!(g.done());
+        assert_eq!(
+            g.write_due_events(&cfg, 100, &mut out),
+            2,
+            "the last chunk, then closing"
+        );
+        assert!(g.closed());
         let scanner = EventScanner::new(Api::OpenaiChat);
         let mut content = 0;
         let mut usage = None;

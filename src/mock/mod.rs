@@ -7,12 +7,13 @@
 //! mio's millisecond poll timeout.
 
 mod arrival;
+mod counting;
 mod faults;
 mod generation;
 mod workers;
 
 pub use faults::{FaultKind, FaultPlan};
-pub use generation::{Dialect, Generation, MockConfig, PromptCounting};
+pub use generation::{Dialect, Generation, MockConfig, PromptCounting, APPROXIMATE_COUNT_HEADER};
 
 use faults::{HUGE_HEAD_BYTES, SLOW_HEAD_NS};
 
@@ -37,6 +38,7 @@ use crate::transport::Stream;
 const LISTENER: Token = Token(usize::MAX - 1);
 const TIMER: Token = Token(usize::MAX - 2);
 const WAKER: Token = Token(usize::MAX - 3);
+const COUNTED: Token = Token(usize::MAX - 4);
 const MAX_REQUEST: usize = 64 << 20;
 const MAX_REQUEST_HEAD: usize = 64 << 10;
 
@@ -165,6 +167,8 @@ struct MockLoop {
     woke_wall_ns: u64,
     /// `--http-workers`: connections hold a worker each.
     workers: Option<workers::Workers>,
+    /// `--tokenizer`: the threads that count prompts.
+    counting: Option<counting::CountPool>,
 }
 
 /// How often idle connections are checked against the keep-alive timeout.
@@ -182,6 +186,14 @@ impl MockLoop {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
+        let counting = match &cfg.counting {
+            PromptCounting::Tokenizer(counter) => Some(counting::CountPool::start(
+                counter.clone(),
+                cfg.count_threads,
+                Arc::new(Waker::new(poll.registry(), COUNTED)?),
+            )?),
+            _ => None,
+        };
         let fault_log = cfg.fault_log.as_deref().map(JsonlLog::create).transpose()?;
         let arrival_log = cfg
             .arrival_log
@@ -207,6 +219,7 @@ impl MockLoop {
             woke_ns: 0,
             woke_wall_ns: 0,
             workers: http_workers.map(workers::Workers::new),
+            counting,
         })
     }
 
@@ -231,6 +244,7 @@ impl MockLoop {
             for event in events.iter() {
                 match event.token() {
                     WAKER => return Ok(self.stats),
+                    COUNTED => self.take_counts(),
                     LISTENER => self.accept(),
                     TIMER => {
                         self.timer.drain();
@@ -485,7 +499,7 @@ impl MockLoop {
                 return true;
             }
             ("GET", "/health") => {
-                write_response(&mut conn.output, 200, "text/plain", b"");
+                write_response(&mut conn.output, 200, "text/plain", "", b"");
                 return true;
             }
             ("GET", "/v1/models") => {
@@ -543,6 +557,10 @@ impl MockLoop {
         let fault = cfg.faults.for_request(index.unwrap_or(id));
         conn.fault = fault;
         let mut head: Vec<u8> = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n".to_vec();
+        if matches!(cfg.counting, PromptCounting::Approximate) {
+            head.extend_from_slice(APPROXIMATE_COUNT_HEADER.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
         match fault {
             Some(FaultKind::Status(code)) => {
                 conn.fault = None;
@@ -587,6 +605,9 @@ impl MockLoop {
         } else {
             done_due
         };
+        if let (Some(pool), Some(job)) = (&self.counting, generation_state.count_job.take()) {
+            pool.submit((slot, generation, generation_state.id()), job);
+        }
         conn.generation = Some(generation_state);
         self.due.push(Reverse((due, slot, generation)));
         if let Some(f) = fault {
@@ -616,6 +637,9 @@ impl MockLoop {
             let Some(g) = conn.generation.as_mut() else {
                 continue;
             };
+            if !g.stream && g.held() {
+                continue; // answered when the count arrives (take_counts)
+            }
             let mut finished = false;
             let mut tokens_before = g.sent;
             if let Some(head) = conn.head_pending.take() {
@@ -643,9 +667,11 @@ impl MockLoop {
                     self.cut_stream(slot, generation, fault);
                     continue;
                 }
-                if g.done() {
+                if g.closed() {
                     conn.output.extend_from_slice(b"0\r\n\r\n");
                     finished = true;
+                } else if g.held() {
+                    // The rest waits for the prompt count (take_counts).
                 } else {
                     let per = u64::from(cfg.tokens_per_chunk.max(1));
                     self.due
@@ -654,7 +680,12 @@ impl MockLoop {
             } else {
                 tokens_before = 0;
                 let body = g.full_response();
-                respond_json_raw(&mut conn.output, 200, &body);
+                let extra = match cfg.counting {
+                    PromptCounting::Approximate => APPROXIMATE_COUNT_HEADER,
+                    _ => "",
+                };
+                let bytes = serde_json::to_vec(&body).unwrap_or_default();
+                write_response(&mut conn.output, 200, "application/json", extra, &bytes);
                 finished = true;
             }
             let conn = conn_in(&mut self.conns, slot, generation).expect("still open");
@@ -669,6 +700,31 @@ impl MockLoop {
                 self.next_request(slot, generation);
                 self.flush(slot, generation);
             }
+        }
+    }
+
+    /// Prompt counts finished on the tokenizer threads: what waited for them is now due.
+    fn take_counts(&mut self) {
+        let Some(pool) = &self.counting else { return };
+        let now = self.clock.now_ns();
+        for counted in pool.finished() {
+            let (slot, generation, id) = counted.of;
+            let Some(g) = conn_in(&mut self.conns, slot, generation)
+                .and_then(|c| c.generation.as_mut())
+                .filter(|g| g.id() == id)
+            else {
+                continue; // the connection closed meanwhile
+            };
+            match counted.prompt_tokens {
+                Ok(n) => g.counted(n),
+                Err(e) => {
+                    eprintln!(
+                        "mock: cannot count the prompt of request {id} (usage reports 0): {e}"
+                    );
+                    g.counted(0);
+                }
+            }
+            self.due.push(Reverse((now, slot, generation)));
         }
     }
 
@@ -852,10 +908,17 @@ fn respond_json(conn: &mut Conn, status: u16, body: &Value) {
 
 fn respond_json_raw(out: &mut Vec<u8>, status: u16, body: &Value) {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
-    write_response(out, status, "application/json", &bytes);
+    write_response(out, status, "application/json", "", &bytes);
 }
 
-fn write_response(out: &mut Vec<u8>, status: u16, content_type: &str, body: &[u8]) {
+/// A whole response; `extra_header` is one header line without its CRLF, or empty.
+fn write_response(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_type: &str,
+    extra_header: &str,
+    body: &[u8],
+) {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -866,9 +929,10 @@ fn write_response(out: &mut Vec<u8>, status: u16, content_type: &str, body: &[u8
         503 => "Service Unavailable",
         _ => "Internal Server Error",
     };
+    let crlf = if extra_header.is_empty() { "" } else { "\r\n" };
     write!(
         out,
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n{extra_header}{crlf}content-length: {}\r\n\r\n",
         body.len()
     )
     .ok();

@@ -424,16 +424,17 @@ pub fn report(
         "input-length-match",
         "Input length match",
         &format!(
-            "Target input_length vs the server's usage.prompt_tokens: {} of {} exact, max difference {}.",
-            summary.input_length_match.exact,
-            summary.input_length_match.checked,
-            summary.input_length_match.max_abs_diff
+            "Target input_length vs the server's usage.prompt_tokens: {}.",
+            summary.input_length_match.describe()
         ),
         &[chart(
             "Prompt tokens: target vs server",
             "input_length (trace)",
             "prompt_tokens (server)",
-            &[Series::line("exact", diagonal), Series::dots("requests", lengths)],
+            &[
+                Series::line("exact", diagonal),
+                Series::dots("requests", lengths),
+            ],
         )],
     );
     let mut errors: Vec<Series> = ps

@@ -35,6 +35,8 @@ pub struct Exchange {
     chunks: u64,
     counted_tokens: u64,
     prompt_tokens: Option<u64>,
+    /// The server's prompt count is only an estimate: it is not recorded.
+    approximate_prompt_count: bool,
     completion_tokens: Option<u64>,
     pub error: Option<RequestError>,
     chunk_times: Option<Vec<u64>>,
@@ -56,6 +58,7 @@ impl Exchange {
             chunks: 0,
             counted_tokens: 0,
             prompt_tokens: None,
+            approximate_prompt_count: false,
             completion_tokens: None,
             error: None,
             chunk_times: record_itl.then(Vec::new),
@@ -151,7 +154,9 @@ impl Exchange {
             first_token_ns: rel(self.first_token_ns),
             end_ns: rel(self.end_ns),
             input_tokens: self.req.input_tokens,
-            prompt_tokens: self.prompt_tokens,
+            prompt_tokens: self
+                .prompt_tokens
+                .filter(|_| !self.approximate_prompt_count),
             output_tokens_target: self.req.output_tokens_target,
             output_tokens,
             chunks: self.chunks,
@@ -179,6 +184,7 @@ pub struct Feed<'a> {
 impl ResponseSink for Feed<'_> {
     fn head(&mut self, head: &ResponseHead) {
         self.ex.status = Some(head.status);
+        self.ex.approximate_prompt_count = head.approximate_prompt_count;
         let success = (200..300).contains(&head.status);
         self.ex.sse = success && (head.event_stream || self.stream);
     }
