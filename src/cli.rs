@@ -144,11 +144,14 @@ pub struct ResultArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct ReportArgs {
-    /// A run directory (holding requests.jsonl); give two to compare them (A, then B).
+    /// A run directory (holding requests.jsonl); give two to compare them (A, then B). One
+    /// records file (an --output-path copy, in either --record-format) is read too: its
+    /// report goes to --output DIR (default: FILE's name without .jsonl, plus `-report`).
     #[arg(value_name = "DIR", num_args = 1..=2, required = true)]
     pub dirs: Vec<PathBuf>,
 
-    /// With two runs: where compare.html goes (default: DIR2/compare.html).
+    /// With two runs: where compare.html goes (default: DIR2/compare.html). With a records
+    /// file: the directory its report is written to.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
@@ -370,6 +373,18 @@ pub struct ReplayArgs {
     /// existing file needs --force.
     #[arg(long, value_name = "FILE")]
     pub output_path: Option<PathBuf>,
+
+    /// Field names of the --output-path file: `llmreplay` (requests.jsonl's), or
+    /// `trace-replayer` (its s_time, s_time_drift, e_time, span_time, first_token_time, ...,
+    /// all strings, for scripts written against its output; `report FILE` reads either).
+    /// requests.jsonl in the run directory always keeps llmreplay's.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "llmreplay",
+        requires = "output_path"
+    )]
+    pub record_format: crate::record::RecordFormat,
 
     /// Write into a non-empty output directory (the files of an earlier run there are
     /// removed first; other files stay), or over an existing --output-path file.

@@ -113,11 +113,11 @@ pub fn run(cli: Cli) -> Result<i32> {
             let render = plan::render_options(&args.results)?;
             let format = args.results.output_format;
             match commands::report::run(&args.dirs, args.output.as_deref(), &render, format)? {
-                Reported::One(summary) => {
+                Reported::One(summary, dir) => {
                     print_summary(&summary, format);
                     eprintln!(
                         "re-rendered summary.json, summary.txt, report.html, results.xlsx in {}",
-                        args.dirs[0].display()
+                        dir.display()
                     );
                 }
                 Reported::Compared { page } => {

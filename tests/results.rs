@@ -10,7 +10,7 @@ use serde_json::Value;
 use llmreplay::cli::{Cli, Command};
 
 mod common;
-use common::{bin, temp_dir};
+use common::{bin, read_jsonl, temp_dir};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/summary")
@@ -399,4 +399,84 @@ fn output_path_alone_keeps_the_run_directory_and_never_overwrites_silently() {
         runs[0].join("notes.txt").exists(),
         "the user's own file stays"
     );
+}
+
+/// `--record-format trace-replayer` writes the --output-path file with trace-replayer's field
+/// names (strings, as it writes them), and `report FILE` reads it back into the same figures
+/// as the run directory's own summary.
+#[test]
+fn trace_replayer_records_are_written_and_reported() {
+    let dir = temp_dir("record-format");
+    let trace = common::text_trace(&dir, 12, 5, 4);
+    let out = dir.join("run");
+    let status = bin()
+        .current_dir(&dir)
+        .args(["replay", "--mock", "--quiet", "--record-itl"])
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--output")
+        .arg(&out)
+        .args(["--output-path", "client.jsonl"])
+        .args(["--record-format", "trace-replayer"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let lines = read_jsonl(&dir.join("client.jsonl"));
+    assert_eq!(lines.len(), 12);
+    for l in &lines {
+        for key in [
+            "status",
+            "s_time",
+            "s_time_drift",
+            "e_time",
+            "span_time",
+            "input_length",
+            "output_length",
+            "first_token_time",
+            "total_time",
+            "max_time_between_tokens",
+        ] {
+            assert!(l[key].is_string(), "{key} in {l}");
+        }
+        assert_eq!(l["status"], "200");
+        let (s, e, span) = (
+            l["s_time"].as_str().unwrap().parse::<f64>().unwrap(),
+            l["e_time"].as_str().unwrap().parse::<f64>().unwrap(),
+            l["span_time"].as_str().unwrap().parse::<f64>().unwrap(),
+        );
+        assert!((e - s - span).abs() < 0.0015, "{l}");
+    }
+    let report = bin()
+        .current_dir(&dir)
+        .args(["report", "client.jsonl", "--output-format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let theirs: Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert!(dir.join("client-report/report.html").is_file());
+    let ours: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(theirs["requests"]["ok"], ours["requests"]["ok"]);
+    assert_eq!(theirs["output_tokens"], ours["output_tokens"]);
+    // Times survive to a microsecond, TTFT to the whole millisecond trace-replayer keeps.
+    let close =
+        |a: &Value, b: &Value, tol: f64| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() <= tol;
+    assert!(
+        close(&theirs["duration_s"], &ours["duration_s"], 1e-5),
+        "{theirs} {ours}"
+    );
+    assert!(close(
+        &theirs["drift_ms"]["max"],
+        &ours["drift_ms"]["max"],
+        0.001
+    ));
+    assert!(close(
+        &theirs["ttft_ms"]["p50"],
+        &ours["ttft_ms"]["p50"],
+        1.0
+    ));
 }

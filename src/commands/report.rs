@@ -8,10 +8,10 @@ use crate::plan::OutputFormat;
 use crate::report::{self, compare, RenderOptions};
 use crate::stats::Summary;
 
-/// What `report` did: the re-rendered summary of one run, or the comparison of two (already
-/// printed in `format`, with compare.html written).
+/// What `report` did: the re-rendered summary of one run (and the directory it was written
+/// to), or the comparison of two (already printed in `format`, with compare.html written).
 pub enum Reported {
-    One(Box<Summary>),
+    One(Box<Summary>, PathBuf),
     Compared { page: PathBuf },
 }
 
@@ -27,6 +27,15 @@ fn requests(dir: &Path) -> Result<PathBuf> {
     }
 }
 
+/// Where the report of a records file goes by default: beside it, `client.jsonl` →
+/// `client-report/`.
+fn report_dir_for(file: &Path) -> PathBuf {
+    let stem = file
+        .file_stem()
+        .map_or_else(|| "records".into(), |s| s.to_string_lossy().into_owned());
+    file.with_file_name(format!("{stem}-report"))
+}
+
 pub fn run(
     dirs: &[PathBuf],
     output: Option<&Path>,
@@ -34,11 +43,16 @@ pub fn run(
     format: OutputFormat,
 ) -> Result<Reported> {
     match dirs {
-        [dir] => Ok(Reported::One(Box::new(report::render(
-            dir,
-            &requests(dir)?,
-            render,
-        )?))),
+        [file] if file.is_file() => {
+            let dir = output.map_or_else(|| report_dir_for(file), Path::to_path_buf);
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            let summary = report::render(&dir, file, render)?;
+            Ok(Reported::One(Box::new(summary), dir))
+        }
+        [dir] => Ok(Reported::One(
+            Box::new(report::render(dir, &requests(dir)?, render)?),
+            dir.clone(),
+        )),
         [a, b] => {
             let mut run_a = report::load_run(a, &requests(a)?, render, None)?;
             let mut run_b = report::load_run(b, &requests(b)?, render, None)?;

@@ -19,7 +19,7 @@ pub use data::RunData;
 pub use xlsx::ResultsBook;
 
 use crate::error::{Error, Result};
-use crate::record::RequestRecord;
+use crate::record::RecordFormat;
 use crate::stats::{latency_histogram, record_gap, Slo, Summary, SummaryBuilder};
 
 /// Creates the output directory, refusing a non-empty one unless `force`.
@@ -210,7 +210,7 @@ pub fn load_run(
         };
         let value: Value =
             serde_json::from_str(&line).map_err(|e| bad(format!("invalid JSON: {e}")))?;
-        let r = RequestRecord::from_json(&value).map_err(bad)?;
+        let r = RecordFormat::read_any(&value, i as u64).map_err(bad)?;
         builder.add(&r);
         data.add(&r);
         if let Some(book) = book.as_deref_mut() {

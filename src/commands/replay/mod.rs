@@ -28,7 +28,7 @@ use crate::pipeline::{
 };
 use crate::plan::ReplayPlan;
 use crate::progress::{LiveProgress, Snapshot};
-use crate::record::{RecordWriter, RequestRecord};
+use crate::record::{RecordFormat, RecordWriter, RequestRecord};
 use crate::report;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
 use crate::stats::{latency_histogram, Summary};
@@ -372,9 +372,12 @@ fn collect(
     stages: &Stages,
     out: Output,
 ) -> Result<Collected> {
-    let mut writer = RecordWriter::new(out.requests_file);
+    let mut writer = RecordWriter::new(out.requests_file, RecordFormat::Llmreplay);
     let (copy_path, mut copy) = match out.copy {
-        Some((path, file)) => (Some(path), Some(RecordWriter::new(file))),
+        Some((path, file)) => (
+            Some(path),
+            Some(RecordWriter::new(file, plan.record_format)),
+        ),
         None => (None, None),
     };
     let copy_err = |e| Error::io(copy_path.as_ref().expect("a copy"), e);

@@ -8,6 +8,37 @@ use serde_json::{json, Map, Value};
 
 use crate::trace::TraceIds;
 
+pub mod trace_replayer;
+
+/// The field names records are written with (`--record-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecordFormat {
+    /// CONTRACT §5 (requests.jsonl always).
+    #[default]
+    Llmreplay,
+    /// trace-replayer's names, for scripts written against its output (see
+    /// [`trace_replayer`]).
+    TraceReplayer,
+}
+
+impl RecordFormat {
+    pub fn to_json(self, r: &RequestRecord) -> Value {
+        match self {
+            RecordFormat::Llmreplay => r.to_json(),
+            RecordFormat::TraceReplayer => trace_replayer::to_json(r),
+        }
+    }
+
+    /// Reads a record line of either format (`line_index`: its index when it names none).
+    pub fn read_any(v: &Value, line_index: u64) -> Result<RequestRecord, String> {
+        if trace_replayer::is_trace_replayer(v) {
+            trace_replayer::from_json(v, line_index)
+        } else {
+            RequestRecord::from_json(v)
+        }
+    }
+}
+
 /// Why a request failed (CONTRACT §5 `error.kind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorKind {
@@ -271,21 +302,23 @@ impl RequestRecord {
 pub struct RecordWriter<W: Write> {
     out: W,
     lines: Vec<u8>,
+    format: RecordFormat,
 }
 
 /// Gathered lines are written out once they pass this size, even before a flush.
 const WRITE_CHUNK: usize = 1 << 20;
 
 impl<W: Write> RecordWriter<W> {
-    pub fn new(out: W) -> Self {
+    pub fn new(out: W, format: RecordFormat) -> Self {
         RecordWriter {
             out,
             lines: Vec::with_capacity(WRITE_CHUNK),
+            format,
         }
     }
 
     pub fn write(&mut self, record: &RequestRecord) -> io::Result<()> {
-        serde_json::to_writer(&mut self.lines, &record.to_json())?;
+        serde_json::to_writer(&mut self.lines, &self.format.to_json(record))?;
         self.lines.push(b'\n');
         if self.lines.len() >= WRITE_CHUNK {
             self.flush()?;
