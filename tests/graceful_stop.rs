@@ -194,3 +194,30 @@ fn two_signals_within_a_second_drain_as_one() {
         "requests in flight were cancelled after the drain"
     );
 }
+
+/// Draining ends when nothing is in flight, not when the drain timeout runs out: a stop
+/// between two far-apart requests exits at once, with a 60 s drain timeout.
+#[test]
+fn a_stop_with_nothing_in_flight_does_not_wait_for_the_drain_timeout() {
+    let dir = temp_dir("sigint-idle");
+    let trace = dir.join("sparse.jsonl");
+    let lines: Vec<String> = (0..3)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b", "input_length": 2, "output_length": 2}}"#,
+                i * 60_000
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
+    let out = dir.join("run");
+    let mut child = start_replay(&mock, &trace, &out, "60");
+    wait_for_records(&out.join("requests.jsonl"), 1);
+    interrupt(&child);
+    let (status, took) = wait_bounded(&mut child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130));
+    assert!(took < Duration::from_secs(10), "idle drain took {took:?}");
+    assert_eq!(read_jsonl(&out.join("requests.jsonl")).len(), 1);
+    assert!(out.join("summary.json").is_file());
+}
