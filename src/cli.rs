@@ -410,6 +410,19 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     pub stall_timeout: f64,
 
+    /// Conversations (Bailian `parent_chat_id`, Mooncake `session_id`): `after-parent` sends a
+    /// turn at the later of its own time and its parent's end plus the think time (as a user
+    /// would; a slow server delays the next turn, recorded as `session_delay_ms`);
+    /// `timestamp` sends every record at its own time, answered or not.
+    #[arg(long, value_enum, default_value = "after-parent")]
+    pub session_mode: crate::session::SessionMode,
+
+    /// Think time between a parent's end and its next turn, in wall seconds (default: the
+    /// trace's start-to-start gap between the two, scaled by --time-scale; the traces give no
+    /// service time to subtract).
+    #[arg(long, value_name = "SECS")]
+    pub think_time: Option<f64>,
+
     /// Stop the run early once more than this share of the requests recorded so far failed
     /// (after the first 10), as trace-replayer's early-stop threshold: nothing new is sent,
     /// requests in flight drain, summary.json and report.html say why, and the exit status is 3.

@@ -24,6 +24,7 @@ pub mod prompt;
 pub mod record;
 pub mod report;
 pub mod sender;
+pub mod session;
 pub mod sockopt;
 pub mod stats;
 pub mod stop;

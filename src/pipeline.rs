@@ -20,6 +20,7 @@ use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
 use crate::fleet::Router;
 use crate::prompt::{BlockCache, PromptSynth};
+use crate::session::{SessionTracker, SessionTurn};
 use crate::stop::StopRequest;
 use crate::trace::{OrderedReader, TraceIds, TraceRecord};
 
@@ -38,6 +39,8 @@ pub struct PreparedRequest {
     pub input_tokens: Option<u64>,
     pub output_tokens_target: Option<u64>,
     pub ids: TraceIds,
+    /// A turn of a conversation: it waits for its parent (see [`crate::session`]).
+    pub session: Option<Box<SessionTurn>>,
 }
 
 impl PreparedRequest {
@@ -191,10 +194,13 @@ impl ChannelBudget {
     }
 }
 
-/// The producers' end of the channel to the senders, bounded in count and in bytes.
+/// The producers' end of the channels to the senders, bounded in count and in bytes: one
+/// that every sender takes from, and one per sender for the turns of the conversations it
+/// runs (a turn waits for its parent on the sender that sent the parent).
 #[derive(Clone)]
 pub struct ToSenders {
     pub tx: Sender<PreparedRequest>,
+    pub conversations: Vec<Sender<PreparedRequest>>,
     pub budget: Arc<ChannelBudget>,
 }
 
@@ -202,7 +208,16 @@ impl ToSenders {
     /// Waits for room, then hands the request over; false when stopping or the senders are
     /// gone.
     fn send(&self, request: PreparedRequest, stop: &StopRequest) -> bool {
-        self.budget.reserve(request.bytes.capacity(), stop) && self.tx.send(request).is_ok()
+        if !self.budget.reserve(request.bytes.capacity(), stop) {
+            return false;
+        }
+        match &request.session {
+            Some(turn) => {
+                let to = turn.link.sender(self.conversations.len());
+                self.conversations[to].send(request).is_ok()
+            }
+            None => self.tx.send(request).is_ok(),
+        }
     }
 }
 
@@ -326,6 +341,7 @@ impl RequestBuilder {
             input_tokens: record.input_length(),
             output_tokens_target: record.output_length,
             ids: record.ids.clone(),
+            session: None,
         })
     }
 }
@@ -394,6 +410,7 @@ impl PromptLog {
 struct SharedReader {
     reader: OrderedReader,
     router: Router,
+    sessions: SessionTracker,
     finished: bool,
 }
 
@@ -404,6 +421,7 @@ pub fn spawn_producers(
     n: usize,
     reader: OrderedReader,
     router: Router,
+    sessions: SessionTracker,
     schedule: Schedule,
     builder: Arc<RequestBuilder>,
     out: ToSenders,
@@ -413,6 +431,7 @@ pub fn spawn_producers(
     let shared = Arc::new(Mutex::new(SharedReader {
         reader,
         router,
+        sessions,
         finished: false,
     }));
     (0..n.max(1))
@@ -446,7 +465,7 @@ fn produce(
     let mut built = 0;
     let mut caches = builder.new_caches();
     while stop.requested_at().is_none() {
-        let (record, endpoint, scheduled_ns) = {
+        let (record, endpoint, scheduled_ns, link) = {
             let mut s = shared
                 .lock()
                 .map_err(|_| Error::Run("a producer thread panicked".into()))?;
@@ -460,7 +479,8 @@ fn produce(
             match schedule.plan(ts) {
                 Some(at) => {
                     let endpoint = s.router.pick(&record);
-                    (record, endpoint, at)
+                    let link = s.sessions.link(&record, at);
+                    (record, endpoint, at, link)
                 }
                 None => {
                     s.finished = true;
@@ -468,7 +488,7 @@ fn produce(
                 }
             }
         };
-        let request = builder
+        let mut request = builder
             .build(&record, endpoint, scheduled_ns, &mut caches)
             .map_err(|message| Error::Trace {
                 file: shared
@@ -478,6 +498,14 @@ fn produce(
                 line: record.line,
                 message,
             })?;
+        request.session = link.map(|link| {
+            Box::new(SessionTurn {
+                link,
+                trace_scheduled_ns: scheduled_ns,
+                released_ns: None,
+                parent_failed: false,
+            })
+        });
         if !out.send(request, stop) {
             break; // stopping, or the senders are gone
         }

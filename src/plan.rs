@@ -156,6 +156,9 @@ pub struct ReplayPlan {
     pub first_token_timeout_s: Option<f64>,
     /// A started response silent this long fails.
     pub stall_timeout_s: f64,
+    pub session_mode: crate::session::SessionMode,
+    /// `--think-time`, wall seconds.
+    pub think_time_s: Option<f64>,
     /// Stop early past this share of failed requests.
     pub max_error_rate: Option<f64>,
     pub drain_timeout_s: f64,
@@ -299,6 +302,15 @@ impl ReplayPlan {
                 .map(|t| positive("--first-token-timeout", t))
                 .transpose()?,
             stall_timeout_s: positive("--stall-timeout", a.stall_timeout)?,
+            session_mode: a.session_mode,
+            think_time_s: match a.think_time {
+                Some(t) if !(t >= 0.0 && t.is_finite()) => {
+                    return Err(Error::Usage(format!(
+                        "--think-time {t}: give a number of seconds, 0 or more"
+                    )))
+                }
+                t => t,
+            },
             max_error_rate: match a.max_error_rate {
                 Some(r) if !(0.0..=1.0).contains(&r) => {
                     return Err(Error::Usage(format!(
@@ -358,6 +370,8 @@ impl ReplayPlan {
             request_timeout_s: 600.0,
             first_token_timeout_s: None,
             stall_timeout_s: 60.0,
+            session_mode: crate::session::SessionMode::AfterParent,
+            think_time_s: None,
             max_error_rate: None,
             drain_timeout_s: 10.0,
             spin_us: 150,

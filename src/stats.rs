@@ -252,6 +252,35 @@ pub struct SummaryBuilder {
     input_length_match: LengthMatch,
     output_length_match: LengthMatch,
     per_endpoint: BTreeMap<String, EndpointBuilder>,
+    sessions: SessionBuilder,
+}
+
+/// Conversation turns that waited for their parent.
+#[derive(Default)]
+struct SessionBuilder {
+    turns: u64,
+    parent_failed: u64,
+    delay_ms: Vec<f64>,
+}
+
+/// How waiting for parents moved the conversation turns (`sessions` in summary.json).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionSummary {
+    /// Turns that had a parent to wait for.
+    pub turns_after_parent: u64,
+    pub parent_failed: u64,
+    /// Their deadline minus their trace time.
+    pub session_delay: Option<Distribution>,
+}
+
+impl SessionSummary {
+    fn to_json(&self) -> Value {
+        json!({
+            "turns_after_parent": self.turns_after_parent,
+            "parent_failed": self.parent_failed,
+            "session_delay_ms": self.session_delay.as_ref().map(Distribution::to_json),
+        })
+    }
 }
 
 /// One endpoint's share of a run, accumulated.
@@ -356,6 +385,11 @@ impl SummaryBuilder {
 
     pub fn add(&mut self, r: &RequestRecord) {
         self.total += 1;
+        if let Some(t) = r.session.as_ref().filter(|t| t.parent_index.is_some()) {
+            self.sessions.turns += 1;
+            self.sessions.parent_failed += u64::from(t.parent_failed);
+            self.sessions.delay_ms.push(t.delay_ns as f64 / 1e6);
+        }
         let mine = self.per_endpoint.entry(r.endpoint.clone()).or_default();
         mine.total += 1;
         if r.ok() {
@@ -456,6 +490,11 @@ impl SummaryBuilder {
             input_length_match: self.input_length_match,
             output_length_match: self.output_length_match,
             percentiles: percentile_list(percentiles),
+            sessions: (self.sessions.turns > 0).then(|| SessionSummary {
+                turns_after_parent: self.sessions.turns,
+                parent_failed: self.sessions.parent_failed,
+                session_delay: Distribution::of(&mut self.sessions.delay_ms, percentiles),
+            }),
             per_endpoint: self
                 .per_endpoint
                 .into_iter()
@@ -510,6 +549,8 @@ pub struct Summary {
     pub percentiles: Vec<f64>,
     /// Each endpoint's share, by URL.
     pub per_endpoint: Vec<EndpointSummary>,
+    /// Conversation turns that waited for their parent (None when there were none).
+    pub sessions: Option<SessionSummary>,
     /// Why the run stopped before its schedule ended (from run.json), if it did.
     pub stopped_early: Option<String>,
 }
@@ -580,6 +621,9 @@ impl Summary {
         m.insert("late_sends".into(), json!(self.late_sends));
         if let Some(reason) = &self.stopped_early {
             m.insert("stopped_early".into(), json!(reason));
+        }
+        if let Some(sessions) = &self.sessions {
+            m.insert("sessions".into(), sessions.to_json());
         }
         m.insert(
             "per_endpoint".into(),

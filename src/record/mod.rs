@@ -141,6 +141,22 @@ pub struct RequestRecord {
     pub chunk_times_ns: Option<Vec<u64>>,
     pub chunk_tokens: Option<Vec<u32>>,
     pub ids: TraceIds,
+    /// A turn of a conversation (`--session-mode after-parent`).
+    pub session: Option<TurnRecord>,
+}
+
+/// A conversation turn's place, and how long waiting for its parent delayed it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TurnRecord {
+    /// The conversation (written as `session_id`).
+    pub root: String,
+    pub turn: u32,
+    pub parent_index: Option<u64>,
+    /// When the parent's end released it (run ns).
+    pub released_ns: Option<u64>,
+    /// Its send deadline minus its trace time: the wait the parent's end added.
+    pub delay_ns: u64,
+    pub parent_failed: bool,
 }
 
 fn ms(ns: u64) -> f64 {
@@ -230,6 +246,14 @@ impl RequestRecord {
         if let Some(p) = self.ids.parent_chat_id {
             m.insert("parent_chat_id".into(), json!(p));
         }
+        if let Some(t) = &self.session {
+            m.insert("session_id".into(), json!(t.root));
+            m.insert("turn".into(), json!(t.turn));
+            m.insert("parent_index".into(), json!(t.parent_index));
+            m.insert("released_ms".into(), json!(t.released_ns.map(ms)));
+            m.insert("session_delay_ms".into(), json!(ms(t.delay_ns)));
+            m.insert("parent_failed".into(), json!(t.parent_failed));
+        }
         Value::Object(m)
     }
 }
@@ -292,6 +316,21 @@ impl RequestRecord {
                 chat_id: obj.get("chat_id").and_then(Value::as_i64),
                 parent_chat_id: obj.get("parent_chat_id").and_then(Value::as_i64),
             },
+            session: uint("turn").map(|turn| TurnRecord {
+                root: obj
+                    .get("session_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                turn: turn as u32,
+                parent_index: uint("parent_index"),
+                released_ns: ns("released_ms"),
+                delay_ns: ns("session_delay_ms").unwrap_or(0),
+                parent_failed: obj
+                    .get("parent_failed")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            }),
         })
     }
 }

@@ -212,6 +212,7 @@ mod tests {
             input_tokens: None,
             output_tokens_target: None,
             ids: TraceIds::default(),
+            session: None,
         };
         Exchange::new(req, false)
     }

@@ -7,7 +7,7 @@ use crate::api::{excerpt, EventScanner, StreamEvent, EXCERPT};
 use crate::http::response::{ResponseHead, ResponseSink};
 use crate::http::sse::SseScanner;
 use crate::pipeline::PreparedRequest;
-use crate::record::{ErrorKind, RequestError, RequestRecord};
+use crate::record::{ErrorKind, RequestError, RequestRecord, TurnRecord};
 
 /// Largest non-streamed body kept for parsing; larger ones are a protocol error.
 const MAX_BODY: usize = 16 << 20;
@@ -164,6 +164,14 @@ impl Exchange {
                 .chunk_times
                 .map(|v| v.into_iter().map(|t| t.saturating_sub(t0)).collect()),
             chunk_tokens: self.chunk_tokens,
+            session: self.req.session.map(|t| TurnRecord {
+                root: t.link.root,
+                turn: t.link.turn,
+                parent_index: t.link.parent_index,
+                released_ns: t.released_ns,
+                delay_ns: self.req.scheduled_ns.saturating_sub(t.trace_scheduled_ns),
+                parent_failed: t.parent_failed,
+            }),
             ids: self.req.ids,
         }
     }

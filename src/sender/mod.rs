@@ -19,6 +19,7 @@
 
 mod conn;
 mod connector;
+mod conversations;
 mod exchange;
 mod pool;
 mod start;
@@ -50,6 +51,7 @@ use crate::stop::StopRequest;
 use crate::transport::{Stream, TlsTarget};
 use conn::{Conn, Established};
 use connector::{Connector, Dial};
+use conversations::Conversations;
 use exchange::{Exchange, Feed, Hists};
 use pool::Pool;
 pub use start::StartGate;
@@ -138,6 +140,29 @@ pub struct Progress {
     pub sent: AtomicU64,
 }
 
+/// Where a sender takes its requests from: the channel all senders share, and its own, with
+/// the turns of the conversations it runs.
+pub struct Inbox {
+    pub shared: Receiver<PreparedRequest>,
+    pub own: Receiver<PreparedRequest>,
+}
+
+impl Inbox {
+    /// Its own turns first; Disconnected once both channels are.
+    fn try_recv(&self) -> Result<PreparedRequest, TryRecvError> {
+        match self.own.try_recv() {
+            Ok(req) => Ok(req),
+            Err(own) => match (self.shared.try_recv(), own) {
+                (Ok(req), _) => Ok(req),
+                (Err(TryRecvError::Disconnected), TryRecvError::Disconnected) => {
+                    Err(TryRecvError::Disconnected)
+                }
+                _ => Err(TryRecvError::Empty),
+            },
+        }
+    }
+}
+
 /// What a sender thread hands back when it ends.
 pub struct SenderReport {
     pub itl_ns: Histogram<u64>,
@@ -153,7 +178,7 @@ pub fn spawn_sender(
     id: usize,
     cfg: Arc<SenderConfig>,
     clock: RunClock,
-    rx: Receiver<PreparedRequest>,
+    rx: Inbox,
     records: ChannelSender<RequestRecord>,
     progress: Arc<Progress>,
     core: Option<core_affinity::CoreId>,
@@ -205,8 +230,10 @@ struct SenderLoop {
     free: Vec<usize>,
     pools: Vec<Pool>,
     heap: BinaryHeap<PreparedRequest>,
+    /// Turns waiting for their parent's record.
+    conversations: Conversations,
     in_flight: usize,
-    rx: Receiver<PreparedRequest>,
+    rx: Inbox,
     producers_done: bool,
     /// Requests whose first bytes were written on time and whose rest is still to write.
     unfinished_writes: Vec<(usize, u32)>,
@@ -235,7 +262,7 @@ impl SenderLoop {
         id: usize,
         cfg: Arc<SenderConfig>,
         clock: RunClock,
-        rx: Receiver<PreparedRequest>,
+        rx: Inbox,
         records: ChannelSender<RequestRecord>,
         progress: Arc<Progress>,
     ) -> io::Result<Self> {
@@ -278,6 +305,7 @@ impl SenderLoop {
             free: Vec::new(),
             pools,
             heap: BinaryHeap::new(),
+            conversations: Conversations::default(),
             in_flight: 0,
             rx,
             producers_done: false,
@@ -399,11 +427,18 @@ impl SenderLoop {
         }
     }
 
-    fn finished(&self) -> bool {
-        (self.producers_done || self.cancel_at.is_some())
+    fn finished(&mut self) -> bool {
+        let idle = (self.producers_done || self.cancel_at.is_some())
             && self.heap.is_empty()
             && self.in_flight == 0
-            && self.pools.iter().all(|p| p.waiting.is_empty())
+            && self.pools.iter().all(|p| p.waiting.is_empty());
+        if idle && self.conversations.waiting() {
+            // Nothing left that could release them: their parents never came.
+            let now = self.clock.now_ns().saturating_sub(self.t0_ns);
+            self.heap.extend(self.conversations.orphans(now));
+            return false;
+        }
+        idle
     }
 
     /// On a stop request: requests not yet due are dropped unrecorded (they were never part of
@@ -416,6 +451,9 @@ impl SenderLoop {
         if self.cancel_at.is_none() {
             self.cancel_at = Some(at + self.cfg.drain_timeout_ns);
             self.heap.clear();
+            for turn in self.conversations.clear() {
+                self.cfg.buffers.give(turn.bytes);
+            }
             for target in 0..self.pools.len() {
                 for mut ex in std::mem::take(&mut self.pools[target].waiting) {
                     ex.fail(ErrorKind::Cancelled, "run stopped before it could be sent");
@@ -445,7 +483,9 @@ impl SenderLoop {
             match self.rx.try_recv() {
                 Ok(req) => {
                     self.cfg.channel_budget.release(req.bytes.capacity());
-                    self.heap.push(req);
+                    if let Some(req) = self.conversations.admit(req) {
+                        self.heap.push(req);
+                    }
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
@@ -848,6 +888,13 @@ impl SenderLoop {
             ex.end_ns = Some(self.clock.now_ns());
         }
         let record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
+        if record.session.is_some() {
+            let end = record.end_ns.unwrap_or(0);
+            let children = self.conversations.ended(record.index, end, !record.ok());
+            if self.cancel_at.is_none() {
+                self.heap.extend(children);
+            }
+        }
         // The collector outlives the senders; if it is gone the run is being torn down.
         let _ = self.records.send(record);
     }

@@ -30,7 +30,9 @@ use crate::plan::ReplayPlan;
 use crate::progress::{LiveProgress, Snapshot};
 use crate::record::{RecordFormat, RecordWriter, RequestRecord};
 use crate::report;
+use crate::sender::Inbox;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
+use crate::session::SessionTracker;
 use crate::stats::{latency_histogram, Summary};
 use crate::stop::{signals_received, StopRequest};
 use crate::trace::{OrderedReader, TraceReader};
@@ -186,6 +188,10 @@ fn start(
     });
 
     let (tx, rx) = crossbeam_channel::bounded(plan.channel_capacity);
+    // Each sender's own channel: the turns of the conversations it runs.
+    let (conversations, own_rx): (Vec<_>, Vec<_>) = (0..num_sender)
+        .map(|_| crossbeam_channel::bounded(plan.channel_capacity))
+        .unzip();
     let (rec_tx, records) = crossbeam_channel::unbounded::<RequestRecord>();
     let schedule = Schedule {
         origin_ms: trace.stats.first_timestamp_ms,
@@ -199,10 +205,15 @@ fn start(
         num_producer,
         reader,
         router,
+        SessionTracker::new(
+            plan.session_mode,
+            plan.think_time_s.map(|s| (s * 1e9) as u64),
+        ),
         schedule,
         Arc::clone(&builder),
         ToSenders {
             tx,
+            conversations,
             budget: channel_budget,
         },
         placement.producers.clone(),
@@ -215,7 +226,10 @@ fn start(
                 i,
                 Arc::clone(&sender_cfg),
                 clock.clone(),
-                rx.clone(),
+                Inbox {
+                    shared: rx.clone(),
+                    own: own_rx[i].clone(),
+                },
                 rec_tx.clone(),
                 Arc::clone(&progress),
                 placement.senders[i],

@@ -1,0 +1,221 @@
+//! Conversations (`--session-mode after-parent`): which earlier record a turn answers.
+//!
+//! Bailian records name their parent (`parent_chat_id`, -1 for a root); Mooncake records of
+//! one `session_id` are turns in file order, each the child of the one before. A child waits
+//! for its parent's end (on the sender that runs the whole conversation, see
+//! [`crate::sender`]), then for the think time: the trace's start-to-start gap (the traces
+//! give no service time to subtract), or `--think-time`.
+//!
+//! A Bailian child's hash ids already hold the conversation's history, so its prompt is built
+//! from them alone (the shared blocks hit the prefix cache); nothing is prepended.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+use crate::trace::TraceRecord;
+
+/// How turns of a conversation are timed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionMode {
+    /// A turn leaves at the later of its own time and its parent's end plus the think time.
+    #[default]
+    AfterParent,
+    /// Every record at its own timestamp, answered or not (the stateless replay).
+    Timestamp,
+}
+
+/// A turn's place in its conversation, carried with its request to the sender.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionLink {
+    /// The conversation: its root's chat id (Bailian) or its `session_id` (Mooncake).
+    pub root: String,
+    /// 0 for the root.
+    pub turn: u32,
+    /// The record this turn answers (None for a root).
+    pub parent_index: Option<u64>,
+    /// Wait after the parent's end, ns of run time.
+    pub think_ns: u64,
+}
+
+impl SessionLink {
+    /// Which of `n` senders runs this conversation (all its turns on one).
+    pub fn sender(&self, n: usize) -> usize {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.root.hash(&mut h);
+        (h.finish() % n.max(1) as u64) as usize
+    }
+}
+
+/// A turn on its way: its link, and once its parent has ended, how that moved it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionTurn {
+    pub link: SessionLink,
+    /// The planned send time from the trace (the request's deadline may move later).
+    pub trace_scheduled_ns: u64,
+    /// When the parent's end released it (run ns).
+    pub released_ns: Option<u64>,
+    /// The parent failed or was cancelled; the turn is sent all the same.
+    pub parent_failed: bool,
+}
+
+/// A conversation's latest turn seen, or a Bailian chat: (record index, planned ns, root, turn).
+#[derive(Clone)]
+struct Seen {
+    index: u64,
+    scheduled_ns: u64,
+    root: String,
+    turn: u32,
+}
+
+/// Links records to their parents, in trace order (run under the producers' reader lock).
+#[derive(Default)]
+pub struct SessionTracker {
+    mode: SessionMode,
+    think_override_ns: Option<u64>,
+    chats: HashMap<i64, Seen>,
+    sessions: HashMap<String, Seen>,
+}
+
+impl SessionTracker {
+    pub fn new(mode: SessionMode, think_override_ns: Option<u64>) -> SessionTracker {
+        SessionTracker {
+            mode,
+            think_override_ns,
+            ..SessionTracker::default()
+        }
+    }
+
+    /// The record's link, given its planned send time; None for a record outside any
+    /// conversation, or in `timestamp` mode.
+    pub fn link(&mut self, record: &TraceRecord, scheduled_ns: u64) -> Option<SessionLink> {
+        if self.mode == SessionMode::Timestamp {
+            return None;
+        }
+        let ids = &record.ids;
+        if let Some(chat) = ids.chat_id {
+            let parent = ids
+                .parent_chat_id
+                .filter(|p| *p >= 0)
+                .and_then(|p| self.chats.get(&p).cloned());
+            let (root, turn) = match &parent {
+                Some(p) => (p.root.clone(), p.turn + 1),
+                None => (chat.to_string(), 0),
+            };
+            self.chats.insert(
+                chat,
+                Seen {
+                    index: record.index,
+                    scheduled_ns,
+                    root: root.clone(),
+                    turn,
+                },
+            );
+            return Some(self.finish(root, turn, parent, scheduled_ns));
+        }
+        let session = ids.session_id.as_ref()?;
+        let parent = self.sessions.get(session).cloned();
+        let turn = parent.as_ref().map_or(0, |p| p.turn + 1);
+        self.sessions.insert(
+            session.clone(),
+            Seen {
+                index: record.index,
+                scheduled_ns,
+                root: session.clone(),
+                turn,
+            },
+        );
+        Some(self.finish(session.clone(), turn, parent, scheduled_ns))
+    }
+
+    fn finish(
+        &self,
+        root: String,
+        turn: u32,
+        parent: Option<Seen>,
+        scheduled_ns: u64,
+    ) -> SessionLink {
+        let gap = parent
+            .as_ref()
+            .map_or(0, |p| scheduled_ns.saturating_sub(p.scheduled_ns));
+        SessionLink {
+            root,
+            turn,
+            parent_index: parent.map(|p| p.index),
+            think_ns: self.think_override_ns.unwrap_or(gap),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Input, TraceIds};
+
+    fn rec(index: u64, ids: TraceIds) -> TraceRecord {
+        TraceRecord {
+            index,
+            line: index + 1,
+            timestamp_ms: Some(index as f64),
+            input: Input::Synthetic {
+                input_length: 16,
+                hash_ids: vec![index],
+            },
+            output_length: Some(1),
+            ids,
+            extra: None,
+        }
+    }
+
+    fn chat(chat: i64, parent: i64) -> TraceIds {
+        TraceIds {
+            chat_id: Some(chat),
+            parent_chat_id: Some(parent),
+            session_id: None,
+        }
+    }
+
+    #[test]
+    fn bailian_chains_and_mooncake_sessions() {
+        let mut t = SessionTracker::new(SessionMode::AfterParent, None);
+        let root = t.link(&rec(0, chat(10, -1)), 0).unwrap();
+        assert_eq!(
+            (root.turn, root.parent_index, root.root.as_str()),
+            (0, None, "10")
+        );
+        let other = t.link(&rec(1, chat(20, -1)), 1_000).unwrap();
+        let child = t.link(&rec(2, chat(11, 10)), 5_000).unwrap();
+        assert_eq!(
+            (child.turn, child.parent_index, child.think_ns),
+            (1, Some(0), 5_000)
+        );
+        let grandchild = t.link(&rec(3, chat(12, 11)), 9_000).unwrap();
+        assert_eq!((grandchild.turn, grandchild.parent_index), (2, Some(2)));
+        assert_eq!(grandchild.root, "10");
+        assert_eq!(
+            grandchild.sender(7),
+            root.sender(7),
+            "one sender per conversation"
+        );
+        assert_ne!(other.root, root.root);
+        // A parent outside the replay: the turn starts a conversation of its own.
+        let orphan = t.link(&rec(4, chat(30, 999)), 10_000).unwrap();
+        assert_eq!((orphan.turn, orphan.parent_index), (0, None));
+
+        let s = |id: &str| TraceIds {
+            session_id: Some(id.into()),
+            ..TraceIds::default()
+        };
+        let mut t = SessionTracker::new(SessionMode::AfterParent, Some(7));
+        assert_eq!(t.link(&rec(0, s("a")), 0).unwrap().parent_index, None);
+        let second = t.link(&rec(1, s("a")), 100).unwrap();
+        assert_eq!(
+            (second.turn, second.parent_index, second.think_ns),
+            (1, Some(0), 7)
+        );
+        assert!(t.link(&rec(2, TraceIds::default()), 0).is_none());
+
+        let mut t = SessionTracker::new(SessionMode::Timestamp, None);
+        assert!(t.link(&rec(0, chat(10, -1)), 0).is_none());
+    }
+}
