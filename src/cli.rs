@@ -189,8 +189,8 @@ pub struct PromptArgs {
     #[arg(long, value_name = "N")]
     pub block_size: Option<u32>,
 
-    /// Seed of prompt synthesis: prompts are a pure function of (seed, tokenizer, hash ids,
-    /// lengths), identical on every host.
+    /// Seed of prompt synthesis (prompts are a pure function of seed, tokenizer, hash ids and
+    /// lengths, identical on every host) and of --rate's arrivals.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 
@@ -416,6 +416,40 @@ pub struct ReplayArgs {
     /// `timestamp` sends every record at its own time, answered or not.
     #[arg(long, value_enum, default_value = "after-parent")]
     pub session_mode: crate::session::SessionMode,
+
+    /// Open loop at R requests per second, in trace order, the trace's timestamps ignored
+    /// (gaps from --arrival, reproducible from --seed). --time-scale still divides the gaps.
+    #[arg(long, value_name = "R", conflicts_with = "concurrency")]
+    pub rate: Option<f64>,
+
+    /// With --rate: `poisson` (exponential gaps, the default), `constant` (every 1/R), or
+    /// `gamma` (shape --burstiness, as vllm bench serve's: below 1 burstier than Poisson).
+    #[arg(long, value_enum, requires = "rate")]
+    pub arrival: Option<crate::load::Arrival>,
+
+    /// With --arrival gamma: the shape of the gaps (1 is Poisson).
+    #[arg(long, value_name = "K", requires = "rate")]
+    pub burstiness: Option<f64>,
+
+    /// Closed loop: keep exactly C requests in flight, in trace order, the trace's timestamps
+    /// ignored; each record's wait for a free slot is its `queue_ms`. Split among the
+    /// sender threads.
+    #[arg(long, value_name = "C")]
+    pub concurrency: Option<usize>,
+
+    /// Cut every silence between consecutive trace records to at most this many trace
+    /// seconds (replays a sparse trace without its idle stretches).
+    #[arg(long, value_name = "SECS")]
+    pub max_idle_gap: Option<f64>,
+
+    /// Skip the records of the trace's first SECS trace seconds; the rest keep their times.
+    #[arg(long, value_name = "SECS")]
+    pub start_offset: Option<f64>,
+
+    /// Send the first N records as warmup: recorded with `"warmup": true` in requests.jsonl
+    /// and left out of every statistic (the benchmark's duration starts after them).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub warmup_requests: u64,
 
     /// Think time between a parent's end and its next turn, in wall seconds (default: the
     /// trace's start-to-start gap between the two, scaled by --time-scale; the traces give no

@@ -16,6 +16,7 @@ pub mod error;
 pub mod fleet;
 pub mod http;
 pub mod limits;
+pub mod load;
 pub mod mock;
 pub mod pipeline;
 pub mod plan;

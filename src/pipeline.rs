@@ -19,6 +19,7 @@ use crossbeam_channel::Sender;
 use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
 use crate::fleet::Router;
+use crate::load::Timeline;
 use crate::prompt::{BlockCache, PromptSynth};
 use crate::session::{SessionTracker, SessionTurn};
 use crate::stop::StopRequest;
@@ -41,6 +42,10 @@ pub struct PreparedRequest {
     pub ids: TraceIds,
     /// A turn of a conversation: it waits for its parent (see [`crate::session`]).
     pub session: Option<Box<SessionTurn>>,
+    /// Closed loop: how long it waited for a free slot (set when it is sent).
+    pub queue_ns: Option<u64>,
+    /// `--warmup-requests`: sent and recorded, left out of every statistic.
+    pub warmup: bool,
 }
 
 impl PreparedRequest {
@@ -342,6 +347,8 @@ impl RequestBuilder {
             output_tokens_target: record.output_length,
             ids: record.ids.clone(),
             session: None,
+            queue_ns: None,
+            warmup: false,
         })
     }
 }
@@ -409,8 +416,11 @@ impl PromptLog {
 /// order (a conversation's turns in turn), under the same short lock.
 struct SharedReader {
     reader: OrderedReader,
+    timeline: Timeline,
     router: Router,
     sessions: SessionTracker,
+    /// Records still to be marked as warmup (`--warmup-requests`), in trace order.
+    warmup_left: u64,
     finished: bool,
 }
 
@@ -420,8 +430,10 @@ struct SharedReader {
 pub fn spawn_producers(
     n: usize,
     reader: OrderedReader,
+    timeline: Timeline,
     router: Router,
     sessions: SessionTracker,
+    warmup_left: u64,
     schedule: Schedule,
     builder: Arc<RequestBuilder>,
     out: ToSenders,
@@ -430,8 +442,10 @@ pub fn spawn_producers(
 ) -> Vec<JoinHandle<Result<u64>>> {
     let shared = Arc::new(Mutex::new(SharedReader {
         reader,
+        timeline,
         router,
         sessions,
+        warmup_left,
         finished: false,
     }));
     (0..n.max(1))
@@ -465,22 +479,30 @@ fn produce(
     let mut built = 0;
     let mut caches = builder.new_caches();
     while stop.requested_at().is_none() {
-        let (record, endpoint, scheduled_ns, link) = {
+        let (record, endpoint, scheduled_ns, link, warmup) = {
             let mut s = shared
                 .lock()
                 .map_err(|_| Error::Run("a producer thread panicked".into()))?;
             if s.finished {
                 break;
             }
-            let Some((record, ts)) = s.reader.next_record()? else {
-                s.finished = true;
-                break;
+            // Records before --start-offset are skipped.
+            let (record, ts) = loop {
+                let Some((record, ts)) = s.reader.next_record()? else {
+                    s.finished = true;
+                    return Ok(built);
+                };
+                if let Some(ts) = s.timeline.place(ts) {
+                    break (record, ts);
+                }
             };
             match schedule.plan(ts) {
                 Some(at) => {
                     let endpoint = s.router.pick(&record);
                     let link = s.sessions.link(&record, at);
-                    (record, endpoint, at, link)
+                    let warmup = s.warmup_left > 0;
+                    s.warmup_left = s.warmup_left.saturating_sub(1);
+                    (record, endpoint, at, link, warmup)
                 }
                 None => {
                     s.finished = true;
@@ -498,6 +520,7 @@ fn produce(
                 line: record.line,
                 message,
             })?;
+        request.warmup = warmup;
         request.session = link.map(|link| {
             Box::new(SessionTurn {
                 link,

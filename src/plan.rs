@@ -101,6 +101,59 @@ impl PromptPlan {
     }
 }
 
+/// The load mode from `--rate`/`--arrival`/`--burstiness`, `--concurrency`,
+/// `--max-idle-gap` and `--start-offset` (`--seed` draws the arrivals).
+fn load_plan(a: &cli::ReplayArgs) -> Result<crate::load::LoadPlan> {
+    use crate::load::{Arrival, LoadPlan, Pace};
+    let secs = |name: &str, v: Option<f64>| -> Result<Option<f64>> {
+        match v {
+            Some(x) if !(x >= 0.0 && x.is_finite()) => Err(Error::Usage(format!(
+                "{name} {x}: give a number of seconds, 0 or more"
+            ))),
+            v => Ok(v),
+        }
+    };
+    let pace = match (a.rate, a.concurrency) {
+        (Some(r), _) if !(r > 0.0 && r.is_finite()) => {
+            return Err(Error::Usage(format!(
+                "--rate {r}: give requests per second above 0"
+            )))
+        }
+        (Some(per_s), _) => {
+            let arrival = a.arrival.unwrap_or_default();
+            let burstiness = match (arrival, a.burstiness) {
+                (Arrival::Gamma, Some(k)) if k > 0.0 && k.is_finite() => k,
+                (Arrival::Gamma, Some(k)) => {
+                    return Err(Error::Usage(format!(
+                        "--burstiness {k}: give a shape above 0"
+                    )))
+                }
+                (Arrival::Gamma, None) => 1.0,
+                (_, Some(_)) => {
+                    return Err(Error::Usage(
+                        "--burstiness shapes gamma gaps: add --arrival gamma".into(),
+                    ))
+                }
+                (_, None) => 1.0,
+            };
+            Pace::Rate {
+                per_s,
+                arrival,
+                burstiness,
+            }
+        }
+        (None, Some(0)) => return Err(Error::Usage("--concurrency must be at least 1".into())),
+        (None, Some(concurrency)) => Pace::Closed { concurrency },
+        (None, None) => Pace::Trace,
+    };
+    Ok(LoadPlan {
+        pace,
+        seed: a.prompt.seed,
+        max_idle_gap_ms: secs("--max-idle-gap", a.max_idle_gap)?.map(|s| s * 1000.0),
+        start_offset_ms: secs("--start-offset", a.start_offset)?.unwrap_or(0.0) * 1000.0,
+    })
+}
+
 /// Where the requests go.
 #[derive(Clone, Debug)]
 pub enum Targets {
@@ -159,6 +212,9 @@ pub struct ReplayPlan {
     pub session_mode: crate::session::SessionMode,
     /// `--think-time`, wall seconds.
     pub think_time_s: Option<f64>,
+    /// `--rate`, `--concurrency`, `--max-idle-gap`, `--start-offset`.
+    pub load: crate::load::LoadPlan,
+    pub warmup_requests: u64,
     /// Stop early past this share of failed requests.
     pub max_error_rate: Option<f64>,
     pub drain_timeout_s: f64,
@@ -303,6 +359,8 @@ impl ReplayPlan {
                 .transpose()?,
             stall_timeout_s: positive("--stall-timeout", a.stall_timeout)?,
             session_mode: a.session_mode,
+            load: load_plan(a)?,
+            warmup_requests: a.warmup_requests,
             think_time_s: match a.think_time {
                 Some(t) if !(t >= 0.0 && t.is_finite()) => {
                     return Err(Error::Usage(format!(
@@ -372,6 +430,8 @@ impl ReplayPlan {
             stall_timeout_s: 60.0,
             session_mode: crate::session::SessionMode::AfterParent,
             think_time_s: None,
+            load: crate::load::LoadPlan::default(),
+            warmup_requests: 0,
             max_error_rate: None,
             drain_timeout_s: 10.0,
             spin_us: 150,

@@ -253,6 +253,8 @@ pub struct SummaryBuilder {
     output_length_match: LengthMatch,
     per_endpoint: BTreeMap<String, EndpointBuilder>,
     sessions: SessionBuilder,
+    warmup: u64,
+    queue_ms: Vec<f64>,
 }
 
 /// Conversation turns that waited for their parent.
@@ -384,7 +386,14 @@ impl SummaryBuilder {
     }
 
     pub fn add(&mut self, r: &RequestRecord) {
+        if r.warmup {
+            self.warmup += 1;
+            return;
+        }
         self.total += 1;
+        if let Some(q) = r.queue_ns {
+            self.queue_ms.push(q as f64 / 1e6);
+        }
         if let Some(t) = r.session.as_ref().filter(|t| t.parent_index.is_some()) {
             self.sessions.turns += 1;
             self.sessions.parent_failed += u64::from(t.parent_failed);
@@ -490,6 +499,8 @@ impl SummaryBuilder {
             input_length_match: self.input_length_match,
             output_length_match: self.output_length_match,
             percentiles: percentile_list(percentiles),
+            warmup_requests: self.warmup,
+            queue: Distribution::of(&mut self.queue_ms, percentiles),
             sessions: (self.sessions.turns > 0).then(|| SessionSummary {
                 turns_after_parent: self.sessions.turns,
                 parent_failed: self.sessions.parent_failed,
@@ -551,6 +562,10 @@ pub struct Summary {
     pub per_endpoint: Vec<EndpointSummary>,
     /// Conversation turns that waited for their parent (None when there were none).
     pub sessions: Option<SessionSummary>,
+    /// `--warmup-requests` records, left out of everything else.
+    pub warmup_requests: u64,
+    /// Closed loop: each request's wait for a free slot.
+    pub queue: Option<Distribution>,
     /// Why the run stopped before its schedule ended (from run.json), if it did.
     pub stopped_early: Option<String>,
 }
@@ -624,6 +639,12 @@ impl Summary {
         }
         if let Some(sessions) = &self.sessions {
             m.insert("sessions".into(), sessions.to_json());
+        }
+        if self.warmup_requests > 0 {
+            m.insert("warmup_requests".into(), json!(self.warmup_requests));
+        }
+        if let Some(q) = &self.queue {
+            m.insert("queue_ms".into(), q.to_json());
         }
         m.insert(
             "per_endpoint".into(),

@@ -143,6 +143,10 @@ pub struct RequestRecord {
     pub ids: TraceIds,
     /// A turn of a conversation (`--session-mode after-parent`).
     pub session: Option<TurnRecord>,
+    /// Closed loop (`--concurrency`): its wait for a free slot.
+    pub queue_ns: Option<u64>,
+    /// Sent before the measured run (`--warmup-requests`): in no statistic.
+    pub warmup: bool,
 }
 
 /// A conversation turn's place, and how long waiting for its parent delayed it.
@@ -246,6 +250,12 @@ impl RequestRecord {
         if let Some(p) = self.ids.parent_chat_id {
             m.insert("parent_chat_id".into(), json!(p));
         }
+        if let Some(q) = self.queue_ns {
+            m.insert("queue_ms".into(), json!(ms(q)));
+        }
+        if self.warmup {
+            m.insert("warmup".into(), json!(true));
+        }
         if let Some(t) = &self.session {
             m.insert("session_id".into(), json!(t.root));
             m.insert("turn".into(), json!(t.turn));
@@ -316,6 +326,8 @@ impl RequestRecord {
                 chat_id: obj.get("chat_id").and_then(Value::as_i64),
                 parent_chat_id: obj.get("parent_chat_id").and_then(Value::as_i64),
             },
+            queue_ns: ns("queue_ms"),
+            warmup: obj.get("warmup").and_then(Value::as_bool).unwrap_or(false),
             session: uint("turn").map(|turn| TurnRecord {
                 root: obj
                     .get("session_id")

@@ -39,6 +39,9 @@ fn bump(series: &mut Vec<f64>, at_ns: u64) {
 
 impl RunData {
     pub fn add(&mut self, r: &RequestRecord) {
+        if r.warmup {
+            return; // in no statistic
+        }
         let s = |ns: u64| (ns as f64 / 1e9) as f32;
         bump(&mut self.per_second.scheduled, r.scheduled_ns);
         if let Some(sent) = r.sent_ns {

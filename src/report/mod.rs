@@ -216,7 +216,8 @@ pub fn load_run(
         if let Some(book) = book.as_deref_mut() {
             book.add(&r)?;
         }
-        if let (true, Some(times), Some(tokens)) = (from_chunks, &r.chunk_times_ns, &r.chunk_tokens)
+        if let (true, false, Some(times), Some(tokens)) =
+            (from_chunks, r.warmup, &r.chunk_times_ns, &r.chunk_tokens)
         {
             for (w, &n) in times.windows(2).zip(&tokens[1..]) {
                 record_gap(

@@ -213,6 +213,8 @@ mod tests {
             output_tokens_target: None,
             ids: TraceIds::default(),
             session: None,
+            queue_ns: None,
+            warmup: false,
         };
         Exchange::new(req, false)
     }

@@ -116,6 +116,8 @@ mod tests {
                 released_ns: None,
                 parent_failed: false,
             })),
+            queue_ns: None,
+            warmup: false,
         }
     }
 

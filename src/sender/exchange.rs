@@ -106,6 +106,8 @@ impl Exchange {
         self.counted_tokens += tokens;
         match self.last_chunk_ns {
             None => self.first_token_ns = Some(now),
+            // Warmup requests are in no statistic.
+            Some(_) if self.req.warmup => {}
             Some(prev) => record_gap(
                 &mut hists.itl,
                 &mut hists.token_itl,
@@ -164,6 +166,8 @@ impl Exchange {
                 .chunk_times
                 .map(|v| v.into_iter().map(|t| t.saturating_sub(t0)).collect()),
             chunk_tokens: self.chunk_tokens,
+            queue_ns: self.req.queue_ns,
+            warmup: self.req.warmup,
             session: self.req.session.map(|t| TurnRecord {
                 root: t.link.root,
                 turn: t.link.turn,

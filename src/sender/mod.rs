@@ -129,6 +129,9 @@ pub struct SenderConfig {
     pub read_coalesce_ns: u64,
     /// `--realtime`: run under SCHED_FIFO.
     pub realtime: bool,
+    /// Closed loop (`--concurrency`): each sender's most requests in flight, by sender id
+    /// (empty otherwise).
+    pub in_flight_caps: Vec<usize>,
     /// Sets the run start on the shared clock once every sender has its connections open;
     /// deadlines are `t0 + scheduled_ns`.
     pub start: Arc<StartGate>,
@@ -232,6 +235,9 @@ struct SenderLoop {
     heap: BinaryHeap<PreparedRequest>,
     /// Turns waiting for their parent's record.
     conversations: Conversations,
+    /// Closed loop: requests dispatched and not yet recorded, and their cap.
+    open_requests: usize,
+    in_flight_cap: Option<usize>,
     in_flight: usize,
     rx: Inbox,
     producers_done: bool,
@@ -287,6 +293,7 @@ impl SenderLoop {
             .iter()
             .map(|_| Pool::new(FIRST_BACKOFF_NS))
             .collect();
+        let in_flight_cap = cfg.in_flight_caps.get(id).copied();
         Ok(SenderLoop {
             id,
             scanners: cfg
@@ -306,6 +313,8 @@ impl SenderLoop {
             pools,
             heap: BinaryHeap::new(),
             conversations: Conversations::default(),
+            open_requests: 0,
+            in_flight_cap,
             in_flight: 0,
             rx,
             producers_done: false,
@@ -479,7 +488,10 @@ impl SenderLoop {
         if self.cancel_at.is_some() {
             return;
         }
-        while self.heap.len() < self.cfg.lookahead {
+        // A closed loop takes no more than it has slots for: the rest stays in the shared
+        // channel for the other senders' free slots.
+        let lookahead = self.in_flight_cap.unwrap_or(self.cfg.lookahead);
+        while self.heap.len() < lookahead {
             match self.rx.try_recv() {
                 Ok(req) => {
                     self.cfg.channel_budget.release(req.bytes.capacity());
@@ -499,19 +511,39 @@ impl SenderLoop {
     /// Sends every request whose deadline is within the spin window, spinning up to it.
     fn send_due(&mut self) {
         loop {
+            if self.slots_full() {
+                return;
+            }
             let Some(top) = self.heap.peek() else { return };
             let due = self.t0_ns + top.scheduled_ns;
             if due > self.clock.now_ns() + self.cfg.spin_ns {
                 return;
             }
-            let req = self.heap.pop().expect("peeked");
+            let mut req = self.heap.pop().expect("peeked");
             self.clock.spin_until(due);
+            if self.in_flight_cap.is_some() {
+                // Closed loop: it was due at the start and waited for this slot; its send
+                // time is now, and drift is measured from it.
+                let now = self.clock.now_ns().saturating_sub(self.t0_ns);
+                req.queue_ns = Some(now.saturating_sub(req.scheduled_ns));
+                req.scheduled_ns = now;
+            }
             self.dispatch(req);
         }
     }
 
-    /// When the loop must be awake for the next deadline: the start of its spin window.
+    /// Closed loop: every slot has a request in flight.
+    fn slots_full(&self) -> bool {
+        self.in_flight_cap
+            .is_some_and(|cap| self.open_requests >= cap)
+    }
+
+    /// When the loop must be awake for the next deadline: the start of its spin window
+    /// (none while a closed loop's slots are full: a record's end frees one).
     fn next_wake(&self) -> Option<u64> {
+        if self.slots_full() {
+            return None;
+        }
         let top = self.heap.peek()?;
         Some((self.t0_ns + top.scheduled_ns).saturating_sub(self.cfg.spin_ns))
     }
@@ -533,6 +565,7 @@ impl SenderLoop {
         }
         let target = req.endpoint as usize;
         self.cfg.load.started(target);
+        self.open_requests += 1;
         let mut ex = Exchange::new(req, self.cfg.record_itl);
         let now = self.clock.now_ns();
         // It was one of the upcoming requests the pool has a connection for: counted twice
@@ -882,6 +915,7 @@ impl SenderLoop {
 
     fn emit(&mut self, mut ex: Exchange, target: usize) {
         self.cfg.load.finished(target);
+        self.open_requests = self.open_requests.saturating_sub(1);
         // A request that failed without a response (its endpoint down, the run stopped) ends
         // now: the run's duration must include it.
         if ex.end_ns.is_none() {
@@ -916,6 +950,12 @@ impl SenderLoop {
         for req in self.heap.iter() {
             if self.t0_ns + req.scheduled_ns <= horizon {
                 self.pools[req.endpoint as usize].upcoming += 1;
+            }
+        }
+        if let Some(cap) = self.in_flight_cap {
+            // A closed loop's whole queue is due, but only its slots need connections.
+            for pool in &mut self.pools {
+                pool.upcoming = pool.upcoming.min(cap);
             }
         }
     }

@@ -22,6 +22,7 @@ use crate::clock::RunClock;
 use crate::error::{Error, Result};
 use crate::fleet::{Load, Route, Router};
 use crate::limits;
+use crate::load::{Pace, Timeline};
 use crate::pipeline::{
     spawn_producers, BodyStyle, BufferPool, ChannelBudget, PromptLog, RequestBuilder, Schedule,
     ToSenders,
@@ -138,12 +139,15 @@ fn start(
     let pinned = affinity::pin_current_to(&placement.producers);
     let pools = fleet.specs.len() * num_sender;
     let fd_limit = setup::check_fd_limit(plan.connections * pools, say)?;
-    let warm = warm_connections(
-        trace.stats.opening_count(WARM_WINDOW_MS * plan.time_scale),
-        pools,
-        plan.connections,
-        fd_limit,
-    );
+    // The requests of the opening moments, which get connections before the start.
+    let opening = match plan.load.pace {
+        Pace::Trace => trace.stats.opening_count(WARM_WINDOW_MS * plan.time_scale),
+        Pace::Rate { per_s, .. } => {
+            (per_s * plan.time_scale * WARM_WINDOW_MS / 1000.0).ceil() as usize
+        }
+        Pace::Closed { concurrency } => concurrency,
+    };
+    let warm = warm_connections(opening, pools, plan.connections, fd_limit);
 
     // Requests a sender holds in its deadline heap.
     let lookahead = (plan.channel_capacity / num_sender).clamp(16, 1024);
@@ -184,6 +188,9 @@ fn start(
         buffers,
         channel_budget: Arc::clone(&channel_budget),
         realtime: plan.realtime,
+        in_flight_caps: (0..num_sender)
+            .filter_map(|i| plan.load.per_sender_concurrency(num_sender, i))
+            .collect(),
         start: Arc::clone(&gate),
     });
 
@@ -204,11 +211,13 @@ fn start(
     let producers = spawn_producers(
         num_producer,
         reader,
+        Timeline::new(plan.load, trace.stats.first_timestamp_ms),
         router,
         SessionTracker::new(
             plan.session_mode,
             plan.think_time_s.map(|s| (s * 1e9) as u64),
         ),
+        plan.warmup_requests,
         schedule,
         Arc::clone(&builder),
         ToSenders {

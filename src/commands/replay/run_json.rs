@@ -85,6 +85,10 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("seed", json!(prompt.seed));
     put("time_scale", json!(plan.time_scale));
     put("duration_s", json!(plan.duration_s));
+    put("load", load_json(&plan.load));
+    put("session_mode", json!(plan.session_mode));
+    put("think_time_s", json!(plan.think_time_s));
+    put("warmup_requests", json!(plan.warmup_requests));
     put("max_requests", json!(plan.read.max_records));
     put("num_producer", json!(r.num_producer));
     put("num_sender", json!(plan.num_sender));
@@ -113,4 +117,21 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("fleet", json!(fleet));
     put("connections_at_start", json!(r.connections_at_start));
     Value::Object(m)
+}
+
+/// The load mode, as run.json says it.
+fn load_json(load: &crate::load::LoadPlan) -> Value {
+    use crate::load::Pace;
+    let mut v = match load.pace {
+        Pace::Trace => json!({"mode": "trace"}),
+        Pace::Rate {
+            per_s,
+            arrival,
+            burstiness,
+        } => json!({"mode": "rate", "rate": per_s, "arrival": arrival, "burstiness": burstiness}),
+        Pace::Closed { concurrency } => json!({"mode": "closed", "concurrency": concurrency}),
+    };
+    v["max_idle_gap_s"] = json!(load.max_idle_gap_ms.map(|g| g / 1000.0));
+    v["start_offset_s"] = json!(load.start_offset_ms / 1000.0);
+    v
 }

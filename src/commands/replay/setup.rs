@@ -14,6 +14,7 @@ use crate::fleet::EndpointSpec;
 use crate::http::endpoint::Endpoint;
 use crate::http::probe;
 use crate::limits;
+use crate::load::{Arrival, Pace};
 use crate::mock::{MockConfig, MockServer, PromptCounting};
 use crate::plan::{ReplayPlan, Targets};
 use crate::prompt::{self, PromptSynth, Wrapping};
@@ -121,15 +122,60 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
             format!("{} (--route {})", urls.join(", "), plan.route.name())
         }
     };
-    let line = format!(
-        "plan: {} records, {trace_s:.1} s of trace time replayed in {wall_s:.1} s \
-         (--time-scale {}), mean {:.1} req/s, busiest second {busiest} requests; to {endpoints}",
-        stats.records,
-        plan.time_scale,
-        stats.records as f64 / wall_s.max(1e-3),
-    );
+    let mut line = match plan.load.pace {
+        Pace::Trace => format!(
+            "plan: {} records, {trace_s:.1} s of trace time replayed in {wall_s:.1} s \
+             (--time-scale {}), mean {:.1} req/s, busiest second {busiest} requests; to \
+             {endpoints}",
+            stats.records,
+            plan.time_scale,
+            stats.records as f64 / wall_s.max(1e-3),
+        ),
+        Pace::Rate {
+            per_s,
+            arrival,
+            burstiness,
+        } => {
+            let law = match arrival {
+                Arrival::Gamma => format!("gamma gaps of shape {burstiness}"),
+                Arrival::Poisson => "Poisson arrivals".into(),
+                Arrival::Constant => "constant gaps".into(),
+            };
+            let rate = per_s * plan.time_scale;
+            format!(
+                "plan: {} records in trace order at {rate} req/s ({law}, --seed {}), about \
+                 {:.1} s; the trace's timestamps are not used; to {endpoints}",
+                stats.records,
+                plan.load.seed,
+                stats.records as f64 / rate,
+            )
+        }
+        Pace::Closed { concurrency } => format!(
+            "plan: {} records in trace order, closed loop with {concurrency} in flight (the \
+             trace's timestamps are not used); to {endpoints}",
+            stats.records,
+        ),
+    };
+    if plan.load.start_offset_ms > 0.0 || plan.load.max_idle_gap_ms.is_some() {
+        line.push_str(&format!(
+            "; trace shaped: --start-offset {} s, --max-idle-gap {}",
+            plan.load.start_offset_ms / 1000.0,
+            plan.load
+                .max_idle_gap_ms
+                .map_or("none".into(), |g| format!("{} s", g / 1000.0)),
+        ));
+    }
+    if plan.warmup_requests > 0 {
+        line.push_str(&format!(
+            "; the first {} are warmup, in no statistic",
+            plan.warmup_requests
+        ));
+    }
     let mut warnings = Vec::new();
-    if trace.format.ms_per_time_unit() == 1.0 && plan.time_scale >= SUSPICIOUS_SCALE {
+    if plan.load.pace == Pace::Trace
+        && trace.format.ms_per_time_unit() == 1.0
+        && plan.time_scale >= SUSPICIOUS_SCALE
+    {
         warnings.push(format!(
             "--time-scale (--scale-factor) {} on a trace whose timestamps are milliseconds: \
              {trace_s:.0} s of trace are replayed in {wall_s:.2} s. trace-replayer reads Mooncake \
@@ -138,7 +184,9 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
             plan.time_scale
         ));
     }
-    if busiest as f64 > CHECK_RATE_PER_SENDER * plan.num_sender as f64 {
+    if plan.load.pace == Pace::Trace
+        && busiest as f64 > CHECK_RATE_PER_SENDER * plan.num_sender as f64
+    {
         warnings.push(format!(
             "the busiest second asks for {busiest} requests from {} sender thread(s): check with \
              `llmreplay calibrate` that this machine keeps such a rate on schedule, or add \

@@ -1,0 +1,190 @@
+//! Load modes through the same pipeline and records: a closed loop keeps exactly C in flight,
+//! `--rate` paces records by its law, warmup records are recorded but in no statistic, and
+//! `--start-offset` / `--max-idle-gap` reshape the trace's own timing.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+mod common;
+use common::{bin, read_jsonl, temp_dir, text_trace};
+
+fn run(trace: &Path, out: &Path, mock_ms: (&str, &str), extra: &[&str]) -> Value {
+    let status = bin()
+        .args(["replay", "--mock", "--quiet", "--mock-ttft-ms", mock_ms.0])
+        .args(["--mock-itl-ms", mock_ms.1])
+        .arg("--trace")
+        .arg(trace)
+        .arg("--output")
+        .arg(out)
+        .args(extra)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+fn ms(r: &Value, k: &str) -> f64 {
+    r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"))
+}
+
+/// Requests in flight at time t, from the records' [sent, end) intervals.
+fn in_flight_at(rows: &[Value], t: f64) -> usize {
+    rows.iter()
+        .filter(|r| ms(r, "sent_ms") <= t && t < ms(r, "end_ms"))
+        .count()
+}
+
+fn trace(dir: &Path, n: u64, every_ms: u64, output: u64) -> PathBuf {
+    text_trace(dir, n, every_ms, output)
+}
+
+#[test]
+fn a_closed_loop_keeps_exactly_c_in_flight() {
+    let dir = temp_dir("closed-loop");
+    // Timestamps an hour apart: a closed loop ignores them.
+    let t = trace(&dir, 120, 3_600_000, 10);
+    let out = dir.join("run");
+    let summary = run(
+        &t,
+        &out,
+        ("20", "2"),
+        &["--concurrency", "8", "--num-sender", "2"],
+    );
+    assert_eq!(summary["requests"]["ok"], 120);
+    let rows = read_jsonl(&out.join("requests.jsonl"));
+    let first_end = rows
+        .iter()
+        .map(|r| ms(r, "end_ms"))
+        .fold(f64::MAX, f64::min);
+    let last_send = rows.iter().map(|r| ms(r, "sent_ms")).fold(0.0, f64::max);
+    assert!(last_send < 60_000.0, "timestamps were not waited for");
+    // Between the first end and the last send the loop is full: sample it every 3 ms, off
+    // the instants where one request ends and the next starts.
+    let counts: Vec<usize> = (0..)
+        .map(|k| first_end + 1.5 + 3.0 * k as f64)
+        .take_while(|&t| t < last_send)
+        .map(|t| in_flight_at(&rows, t))
+        .collect();
+    assert!(counts.len() > 20, "{} samples", counts.len());
+    assert!(
+        counts.iter().all(|&n| n <= 8),
+        "never more than C: {counts:?}"
+    );
+    let full = counts.iter().filter(|&&n| n == 8).count();
+    assert!(
+        full * 10 >= counts.len() * 9,
+        "exactly C in flight: {counts:?}"
+    );
+    for r in &rows {
+        assert!(r["queue_ms"].as_f64().is_some(), "{r}");
+        assert!(ms(r, "drift_ms") < 5.0, "drift is from the free slot: {r}");
+    }
+    assert!(
+        summary["queue_ms"]["max"].as_f64().unwrap() > 100.0,
+        "later ones queued"
+    );
+}
+
+#[test]
+fn a_rate_paces_records_in_order_by_its_law() {
+    let dir = temp_dir("rate");
+    let t = trace(&dir, 40, 3_600_000, 2);
+    let out = dir.join("run");
+    run(
+        &t,
+        &out,
+        ("1", "1"),
+        &["--rate", "100", "--arrival", "constant"],
+    );
+    let mut rows = read_jsonl(&out.join("requests.jsonl"));
+    rows.sort_by_key(|r| r["index"].as_u64());
+    for (i, r) in rows.iter().enumerate() {
+        assert!(
+            (ms(r, "scheduled_ms") - 10.0 * i as f64).abs() < 1e-6,
+            "{r}"
+        );
+    }
+    let run_json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run_json["load"]["mode"], "rate");
+    assert_eq!(run_json["load"]["arrival"], "constant");
+}
+
+#[test]
+fn warmup_records_are_recorded_but_in_no_statistic() {
+    let dir = temp_dir("warmup");
+    let t = trace(&dir, 30, 5, 2);
+    let out = dir.join("run");
+    let summary = run(&t, &out, ("1", "1"), &["--warmup-requests", "10"]);
+    assert_eq!(summary["warmup_requests"], 10);
+    assert_eq!(summary["requests"]["total"], 20);
+    let rows = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(rows.len(), 30);
+    let warm: Vec<u64> = rows
+        .iter()
+        .filter(|r| r["warmup"] == true)
+        .map(|r| r["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(warm.len(), 10);
+    assert!(warm.iter().all(|&i| i < 10), "the first records: {warm:?}");
+    assert_eq!(summary["ttft_ms"]["count"], 20);
+}
+
+#[test]
+fn start_offset_and_max_idle_gap_reshape_the_trace() {
+    let dir = temp_dir("shape");
+    // 10 records 2 s apart: skip the first 5 s, cut the 2 s gaps to 0.1 s.
+    let t = trace(&dir, 10, 2_000, 2);
+    let out = dir.join("run");
+    run(
+        &t,
+        &out,
+        ("1", "1"),
+        &["--start-offset", "5", "--max-idle-gap", "0.1"],
+    );
+    let mut rows = read_jsonl(&out.join("requests.jsonl"));
+    rows.sort_by_key(|r| r["index"].as_u64());
+    let indices: Vec<u64> = rows.iter().map(|r| r["index"].as_u64().unwrap()).collect();
+    assert_eq!(
+        indices,
+        (3..10).collect::<Vec<_>>(),
+        "records before 5 s skipped"
+    );
+    for (k, r) in rows.iter().enumerate() {
+        assert!(
+            (ms(r, "scheduled_ms") - 100.0 * (k as f64 + 1.0)).abs() < 1e-6,
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn conflicting_or_bad_load_options_are_usage_errors() {
+    for (args, says) in [
+        (vec!["--rate", "0"], "--rate"),
+        (vec!["--concurrency", "0"], "--concurrency"),
+        (vec!["--rate", "5", "--burstiness", "2"], "--arrival gamma"),
+        (
+            vec!["--rate", "5", "--concurrency", "3"],
+            "cannot be used with",
+        ),
+        (vec!["--max-idle-gap=-1"], "--max-idle-gap"),
+    ] {
+        let o = bin()
+            .args([
+                "replay",
+                "--mock",
+                "--quiet",
+                "--dry-run",
+                "--trace",
+                "x.jsonl",
+            ])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
