@@ -705,6 +705,31 @@ impl Summary {
             line("Output length exact:", self.output_length_match.describe());
         }
         line("Late sends (drift > 1 ms):", self.late_sends.to_string());
+        if self.warmup_requests > 0 {
+            line(
+                "Warmup requests (not counted):",
+                self.warmup_requests.to_string(),
+            );
+        }
+        let p50_p99 = |d: &Distribution| {
+            let p = |q| d.percentile(q).map_or("-".into(), |v| format!("{v:.1}"));
+            format!("{} / {}", p(50.0), p(99.0))
+        };
+        if let Some(q) = &self.queue {
+            line("Queue wait p50 / p99 (ms):", p50_p99(q));
+        }
+        if let Some(sessions) = &self.sessions {
+            line(
+                "Turns after their parent:",
+                format!(
+                    "{} ({} parent failed)",
+                    sessions.turns_after_parent, sessions.parent_failed
+                ),
+            );
+            if let Some(d) = &sessions.session_delay {
+                line("Session delay p50 / p99 (ms):", p50_p99(d));
+            }
+        }
         if let Some(reason) = &self.stopped_early {
             line(reason, String::new());
         }

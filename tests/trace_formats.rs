@@ -110,3 +110,135 @@ fn a_forced_format_that_does_not_fit_is_refused_with_the_field() {
         Format::Mooncake
     );
 }
+
+fn sample(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/formats")
+        .join(name)
+}
+
+/// The Azure and BurstGPT samples written for the tests: detected from their headers, read
+/// in ms with their lengths, no hash ids (unique blocks), BurstGPT's Session ID kept.
+#[test]
+fn azure_and_burstgpt_csv_traces_read_with_their_timing() {
+    let azure = sample("azure_sample.csv");
+    assert_eq!(detect_format(&azure, Format::Auto).unwrap(), Format::Azure);
+    let records: Vec<_> = TraceReader::open(&azure, Format::Azure)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(records.len(), 6);
+    let t0 = records[0].timestamp_ms.unwrap();
+    let gap = records[1].timestamp_ms.unwrap() - t0;
+    assert!((gap - 4314.579).abs() < 1e-3, "{gap}");
+    assert_eq!(
+        (records[2].input_length(), records[2].output_length),
+        (Some(879), Some(55))
+    );
+    assert!(records.iter().all(|r| r.hash_ids().is_empty()));
+    assert_eq!(records[0].line, 2, "line 1 is the header");
+
+    let burst = sample("burstgpt_sample.csv");
+    assert_eq!(
+        detect_format(&burst, Format::Auto).unwrap(),
+        Format::Burstgpt
+    );
+    let records: Vec<_> = TraceReader::open(&burst, Format::Burstgpt)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(records.len(), 5);
+    assert_eq!(records[2].timestamp_ms, Some(118_000.0));
+    assert_eq!(records[3].timestamp_ms, Some(118_500.0));
+    assert_eq!(records[2].ids.session_id.as_deref(), Some("101"));
+    assert_eq!(records[3].ids.session_id, None);
+    assert_eq!(records[3].output_length, Some(0));
+    let stats = inspect::scan(&burst, Format::Burstgpt, 512, Default::default()).unwrap();
+    assert_eq!(stats.records, 5);
+    assert_eq!(stats.prefix_hit_tokens, 0, "no hash ids: nothing shared");
+}
+
+#[test]
+fn bad_csv_lines_name_file_line_and_column() {
+    let dir = std::env::temp_dir().join(format!("llmreplay-csv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (format, name, text, says) in [
+        (
+            Format::Azure,
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\nsoon,10,5\n",
+            ":3: column `TIMESTAMP`",
+        ),
+        (
+            Format::Azure,
+            "b.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,ten,5\n",
+            ":2: column `ContextTokens`",
+        ),
+        (
+            Format::Burstgpt,
+            "c.csv",
+            "Timestamp,Model,Request tokens,Response tokens\n1,m,5,-3\n",
+            ":2: column `Response tokens`",
+        ),
+        (
+            Format::Burstgpt,
+            "d.csv",
+            "Timestamp,Model,Request tokens\n1,m,5\n",
+            ":1: missing column `Response tokens`",
+        ),
+        (
+            Format::Azure,
+            "e.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,0,5\n",
+            ":2: column `ContextTokens`: must be at least 1",
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let err = TraceReader::open(&path, format)
+            .and_then(|r| r.collect::<Result<Vec<_>, _>>())
+            .expect_err(name)
+            .to_string();
+        assert!(err.contains(name) && err.contains(says), "{name}: {err}");
+    }
+}
+
+/// A CSV trace goes through the same pipeline: exact lengths from unique blocks, BurstGPT's
+/// sessions replayed turn after turn.
+#[test]
+fn a_burstgpt_trace_replays_with_exact_lengths() {
+    let dir = std::env::temp_dir().join(format!("llmreplay-csv-replay-{}", std::process::id()));
+    let out = dir.join("run");
+    let status = common::bin()
+        .args([
+            "replay",
+            "--mock",
+            "--quiet",
+            "--force",
+            "--time-scale",
+            "100",
+        ])
+        .arg("--trace")
+        .arg(sample("burstgpt_sample.csv"))
+        .arg("--tokenizer")
+        .arg(common::tokenizer("qwen3"))
+        .arg("--output")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rows = common::read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(rows.len(), 5);
+    for r in &rows {
+        assert_eq!(r["prompt_tokens"], r["input_tokens"], "{r}");
+    }
+    let second = rows.iter().find(|r| r["index"] == 2).unwrap();
+    assert_eq!(
+        (
+            second["session_id"].as_str(),
+            second["parent_index"].as_u64()
+        ),
+        (Some("101"), Some(0))
+    );
+}

@@ -4,6 +4,7 @@
 //! Every parse error names the file, the 1-based line and the field.
 
 mod arrivals;
+mod csv;
 pub mod inspect;
 mod order;
 mod parse;
@@ -25,6 +26,12 @@ pub enum Format {
     Mooncake,
     /// Alibaba Qwen-Bailian: timestamps in seconds, 16-token blocks, chat_id chains.
     Bailian,
+    /// Azure LLM inference traces (CSV): TIMESTAMP (date-time), ContextTokens,
+    /// GeneratedTokens; no hash ids.
+    Azure,
+    /// BurstGPT (CSV): Timestamp (s), Request tokens, Response tokens[, Session ID]; no
+    /// hash ids.
+    Burstgpt,
 }
 
 impl Format {
@@ -32,15 +39,32 @@ impl Format {
     pub fn default_block_size(self) -> u32 {
         match self {
             Format::Bailian => 16,
-            Format::Mooncake | Format::Auto => 512,
+            Format::Mooncake | Format::Auto | Format::Azure | Format::Burstgpt => 512,
         }
+    }
+
+    /// The name `--format` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Auto => "auto",
+            Format::Mooncake => "mooncake",
+            Format::Bailian => "bailian",
+            Format::Azure => "azure",
+            Format::Burstgpt => "burstgpt",
+        }
+    }
+
+    /// A CSV format (a header line, then one record a line).
+    pub fn is_csv(self) -> bool {
+        matches!(self, Format::Azure | Format::Burstgpt)
     }
 
     /// Multiplier from the trace's timestamp unit to milliseconds.
     pub fn ms_per_time_unit(self) -> f64 {
         match self {
             Format::Bailian => 1000.0,
-            Format::Mooncake | Format::Auto => 1.0,
+            // CSV readers convert their own timestamps to ms.
+            Format::Mooncake | Format::Auto | Format::Azure | Format::Burstgpt => 1.0,
         }
     }
 }

@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use super::csv::{self, Columns};
 use super::{parse_record, Format, TraceRecord};
 use crate::error::{Error, Result};
 
@@ -45,6 +46,8 @@ pub struct TraceReader {
     /// Records returned so far (the next record's index).
     index: u64,
     skipped: Skipped,
+    /// A CSV trace's columns, from its header.
+    columns: Option<Columns>,
 }
 
 impl TraceReader {
@@ -64,7 +67,7 @@ impl TraceReader {
         } else {
             Box::new(BufReader::with_capacity(1 << 20, file))
         };
-        Ok(TraceReader {
+        let mut reader = TraceReader {
             path: path.to_path_buf(),
             format,
             input,
@@ -72,7 +75,17 @@ impl TraceReader {
             line: 0,
             index: 0,
             skipped: Skipped::default(),
-        })
+            columns: None,
+        };
+        if format.is_csv() {
+            let header = reader.next_line()?.ok_or_else(|| Error::Trace {
+                file: path.to_path_buf(),
+                line: 1,
+                message: format!("no header: a {} trace starts with one", format.name()),
+            })?;
+            reader.columns = Some(Columns::from_header(&header, format, path)?);
+        }
+        Ok(reader)
     }
 
     pub fn with_options(mut self, options: ReadOptions) -> Self {
@@ -165,7 +178,11 @@ impl TraceReader {
                     return Err(e);
                 }
             };
-            match parse_record(&raw, self.format, &self.path) {
+            let parsed = match &self.columns {
+                Some(columns) => columns.parse(&raw, self.format, &self.path),
+                None => parse_record(&raw, self.format, &self.path),
+            };
+            match parsed {
                 Ok(record) => {
                     self.index += 1;
                     return Ok(Some(record));
@@ -202,6 +219,9 @@ pub fn detect_format(path: &Path, format: Format) -> Result<Format> {
             message: "the trace has no records".into(),
         });
     };
+    if let Some(csv) = csv::detect(&first.bytes) {
+        return Ok(csv);
+    }
     let value: serde_json::Value =
         serde_json::from_slice(&first.bytes).map_err(|e| Error::Trace {
             file: path.to_path_buf(),

@@ -63,6 +63,12 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         (Format::Auto, Format::Bailian) => {
             ", by auto: the first record has chat_id; timestamps in s"
         }
+        (Format::Auto, Format::Azure) => {
+            ", by auto: a CSV header with TIMESTAMP, ContextTokens, GeneratedTokens"
+        }
+        (Format::Auto, Format::Burstgpt) => {
+            ", by auto: a CSV header with Timestamp, Request tokens, Response tokens"
+        }
         (Format::Auto, _) => ", by auto: the first record has no chat_id; timestamps in ms",
         _ => "",
     };
@@ -173,7 +179,7 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     }
     let mut warnings = Vec::new();
     if plan.load.pace == Pace::Trace
-        && trace.format.ms_per_time_unit() == 1.0
+        && trace.format == Format::Mooncake
         && plan.time_scale >= SUSPICIOUS_SCALE
     {
         warnings.push(format!(

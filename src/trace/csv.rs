@@ -1,0 +1,197 @@
+//! CSV traces without prompts or hash ids: the Azure LLM inference traces (`TIMESTAMP` as a
+//! date-time, `ContextTokens`, `GeneratedTokens`) and BurstGPT (`Timestamp` in seconds,
+//! `Request tokens`, `Response tokens`, and `Session ID` where the release has it). The
+//! header names the columns; every record gets unique blocks (no hash ids, so no accidental
+//! prefix reuse), and errors name the file, the line and the column.
+
+use std::path::Path;
+
+use super::{Format, Input, RawLine, TraceIds, TraceRecord};
+use crate::error::{Error, Result};
+use crate::trace::parse::MAX_LENGTH;
+
+/// Where a format's fields are in the header.
+#[derive(Clone, Debug)]
+pub struct Columns {
+    timestamp: usize,
+    input: usize,
+    output: usize,
+    session: Option<usize>,
+    names: [&'static str; 3],
+}
+
+/// The columns a format needs: timestamp, input tokens, output tokens.
+fn names(format: Format) -> [&'static str; 3] {
+    match format {
+        Format::Azure => ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
+        _ => ["Timestamp", "Request tokens", "Response tokens"],
+    }
+}
+
+/// The format a CSV header belongs to, if any.
+pub fn detect(header: &[u8]) -> Option<Format> {
+    let h = String::from_utf8_lossy(header);
+    let cells: Vec<&str> = split(&h);
+    [Format::Azure, Format::Burstgpt]
+        .into_iter()
+        .find(|f| names(*f).iter().all(|n| cells.contains(n)))
+}
+
+fn split(line: &str) -> Vec<&str> {
+    line.trim_end_matches(['\n', '\r'])
+        .split(',')
+        .map(|c| c.trim().trim_matches('"'))
+        .collect()
+}
+
+impl Columns {
+    /// Reads the header line (line 1) of a trace in `format`.
+    pub fn from_header(raw: &RawLine, format: Format, file: &Path) -> Result<Columns> {
+        let text = String::from_utf8_lossy(&raw.bytes);
+        let cells = split(&text);
+        let want = names(format);
+        let find = |name: &str| cells.iter().position(|c| *c == name);
+        let mut at = [0; 3];
+        for (slot, name) in at.iter_mut().zip(want) {
+            *slot = find(name).ok_or_else(|| Error::Trace {
+                file: file.to_path_buf(),
+                line: raw.line,
+                message: format!(
+                    "missing column `{name}`: a {} trace's header names {}",
+                    format.name(),
+                    want.join(", ")
+                ),
+            })?;
+        }
+        Ok(Columns {
+            timestamp: at[0],
+            input: at[1],
+            output: at[2],
+            session: (format == Format::Burstgpt)
+                .then(|| find("Session ID"))
+                .flatten(),
+            names: want,
+        })
+    }
+
+    /// One data line.
+    pub fn parse(&self, raw: &RawLine, format: Format, file: &Path) -> Result<TraceRecord> {
+        let fail = |message: String| Error::Trace {
+            file: file.to_path_buf(),
+            line: raw.line,
+            message,
+        };
+        let text = std::str::from_utf8(&raw.bytes).map_err(|_| fail("not UTF-8".into()))?;
+        if text.contains('"') {
+            return Err(fail("quoted CSV fields are not supported".into()));
+        }
+        let cells = split(text);
+        let cell = |i: usize, name: &str| {
+            cells
+                .get(i)
+                .copied()
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| fail(format!("column `{name}`: missing")))
+        };
+        let [ts_name, in_name, out_name] = self.names;
+        let ts = cell(self.timestamp, ts_name)?;
+        let timestamp_ms = match format {
+            Format::Azure => datetime_ms(ts).ok_or_else(|| {
+                fail(format!(
+                    "column `{ts_name}`: not a date-time like 2023-11-16 18:15:46.6805900: {ts:?}"
+                ))
+            })?,
+            _ => ts
+                .parse::<f64>()
+                .ok()
+                .filter(|t| *t >= 0.0 && t.is_finite())
+                .map(|t| t * 1000.0)
+                .ok_or_else(|| fail(format!("column `{ts_name}`: not seconds: {ts:?}")))?,
+        };
+        let count = |i: usize, name: &str| -> Result<u64> {
+            let c = cell(i, name)?;
+            let n: u64 = c
+                .parse()
+                .map_err(|_| fail(format!("column `{name}`: not a token count: {c:?}")))?;
+            if n > MAX_LENGTH {
+                return Err(fail(format!("column `{name}`: {n} is above {MAX_LENGTH}")));
+            }
+            Ok(n)
+        };
+        let input_length = count(self.input, in_name)?;
+        if input_length == 0 {
+            return Err(fail(format!("column `{in_name}`: must be at least 1")));
+        }
+        let output_length = count(self.output, out_name)?;
+        let session_id = self
+            .session
+            .and_then(|i| cells.get(i))
+            .filter(|s| !s.is_empty())
+            .map(|s| s.to_string());
+        Ok(TraceRecord {
+            index: raw.index,
+            line: raw.line,
+            timestamp_ms: Some(timestamp_ms),
+            input: Input::Synthetic {
+                input_length,
+                hash_ids: Vec::new(),
+            },
+            output_length: Some(output_length),
+            ids: TraceIds {
+                session_id,
+                ..TraceIds::default()
+            },
+            extra: None,
+        })
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.fraction]` (or with a `T`), UTC, in ms since the epoch.
+fn datetime_ms(s: &str) -> Option<f64> {
+    let (date, time) = s.split_once([' ', 'T'])?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let mut t = time.split(':');
+    let (hh, mm) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+    );
+    let sec: f64 = t.next()?.parse().ok()?;
+    if t.next().is_some() || hh > 23 || mm > 59 || !(0.0..61.0).contains(&sec) {
+        return None;
+    }
+    let days = days_from_civil(y, m, day);
+    Some(((days * 24 + hh) * 60 + mm) as f64 * 60_000.0 + sec * 1000.0)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn date_times_are_epoch_milliseconds() {
+        assert_eq!(datetime_ms("1970-01-01 00:00:00"), Some(0.0));
+        assert_eq!(datetime_ms("1970-01-02T00:00:01.5"), Some(86_401_500.0));
+        // 2023-11-16 is day 19,677 of the epoch.
+        let t = datetime_ms("2023-11-16 18:15:46.6805900").unwrap();
+        assert!(
+            (t - (19_677.0 * 86_400_000.0 + 65_746_680.59)).abs() < 1e-3,
+            "{t}"
+        );
+        assert_eq!(datetime_ms("2023-13-01 00:00:00"), None);
+        assert_eq!(datetime_ms("yesterday"), None);
+    }
+}
