@@ -245,9 +245,23 @@ pub struct PromptsArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct ReplayArgs {
-    /// JSONL trace to replay (`.gz` is decompressed on the fly).
-    #[arg(long, visible_alias = "dataset-path", value_name = "PATH")]
-    pub trace: PathBuf,
+    /// JSONL trace to replay (`.gz` is decompressed on the fly), or a CSV trace (Azure,
+    /// BurstGPT).
+    #[arg(
+        long,
+        visible_alias = "dataset-path",
+        value_name = "PATH",
+        required_unless_present = "synthetic",
+        conflicts_with = "synthetic"
+    )]
+    pub trace: Option<PathBuf>,
+
+    /// Generated load instead of a trace: `input=1024,output=256[,input-stddev=N]
+    /// [,prefix-share=F]` (the first F of every prompt shared by all). --max-requests
+    /// records (default 1000) at --rate or --concurrency; written to the run directory as
+    /// synthetic_trace.jsonl and replayed like a trace.
+    #[arg(long, value_name = "SPEC")]
+    pub synthetic: Option<String>,
 
     /// Trace format; `auto` decides from the first record (`chat_id` means bailian).
     #[arg(long, visible_alias = "dataset", value_enum, default_value = "auto")]

@@ -29,6 +29,7 @@ pub mod session;
 pub mod sockopt;
 pub mod stats;
 pub mod stop;
+pub mod synthetic;
 pub mod trace;
 pub mod transport;
 

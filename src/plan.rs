@@ -4,6 +4,7 @@
 //! calibrate (and tests) build plans directly.
 
 use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 
@@ -13,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::fleet::{EndpointSpec, Route};
 use crate::prompt::{LengthOf, SynthOptions, Wrapping};
 use crate::report::RenderOptions;
+use crate::synthetic::SyntheticSpec;
 use crate::trace::{Format, ReadOptions};
 use crate::transport::TlsOptions;
 
@@ -101,6 +103,9 @@ impl PromptPlan {
     }
 }
 
+/// Records of `--synthetic` without `--max-requests`.
+const DEFAULT_SYNTHETIC_REQUESTS: u64 = 1000;
+
 /// The load mode from `--rate`/`--arrival`/`--burstiness`, `--concurrency`,
 /// `--max-idle-gap` and `--start-offset` (`--seed` draws the arrivals).
 fn load_plan(a: &cli::ReplayArgs) -> Result<crate::load::LoadPlan> {
@@ -177,6 +182,8 @@ pub struct Header {
 #[derive(Clone, Debug)]
 pub struct ReplayPlan {
     pub trace: PathBuf,
+    /// `--synthetic`: the generated load and its record count; `trace` is where it is written.
+    pub synthetic: Option<(SyntheticSpec, u64)>,
     pub format: Format,
     pub read: ReadOptions,
     /// Refuse timestamps that go backwards.
@@ -310,9 +317,37 @@ impl ReplayPlan {
         if a.channel_capacity == 0 {
             return Err(Error::Usage("--channel-capacity must be at least 1".into()));
         }
+        let load = load_plan(a)?;
+        let synthetic = match &a.synthetic {
+            None => None,
+            Some(spec) => {
+                let spec = SyntheticSpec::parse(spec).map_err(Error::Usage)?;
+                if load.pace == crate::load::Pace::Trace {
+                    return Err(Error::Usage(
+                        "--synthetic has no timestamps: give --rate R or --concurrency C".into(),
+                    ));
+                }
+                Some((spec, a.max_requests.unwrap_or(DEFAULT_SYNTHETIC_REQUESTS)))
+            }
+        };
+        let trace = match (&a.trace, &synthetic) {
+            (Some(t), _) => t.clone(),
+            (None, _) => std::env::temp_dir().join(format!(
+                "llmreplay-synthetic-{}-{}.jsonl",
+                std::process::id(),
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            )),
+        };
         Ok(ReplayPlan {
-            trace: a.trace.clone(),
-            format: a.format,
+            trace,
+            synthetic,
+            format: if a.synthetic.is_some() {
+                Format::Mooncake
+            } else {
+                a.format
+            },
             read: ReadOptions {
                 skip_invalid: a.input.skip_invalid,
                 max_records: a.max_requests,
@@ -359,7 +394,7 @@ impl ReplayPlan {
                 .transpose()?,
             stall_timeout_s: positive("--stall-timeout", a.stall_timeout)?,
             session_mode: a.session_mode,
-            load: load_plan(a)?,
+            load,
             warmup_requests: a.warmup_requests,
             think_time_s: match a.think_time {
                 Some(t) if !(t >= 0.0 && t.is_finite()) => {
@@ -398,6 +433,7 @@ impl ReplayPlan {
     pub fn new(trace: PathBuf, targets: Targets) -> ReplayPlan {
         ReplayPlan {
             trace,
+            synthetic: None,
             format: Format::Auto,
             read: ReadOptions::default(),
             strict: false,

@@ -188,3 +188,50 @@ fn conflicting_or_bad_load_options_are_usage_errors() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// `--synthetic`: generated records through the same pipeline, exact lengths, the shared
+/// prefix repeated by every prompt, and the generated trace kept with the results.
+#[test]
+fn synthetic_load_without_a_trace() {
+    let dir = temp_dir("synthetic");
+    let out = dir.join("run");
+    let status = bin()
+        .args(["replay", "--mock", "--quiet", "--block-size", "16"])
+        .args([
+            "--synthetic",
+            "input=128,output=4,input-stddev=20,prefix-share=0.5",
+        ])
+        .args(["--concurrency", "4", "--max-requests", "40"])
+        .arg("--tokenizer")
+        .arg(common::tokenizer("qwen3"))
+        .arg("--output")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rows = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(rows.len(), 40);
+    assert!(rows.iter().all(|r| r["prompt_tokens"] == r["input_tokens"]));
+    let lengths: std::collections::HashSet<u64> = rows
+        .iter()
+        .map(|r| r["input_tokens"].as_u64().unwrap())
+        .collect();
+    assert!(lengths.len() > 5, "lengths spread: {lengths:?}");
+    let generated = read_jsonl(&out.join("synthetic_trace.jsonl"));
+    assert_eq!(generated.len(), 40);
+    for g in &generated {
+        let ids = g["hash_ids"].as_array().unwrap();
+        assert_eq!(
+            ids[..3],
+            [0, 1, 2].map(Value::from),
+            "the shared prefix: {g}"
+        );
+    }
+    // Refused without a pace.
+    let o = bin()
+        .args(["replay", "--mock", "--synthetic", "input=8,output=1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--rate R or --concurrency C"));
+}

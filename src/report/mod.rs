@@ -56,7 +56,7 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<()> {
 }
 
 /// Every file a run or `report` writes into a run directory.
-pub const RUN_FILES: [&str; 9] = [
+pub const RUN_FILES: [&str; 10] = [
     "requests.jsonl",
     "summary.json",
     "summary.txt",
@@ -66,6 +66,7 @@ pub const RUN_FILES: [&str; 9] = [
     "run.json",
     "prompts.jsonl",
     "compare.html",
+    "synthetic_trace.jsonl",
 ];
 
 /// `llmreplay-results/<UTC yyyymmdd-hhmmss>`, with `-2`, `-3`... when runs start within the

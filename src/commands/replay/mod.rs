@@ -81,17 +81,31 @@ pub fn dry_run(plan: &ReplayPlan) -> Result<()> {
 
 pub fn run(plan: &ReplayPlan) -> Result<RunOutcome> {
     let say = Say(plan.quiet);
-    let trace = setup::scan_trace(plan, &say)?;
+    let synthetic = setup::write_synthetic(plan)?;
+    let outcome = run_trace(plan, &say);
+    if let Some(temp) = synthetic {
+        // Kept with the run's results (the same load can be replayed as a trace).
+        if let Ok(o) = &outcome {
+            let to = o.dir.join("synthetic_trace.jsonl");
+            std::fs::copy(&temp, &to).map_err(|e| Error::io(&to, e))?;
+        }
+        std::fs::remove_file(&temp).ok();
+    }
+    outcome
+}
+
+fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
+    let trace = setup::scan_trace(plan, say)?;
     let (line, warnings) = setup::describe(plan, &trace);
     say.say(line);
     for w in warnings {
         eprintln!("warning: {w}");
     }
-    let prompts = setup::prepare_prompts(plan, &setup::endpoint_apis(plan), &trace, &say)?;
-    let mock = setup::start_mock(plan, prompts.chat_overhead, &say)?;
+    let prompts = setup::prepare_prompts(plan, &setup::endpoint_apis(plan), &trace, say)?;
+    let mock = setup::start_mock(plan, prompts.chat_overhead, say)?;
     let fleet = setup::connect(plan, mock.as_ref())?;
     let out = setup::prepare_output(plan, &trace)?;
-    let stages = start(plan, &trace, prompts, &fleet, &out, &say)?;
+    let stages = start(plan, &trace, prompts, &fleet, &out, say)?;
     let collected = collect(plan, &trace, &stages, out)?;
     let outcome = finish(plan, stages, collected);
     if let Some(m) = mock {

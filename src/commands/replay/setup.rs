@@ -43,6 +43,18 @@ pub struct TraceInput {
     pub stats: TraceStats,
 }
 
+/// `--synthetic`: writes the generated records where the plan's trace is; returns that path
+/// (a temporary file, moved into the run directory at the end).
+pub fn write_synthetic(plan: &ReplayPlan) -> Result<Option<PathBuf>> {
+    let Some((spec, n)) = plan.synthetic else {
+        return Ok(None);
+    };
+    let block = plan.prompt.block_size(Format::Mooncake);
+    spec.write_trace(n, plan.prompt.seed, block, &plan.trace)
+        .map_err(|e| Error::io(&plan.trace, e))?;
+    Ok(Some(plan.trace.clone()))
+}
+
 pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
     let (format, stats) = crate::commands::inspect(
         &plan.trace,
