@@ -73,15 +73,22 @@ struct Seen {
 pub struct SessionTracker {
     mode: SessionMode,
     think_override_ns: Option<u64>,
+    /// `--time-scale`: a record's `delay` (trace ms) is divided by it, as gaps are.
+    time_scale: f64,
     chats: HashMap<i64, Seen>,
     sessions: HashMap<String, Seen>,
 }
 
 impl SessionTracker {
-    pub fn new(mode: SessionMode, think_override_ns: Option<u64>) -> SessionTracker {
+    pub fn new(
+        mode: SessionMode,
+        think_override_ns: Option<u64>,
+        time_scale: f64,
+    ) -> SessionTracker {
         SessionTracker {
             mode,
             think_override_ns,
+            time_scale,
             ..SessionTracker::default()
         }
     }
@@ -111,7 +118,7 @@ impl SessionTracker {
                     turn,
                 },
             );
-            return Some(self.finish(root, turn, parent, scheduled_ns));
+            return Some(self.finish(root, turn, parent, scheduled_ns, None));
         }
         let session = ids.session_id.as_ref()?;
         let parent = self.sessions.get(session).cloned();
@@ -125,15 +132,19 @@ impl SessionTracker {
                 turn,
             },
         );
-        Some(self.finish(session.clone(), turn, parent, scheduled_ns))
+        let delay_ns = ids.delay_ms.map(|d| (d * 1e6 / self.time_scale) as u64);
+        Some(self.finish(session.clone(), turn, parent, scheduled_ns, delay_ns))
     }
 
+    /// The think time: `--think-time`, else the record's own `delay`, else the trace's
+    /// start-to-start gap.
     fn finish(
         &self,
         root: String,
         turn: u32,
         parent: Option<Seen>,
         scheduled_ns: u64,
+        delay_ns: Option<u64>,
     ) -> SessionLink {
         let gap = parent
             .as_ref()
@@ -142,7 +153,7 @@ impl SessionTracker {
             root,
             turn,
             parent_index: parent.map(|p| p.index),
-            think_ns: self.think_override_ns.unwrap_or(gap),
+            think_ns: self.think_override_ns.or(delay_ns).unwrap_or(gap),
         }
     }
 }
@@ -171,13 +182,13 @@ mod tests {
         TraceIds {
             chat_id: Some(chat),
             parent_chat_id: Some(parent),
-            session_id: None,
+            ..TraceIds::default()
         }
     }
 
     #[test]
     fn bailian_chains_and_mooncake_sessions() {
-        let mut t = SessionTracker::new(SessionMode::AfterParent, None);
+        let mut t = SessionTracker::new(SessionMode::AfterParent, None, 1.0);
         let root = t.link(&rec(0, chat(10, -1)), 0).unwrap();
         assert_eq!(
             (root.turn, root.parent_index, root.root.as_str()),
@@ -206,7 +217,7 @@ mod tests {
             session_id: Some(id.into()),
             ..TraceIds::default()
         };
-        let mut t = SessionTracker::new(SessionMode::AfterParent, Some(7));
+        let mut t = SessionTracker::new(SessionMode::AfterParent, Some(7), 1.0);
         assert_eq!(t.link(&rec(0, s("a")), 0).unwrap().parent_index, None);
         let second = t.link(&rec(1, s("a")), 100).unwrap();
         assert_eq!(
@@ -214,8 +225,16 @@ mod tests {
             (1, Some(0), 7)
         );
         assert!(t.link(&rec(2, TraceIds::default()), 0).is_none());
+        // A Mooncake `delay` is the think time (trace ms, scaled like the gaps).
+        let mut t = SessionTracker::new(SessionMode::AfterParent, None, 2.0);
+        t.link(&rec(0, s("b")), 0);
+        let delayed = TraceIds {
+            delay_ms: Some(300.0),
+            ..s("b")
+        };
+        assert_eq!(t.link(&rec(1, delayed), 10).unwrap().think_ns, 150_000_000);
 
-        let mut t = SessionTracker::new(SessionMode::Timestamp, None);
+        let mut t = SessionTracker::new(SessionMode::Timestamp, None, 1.0);
         assert!(t.link(&rec(0, chat(10, -1)), 0).is_none());
     }
 }

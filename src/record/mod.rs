@@ -325,6 +325,7 @@ impl RequestRecord {
                     .map(str::to_string),
                 chat_id: obj.get("chat_id").and_then(Value::as_i64),
                 parent_chat_id: obj.get("parent_chat_id").and_then(Value::as_i64),
+                delay_ms: None,
             },
             queue_ns: ns("queue_ms"),
             warmup: obj.get("warmup").and_then(Value::as_bool).unwrap_or(false),

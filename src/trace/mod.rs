@@ -95,6 +95,8 @@ pub struct TraceIds {
     pub session_id: Option<String>,
     pub chat_id: Option<i64>,
     pub parent_chat_id: Option<i64>,
+    /// Mooncake / AIPerf `delay`: the think time (ms) before this turn, after its parent's end.
+    pub delay_ms: Option<f64>,
 }
 
 /// One request of the trace.

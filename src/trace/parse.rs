@@ -29,6 +29,7 @@ struct RawRecord {
     session_id: Option<Value>,
     chat_id: Option<i64>,
     parent_chat_id: Option<i64>,
+    delay: Option<f64>,
     extra: Option<Map<String, Value>>,
 }
 
@@ -132,6 +133,11 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
     if rec.output_length == Some(0) {
         return Err(fail("field `output_length`: must be at least 1".into()));
     }
+    if let Some(d) = rec.delay.filter(|d| !(*d >= 0.0 && d.is_finite())) {
+        return Err(fail(format!(
+            "field `delay`: milliseconds, 0 or more; got {d}"
+        )));
+    }
     let session_id = rec.session_id.map(|v| match v {
         Value::String(s) => s,
         other => other.to_string(),
@@ -146,6 +152,7 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
             session_id,
             chat_id: rec.chat_id,
             parent_chat_id: rec.parent_chat_id,
+            delay_ms: rec.delay,
         },
         extra: rec.extra,
     })

@@ -230,6 +230,7 @@ fn start(
         SessionTracker::new(
             plan.session_mode,
             plan.think_time_s.map(|s| (s * 1e9) as u64),
+            plan.time_scale,
         ),
         plan.warmup_requests,
         schedule,
