@@ -41,15 +41,18 @@ with open(path, "w") as f:
 PY
       extra=(--time-scale 1) ;;
     trace)
-      python3 - "$TRACE" "$work/trace.jsonl" "$REPEAT" <<'PY'
+      python3 - "$TRACE" "$work/trace.jsonl" "$REPEAT" "${SESSIONS:-0}" <<'PY'
 import json, sys
-src, dst, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+src, dst, repeat, turns = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 lines = [json.loads(l) for l in open(src) if l.strip()]
 span = lines[-1]["timestamp"] - lines[0]["timestamp"] + 1
 with open(dst, "w") as f:
     for r in range(repeat):
-        for rec in lines:
-            f.write(json.dumps(dict(rec, timestamp=rec["timestamp"] + r * span)) + "\n")
+        for i, rec in enumerate(lines):
+            out = dict(rec, timestamp=rec["timestamp"] + r * span)
+            if turns:  # consecutive records as conversations of `turns` turns
+                out["session_id"] = f"{r}-{i // turns}"
+            f.write(json.dumps(out) + "\n")
 PY
       records=$(wc -l < "$work/trace.jsonl")
       span_ms=$(python3 -c "import json;l=open('$work/trace.jsonl').readlines();print(json.loads(l[-1])['timestamp']-json.loads(l[0])['timestamp'])")

@@ -460,6 +460,12 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS")]
     pub start_offset: Option<f64>,
 
+    /// Replay the trace N times (soak runs): each pass starts one mean gap after the previous
+    /// pass's last record; indices go on (pass k's record i is k x records + i);
+    /// --max-requests counts per pass, --duration over the whole run.
+    #[arg(long = "loop", value_name = "N", default_value_t = 1)]
+    pub passes: u64,
+
     /// Send the first N records as warmup: recorded with `"warmup": true` in requests.jsonl
     /// and left out of every statistic (the benchmark's duration starts after them).
     #[arg(long, value_name = "N", default_value_t = 0)]

@@ -414,8 +414,35 @@ impl PromptLog {
 
 /// The trace reader shared by the producers, with the router: records are routed in trace
 /// order (a conversation's turns in turn), under the same short lock.
+/// `--loop`: how the trace is read again for the next pass.
+pub struct Passes {
+    /// Passes after the current one.
+    pub left: u64,
+    /// Opens the trace anew.
+    pub reopen: Box<dyn FnMut() -> Result<OrderedReader> + Send>,
+    /// Each pass starts this much later than the previous one (trace ms).
+    pub shift_ms: f64,
+    /// Records in one pass: pass k's indices start at k x this.
+    pub per_pass: u64,
+}
+
+impl Passes {
+    /// A single pass.
+    pub fn once() -> Passes {
+        Passes {
+            left: 0,
+            reopen: Box::new(|| Err(Error::Run("no further pass".into()))),
+            shift_ms: 0.0,
+            per_pass: 0,
+        }
+    }
+}
+
 struct SharedReader {
     reader: OrderedReader,
+    passes: Passes,
+    /// The pass being read (0 first).
+    pass: u64,
     timeline: Timeline,
     router: Router,
     sessions: SessionTracker,
@@ -430,6 +457,7 @@ struct SharedReader {
 pub fn spawn_producers(
     n: usize,
     reader: OrderedReader,
+    passes: Passes,
     timeline: Timeline,
     router: Router,
     sessions: SessionTracker,
@@ -442,6 +470,8 @@ pub fn spawn_producers(
 ) -> Vec<JoinHandle<Result<u64>>> {
     let shared = Arc::new(Mutex::new(SharedReader {
         reader,
+        passes,
+        pass: 0,
         timeline,
         router,
         sessions,
@@ -488,10 +518,19 @@ fn produce(
             }
             // Records before --start-offset are skipped.
             let (record, ts) = loop {
-                let Some((record, ts)) = s.reader.next_record()? else {
-                    s.finished = true;
-                    return Ok(built);
+                let Some((mut record, ts)) = s.reader.next_record()? else {
+                    if s.passes.left == 0 {
+                        s.finished = true;
+                        return Ok(built);
+                    }
+                    s.passes.left -= 1;
+                    s.pass += 1;
+                    s.reader = (s.passes.reopen)()?;
+                    s.sessions.new_pass();
+                    continue;
                 };
+                record.index += s.pass * s.passes.per_pass;
+                let ts = ts + s.pass as f64 * s.passes.shift_ms;
                 if let Some(ts) = s.timeline.place(ts) {
                     break (record, ts);
                 }

@@ -222,6 +222,8 @@ pub struct ReplayPlan {
     /// `--rate`, `--concurrency`, `--max-idle-gap`, `--start-offset`.
     pub load: crate::load::LoadPlan,
     pub warmup_requests: u64,
+    /// `--loop`: times the trace is replayed.
+    pub passes: u64,
     /// Stop early past this share of failed requests.
     pub max_error_rate: Option<f64>,
     pub drain_timeout_s: f64,
@@ -396,6 +398,10 @@ impl ReplayPlan {
             session_mode: a.session_mode,
             load,
             warmup_requests: a.warmup_requests,
+            passes: match a.passes {
+                0 => return Err(Error::Usage("--loop must be at least 1".into())),
+                n => n,
+            },
             think_time_s: match a.think_time {
                 Some(t) if !(t >= 0.0 && t.is_finite()) => {
                     return Err(Error::Usage(format!(
@@ -468,6 +474,7 @@ impl ReplayPlan {
             think_time_s: None,
             load: crate::load::LoadPlan::default(),
             warmup_requests: 0,
+            passes: 1,
             max_error_rate: None,
             drain_timeout_s: 10.0,
             spin_us: 150,

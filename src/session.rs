@@ -75,6 +75,8 @@ pub struct SessionTracker {
     think_override_ns: Option<u64>,
     /// `--time-scale`: a record's `delay` (trace ms) is divided by it, as gaps are.
     time_scale: f64,
+    /// `--loop`: the pass being read.
+    pass: u64,
     chats: HashMap<i64, Seen>,
     sessions: HashMap<String, Seen>,
 }
@@ -93,6 +95,21 @@ impl SessionTracker {
         }
     }
 
+    /// `--loop`: the next pass's conversations are new ones (their ids repeat, so they are
+    /// told apart by a `/pass` suffix).
+    pub fn new_pass(&mut self) {
+        self.chats.clear();
+        self.sessions.clear();
+        self.pass += 1;
+    }
+
+    fn root_name(&self, id: &str) -> String {
+        match self.pass {
+            0 => id.to_string(),
+            p => format!("{id}/{p}"),
+        }
+    }
+
     /// The record's link, given its planned send time; None for a record outside any
     /// conversation, or in `timestamp` mode.
     pub fn link(&mut self, record: &TraceRecord, scheduled_ns: u64) -> Option<SessionLink> {
@@ -107,7 +124,7 @@ impl SessionTracker {
                 .and_then(|p| self.chats.get(&p).cloned());
             let (root, turn) = match &parent {
                 Some(p) => (p.root.clone(), p.turn + 1),
-                None => (chat.to_string(), 0),
+                None => (self.root_name(&chat.to_string()), 0),
             };
             self.chats.insert(
                 chat,
@@ -123,17 +140,18 @@ impl SessionTracker {
         let session = ids.session_id.as_ref()?;
         let parent = self.sessions.get(session).cloned();
         let turn = parent.as_ref().map_or(0, |p| p.turn + 1);
+        let root = self.root_name(session);
         self.sessions.insert(
             session.clone(),
             Seen {
                 index: record.index,
                 scheduled_ns,
-                root: session.clone(),
+                root: root.clone(),
                 turn,
             },
         );
         let delay_ns = ids.delay_ms.map(|d| (d * 1e6 / self.time_scale) as u64);
-        Some(self.finish(session.clone(), turn, parent, scheduled_ns, delay_ns))
+        Some(self.finish(root, turn, parent, scheduled_ns, delay_ns))
     }
 
     /// The think time: `--think-time`, else the record's own `delay`, else the trace's

@@ -235,3 +235,22 @@ fn synthetic_load_without_a_trace() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--rate R or --concurrency C"));
 }
+
+/// `--loop N`: the trace again and again, each pass one mean gap after the previous one's
+/// end, indices going on, conversations new in each pass.
+#[test]
+fn loop_replays_the_trace_again_shifted_in_time() {
+    let dir = temp_dir("loop");
+    let t = trace(&dir, 5, 10, 2); // span 40 ms, mean gap 8 ms: passes 48 ms apart
+    let out = dir.join("run");
+    let summary = run(&t, &out, ("1", "1"), &["--loop", "3"]);
+    assert_eq!(summary["requests"]["ok"], 15);
+    let mut rows = read_jsonl(&out.join("requests.jsonl"));
+    rows.sort_by_key(|r| r["index"].as_u64());
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["index"], i as u64);
+        let (pass, k) = (i / 5, i % 5);
+        let want = pass as f64 * 48.0 + k as f64 * 10.0;
+        assert!((ms(r, "scheduled_ms") - want).abs() < 1e-6, "{r}");
+    }
+}

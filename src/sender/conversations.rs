@@ -17,6 +17,9 @@ struct Ended {
 pub struct Conversations {
     /// Parent index → its turns waiting for it.
     parked: HashMap<u64, Vec<PreparedRequest>>,
+    /// Turns in `parked`: they count against the sender's lookahead, or it would take the
+    /// whole channel ahead of time.
+    parked_len: usize,
     /// Turns recorded on this sender (any may be a parent of a later one).
     ended: HashMap<u64, Ended>,
 }
@@ -35,6 +38,7 @@ impl Conversations {
             }
             None => {
                 self.parked.entry(parent).or_default().push(req);
+                self.parked_len += 1;
                 None
             }
         }
@@ -45,6 +49,7 @@ impl Conversations {
         let e = Ended { end_ns, failed };
         self.ended.insert(index, e);
         let mut children = self.parked.remove(&index).unwrap_or_default();
+        self.parked_len -= children.len();
         for child in &mut children {
             release(child, e);
         }
@@ -54,6 +59,7 @@ impl Conversations {
     /// Turns whose parent never came to this sender (it was not part of the replay, or
     /// failed before it was built): sent now, marked as if the parent had failed.
     pub fn orphans(&mut self, now_ns: u64) -> Vec<PreparedRequest> {
+        self.parked_len = 0;
         let mut orphans: Vec<PreparedRequest> = self.parked.drain().flat_map(|(_, v)| v).collect();
         for o in &mut orphans {
             release(
@@ -71,8 +77,14 @@ impl Conversations {
         !self.parked.is_empty()
     }
 
+    /// Turns held back.
+    pub fn parked_len(&self) -> usize {
+        self.parked_len
+    }
+
     /// A stop: turns not yet released are dropped unrecorded, like requests not yet due.
     pub fn clear(&mut self) -> Vec<PreparedRequest> {
+        self.parked_len = 0;
         self.parked.drain().flat_map(|(_, v)| v).collect()
     }
 }
@@ -129,11 +141,12 @@ mod tests {
             "a root goes at once"
         );
         assert!(c.admit(turn(1, Some(0), 100, 100)).is_none(), "parked");
-        assert!(c.waiting());
+        assert!(c.waiting() && c.parked_len() == 1);
         // The parent ended at 500: the child leaves at 500 + 100, not at its trace time.
         let released = c.ended(0, 500, false);
         assert_eq!(released.len(), 1);
         assert_eq!(released[0].scheduled_ns, 600);
+        assert_eq!(c.parked_len(), 0);
         let t = released[0].session.as_ref().unwrap();
         assert_eq!(
             (t.released_ns, t.parent_failed, t.trace_scheduled_ns),

@@ -491,7 +491,12 @@ impl SenderLoop {
         // A closed loop takes no more than it has slots for: the rest stays in the shared
         // channel for the other senders' free slots.
         let lookahead = self.in_flight_cap.unwrap_or(self.cfg.lookahead);
-        while self.heap.len() < lookahead {
+        // Held-back turns count too, or the sender would take the whole channel ahead of
+        // time; but with nothing to send or in flight, their parents can only be further on
+        // in the channel: then it takes until one comes.
+        while self.heap.len() + self.conversations.parked_len() < lookahead
+            || (self.heap.is_empty() && self.in_flight == 0)
+        {
             match self.rx.try_recv() {
                 Ok(req) => {
                     self.cfg.channel_budget.release(req.bytes.capacity());

@@ -24,8 +24,8 @@ use crate::fleet::{Load, Route, Router};
 use crate::limits;
 use crate::load::{Pace, Timeline};
 use crate::pipeline::{
-    spawn_producers, BodyStyle, BufferPool, ChannelBudget, PromptLog, RequestBuilder, Schedule,
-    ToSenders,
+    spawn_producers, BodyStyle, BufferPool, ChannelBudget, Passes, PromptLog, RequestBuilder,
+    Schedule, ToSenders,
 };
 use crate::plan::ReplayPlan;
 use crate::progress::{LiveProgress, Snapshot};
@@ -222,9 +222,26 @@ fn start(
     };
     let reader =
         OrderedReader::new(TraceReader::open(&plan.trace, trace.format)?.with_options(plan.read));
+    let passes = match plan.passes {
+        1 => Passes::once(),
+        n => {
+            let (path, format, read) = (plan.trace.clone(), trace.format, plan.read);
+            Passes {
+                left: n - 1,
+                reopen: Box::new(move || {
+                    Ok(OrderedReader::new(
+                        TraceReader::open(&path, format)?.with_options(read),
+                    ))
+                }),
+                shift_ms: setup::pass_shift_ms(&trace.stats),
+                per_pass: trace.stats.records,
+            }
+        }
+    };
     let producers = spawn_producers(
         num_producer,
         reader,
+        passes,
         Timeline::new(plan.load, trace.stats.first_timestamp_ms),
         router,
         SessionTracker::new(

@@ -112,7 +112,7 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
 /// Trace seconds the run will cover: the whole span, or less with --duration and
 /// --time-in-secs.
 pub fn trace_span_s(plan: &ReplayPlan, stats: &TraceStats) -> f64 {
-    let mut s = stats.span_ms / 1000.0;
+    let mut s = (stats.span_ms + (plan.passes - 1) as f64 * pass_shift_ms(stats)) / 1000.0;
     if let Some(d) = plan.duration_s {
         s = s.min(d);
     }
@@ -120,6 +120,12 @@ pub fn trace_span_s(plan: &ReplayPlan, stats: &TraceStats) -> f64 {
         s = s.min(w * plan.time_scale);
     }
     s
+}
+
+/// `--loop`: how much later each pass starts than the one before: the trace's span and one
+/// mean gap.
+pub fn pass_shift_ms(stats: &TraceStats) -> f64 {
+    stats.span_ms + stats.span_ms / stats.records.max(1) as f64
 }
 
 /// A time scale at or above this on a millisecond trace is likely trace-replayer's habit.
@@ -145,9 +151,9 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
             "plan: {} records, {trace_s:.1} s of trace time replayed in {wall_s:.1} s \
              (--time-scale {}), mean {:.1} req/s, busiest second {busiest} requests; to \
              {endpoints}",
-            stats.records,
+            stats.records * plan.passes,
             plan.time_scale,
-            stats.records as f64 / wall_s.max(1e-3),
+            (stats.records * plan.passes) as f64 / wall_s.max(1e-3),
         ),
         Pace::Rate {
             per_s,
@@ -182,6 +188,9 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
                 .max_idle_gap_ms
                 .map_or("none".into(), |g| format!("{} s", g / 1000.0)),
         ));
+    }
+    if plan.passes > 1 {
+        line.push_str(&format!("; the trace {} times (--loop)", plan.passes));
     }
     if plan.warmup_requests > 0 {
         line.push_str(&format!(
