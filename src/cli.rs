@@ -460,6 +460,19 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS")]
     pub start_offset: Option<f64>,
 
+    /// Where prompt text comes from for records that give lengths: `synthetic` (built from
+    /// the hash ids, so prefix caches hit as in production) or `dataset` (text from
+    /// --prompt-dataset, cut or extended to exactly input_length tokens; UCM TraceReplay's
+    /// benchmark mode; needs --tokenizer).
+    #[arg(long, value_enum, default_value = "synthetic")]
+    pub prompt_source: crate::plan::PromptSource,
+
+    /// With --prompt-source dataset: ShareGPT JSON (each conversation's first human turn) or
+    /// JSONL of {"prompt": ...}; the entry of each record is chosen by --seed. (Not
+    /// --dataset-path: that is trace-replayer's name for --trace.)
+    #[arg(long, value_name = "FILE")]
+    pub prompt_dataset: Option<PathBuf>,
+
     /// Replay the trace N times (soak runs): each pass starts one mean gap after the previous
     /// pass's last record; indices go on (pass k's record i is k x records + i);
     /// --max-requests counts per pass, --duration over the whole run.

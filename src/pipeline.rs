@@ -20,6 +20,7 @@ use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
 use crate::fleet::Router;
 use crate::load::Timeline;
+use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{BlockCache, PromptSynth};
 use crate::session::{SessionTracker, SessionTurn};
 use crate::stop::StopRequest;
@@ -246,6 +247,8 @@ pub struct RequestBuilder {
     pub prompt_log: Option<PromptLog>,
     /// Buffers the senders gave back.
     pub buffers: BufferPool,
+    /// `--prompt-source dataset`: records with lengths get dataset text.
+    pub dataset: Option<Arc<DatasetPrompts>>,
 }
 
 /// Room kept in front of the body for the per-request headers: the record index (so server
@@ -283,6 +286,7 @@ impl RequestBuilder {
             cache_bytes_per_producer: 0,
             prompt_log: None,
             buffers,
+            dataset: None,
         }
     }
 
@@ -549,6 +553,14 @@ fn produce(
                 }
             }
         };
+        let mut record = record;
+        if let Some(dataset) = &builder.dataset {
+            dataset.fill(&mut record).map_err(|message| Error::Trace {
+                file: PathBuf::from("--prompt-dataset"),
+                line: record.line,
+                message,
+            })?;
+        }
         let mut request = builder
             .build(&record, endpoint, scheduled_ns, &mut caches)
             .map_err(|message| Error::Trace {

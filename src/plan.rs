@@ -103,6 +103,15 @@ impl PromptPlan {
     }
 }
 
+/// Where prompt text comes from (`--prompt-source`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptSource {
+    #[default]
+    Synthetic,
+    Dataset,
+}
+
 /// Records of `--synthetic` without `--max-requests`.
 const DEFAULT_SYNTHETIC_REQUESTS: u64 = 1000;
 
@@ -224,6 +233,8 @@ pub struct ReplayPlan {
     pub warmup_requests: u64,
     /// `--loop`: times the trace is replayed.
     pub passes: u64,
+    /// `--prompt-source dataset`: the dataset file.
+    pub prompt_dataset: Option<PathBuf>,
     /// Stop early past this share of failed requests.
     pub max_error_rate: Option<f64>,
     pub drain_timeout_s: f64,
@@ -398,6 +409,20 @@ impl ReplayPlan {
             session_mode: a.session_mode,
             load,
             warmup_requests: a.warmup_requests,
+            prompt_dataset: match (a.prompt_source, &a.prompt_dataset) {
+                (PromptSource::Dataset, Some(p)) => Some(p.clone()),
+                (PromptSource::Dataset, None) => {
+                    return Err(Error::Usage(
+                        "--prompt-source dataset needs --prompt-dataset FILE".into(),
+                    ))
+                }
+                (PromptSource::Synthetic, Some(_)) => {
+                    return Err(Error::Usage(
+                        "--prompt-dataset is read with --prompt-source dataset".into(),
+                    ))
+                }
+                (PromptSource::Synthetic, None) => None,
+            },
             passes: match a.passes {
                 0 => return Err(Error::Usage("--loop must be at least 1".into())),
                 n => n,
@@ -475,6 +500,7 @@ impl ReplayPlan {
             load: crate::load::LoadPlan::default(),
             warmup_requests: 0,
             passes: 1,
+            prompt_dataset: None,
             max_error_rate: None,
             drain_timeout_s: 10.0,
             spin_us: 150,

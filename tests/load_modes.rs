@@ -170,6 +170,8 @@ fn conflicting_or_bad_load_options_are_usage_errors() {
             "cannot be used with",
         ),
         (vec!["--max-idle-gap=-1"], "--max-idle-gap"),
+        (vec!["--prompt-source", "dataset"], "--prompt-dataset FILE"),
+        (vec!["--loop", "0"], "--loop"),
     ] {
         let o = bin()
             .args([

@@ -464,3 +464,79 @@ fn a_file_that_is_not_a_tokenizer_says_so() {
         );
     }
 }
+
+/// `--prompt-source dataset` (UCM TraceReplay's benchmark mode): each record gets a dataset
+/// prompt cut or extended to exactly its input_length, as the server counts it, for both
+/// bundled tokenizer families and both wrappings (chat template, completion).
+#[test]
+fn dataset_prompts_hit_input_length_exactly_for_both_families() {
+    let dir = temp_dir("dataset-prompts");
+    let trace = dir.join("t.jsonl");
+    // Lengths from just above the chat template (9 tokens for Mistral) to past the longest
+    // sample entry: both cutting and extending run.
+    let lengths = [12u64, 19, 40, 77, 150, 333, 700, 1200, 2600, 5000];
+    let lines: Vec<String> = lengths
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!(r#"{{"timestamp": {i}, "input_length": {l}, "output_length": 2, "hash_ids": [{i}]}}"#))
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let dataset =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/formats/sharegpt_sample.json");
+    for family in ["qwen3", "mistral"] {
+        let tok = tokenizer(family);
+        let mock = MockProcess::start(&[
+            "--tokenizer",
+            path(&tok),
+            "--ttft-ms",
+            "1",
+            "--itl-ms",
+            "0.1",
+        ]);
+        for api in ["openai-chat", "openai-completions"] {
+            let out = dir.join(format!("{family}-{api}"));
+            let status = common::replay_against(&mock, &trace, &out)
+                .args([
+                    "--api",
+                    api,
+                    "--tokenizer",
+                    path(&tok),
+                    "--time-scale",
+                    "10",
+                ])
+                .args([
+                    "--prompt-source",
+                    "dataset",
+                    "--prompt-dataset",
+                    path(&dataset),
+                ])
+                .arg("--save-prompts")
+                .status()
+                .unwrap();
+            assert!(status.success(), "{family} {api}");
+            let summary: Value =
+                serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                    .unwrap();
+            let m = &summary["input_length_match"];
+            assert_eq!(
+                (m["checked"].as_u64(), m["exact"].as_u64()),
+                (Some(10), Some(10)),
+                "{family} {api}: {m}"
+            );
+            // The text is the dataset's: most prompts begin with a sample's opening words.
+            let from_dataset = read_jsonl(&out.join("prompts.jsonl"))
+                .iter()
+                .filter(|p| {
+                    let t = p["prompt"].as_str().unwrap_or_default();
+                    ["Explain", "I am reading", "Here is a log", "Write a long"]
+                        .iter()
+                        .any(|w| t.starts_with(&w[..t.len().min(w.len())]))
+                })
+                .count();
+            assert_eq!(
+                from_dataset, 10,
+                "{family} {api}: {from_dataset} of 10 from the dataset"
+            );
+        }
+    }
+}

@@ -13,6 +13,7 @@
 //!   with the real template and tokenizer ([`PromptCounter`]) and taken off the content.
 
 mod cache;
+pub mod dataset;
 mod synth;
 mod template;
 pub mod verify;

@@ -177,6 +177,18 @@ impl PromptCounter {
         self.encode(prompt, true)
     }
 
+    /// Token ids of text on its own (no special tokens, no template).
+    pub fn content_ids(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.encode(text, false)
+    }
+
+    /// The text of token ids (special tokens left out).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        self.tokenizer
+            .decode(ids, true)
+            .map_err(|e| format!("tokenizer: {e}"))
+    }
+
     fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, String> {
         self.tokenizer
             .encode_fast(text, special)

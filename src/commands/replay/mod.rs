@@ -348,7 +348,9 @@ fn request_builder(
         true => Some(PromptLog::create(&out.dir.join("prompts.jsonl"))?),
         false => None,
     };
+    let dataset = setup::prepare_dataset(plan, &prompts)?;
     Ok(RequestBuilder {
+        dataset,
         styles,
         synths: prompts.synths,
         cache_bytes_per_producer: plan.prompt.block_cache_bytes() / num_producer,
@@ -519,6 +521,18 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     }
     if let Some(log) = &stages.builder.prompt_log {
         log.finish()?;
+    }
+    if let Some(n) = stages
+        .builder
+        .dataset
+        .as_ref()
+        .map(|d| d.fallbacks())
+        .filter(|&n| n > 0)
+    {
+        eprintln!(
+            "warning: {n} records got synthetic text: no cut of their dataset text came to their \
+             input_length (one shorter than what the chat template adds cannot)"
+        );
     }
     let mut itl = latency_histogram();
     let mut token_itl = latency_histogram();

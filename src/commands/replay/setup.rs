@@ -17,6 +17,7 @@ use crate::limits;
 use crate::load::{Arrival, Pace};
 use crate::mock::{MockConfig, MockServer, PromptCounting};
 use crate::plan::{ReplayPlan, Targets};
+use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{self, PromptSynth, Wrapping};
 use crate::report;
 use crate::trace::inspect::TraceStats;
@@ -192,6 +193,12 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     if plan.passes > 1 {
         line.push_str(&format!("; the trace {} times (--loop)", plan.passes));
     }
+    if let Some(d) = &plan.prompt_dataset {
+        line.push_str(&format!(
+            "; prompt text from {} cut or extended to each input_length (hash ids not used)",
+            d.display()
+        ));
+    }
     if plan.warmup_requests > 0 {
         line.push_str(&format!(
             "; the first {} are warmup, in no statistic",
@@ -224,6 +231,34 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     (line, warnings)
 }
 
+/// `--prompt-source dataset`: the dataset, and the tokenizer that checks each cut.
+pub fn prepare_dataset(
+    plan: &ReplayPlan,
+    prompts: &Prompts,
+) -> Result<Option<Arc<DatasetPrompts>>> {
+    let Some(path) = &plan.prompt_dataset else {
+        return Ok(None);
+    };
+    let (Some(tokenizer), [synth]) = (&plan.prompt.tokenizer, prompts.synths.as_slice()) else {
+        return Err(Error::Usage(
+            "--prompt-source dataset needs --tokenizer and endpoints that all wrap prompts the \
+             same way (one API)"
+                .into(),
+        ));
+    };
+    let wrapping = prompts.wrappings[0];
+    let (tok, file) = prompt::load_tokenizer(tokenizer)?;
+    let counter = prompt::PromptCounter::new(tok, &file, plan.prompt.tokenizer_config.as_deref())?;
+    let texts = prompt::dataset::load_texts(path)?;
+    Ok(Some(Arc::new(DatasetPrompts::new(
+        texts,
+        Arc::new(counter),
+        wrapping,
+        Arc::clone(synth),
+        plan.prompt.seed,
+    ))))
+}
+
 /// The dialect of each endpoint, before the mock (if any) has an address.
 pub fn endpoint_apis(plan: &ReplayPlan) -> Vec<Api> {
     match &plan.targets {
@@ -240,6 +275,8 @@ pub struct Prompts {
     pub synth_of_endpoint: Vec<usize>,
     /// What a chat template adds (for the in-process mock's count).
     pub chat_overhead: u64,
+    /// The wrapping of each synthesiser.
+    pub wrappings: Vec<Wrapping>,
 }
 
 pub fn prepare_prompts(
@@ -287,6 +324,7 @@ pub fn prepare_prompts(
         synths,
         synth_of_endpoint,
         chat_overhead,
+        wrappings: wrappings.iter().map(|(w, _)| *w).collect(),
     })
 }
 
@@ -295,12 +333,21 @@ pub fn start_mock(plan: &ReplayPlan, chat_overhead: u64, say: &Say) -> Result<Op
     let Targets::Mock { ttft_ms, itl_ms } = plan.targets else {
         return Ok(None);
     };
+    // The in-process mock counts words; it is told the template overhead measured above so
+    // that its usage.prompt_tokens stands for what a server would count. Dataset text is not
+    // one word a token: then it counts with the tokenizer, as a server does.
+    let counting = match (&plan.prompt_dataset, &plan.prompt.tokenizer) {
+        (Some(_), Some(tokenizer)) => {
+            let (tok, file) = prompt::load_tokenizer(tokenizer)?;
+            let config = plan.prompt.tokenizer_config.as_deref();
+            PromptCounting::Tokenizer(Arc::new(prompt::PromptCounter::new(tok, &file, config)?))
+        }
+        _ => PromptCounting::Words { chat_overhead },
+    };
     let cfg = MockConfig {
         ttft_ns: crate::cli::ms_to_ns(ttft_ms),
         itl_ns: crate::cli::ms_to_ns(itl_ms),
-        // The in-process mock counts words; it is told the template overhead measured above
-        // so that its usage.prompt_tokens stands for what a server would count.
-        counting: PromptCounting::Words { chat_overhead },
+        counting,
         ..MockConfig::default()
     };
     let server = MockServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), cfg)
