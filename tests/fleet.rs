@@ -124,26 +124,15 @@ fn round_robin_spreads_records_evenly_by_weight() {
 fn session_routing_keeps_conversations_and_first_block_groups_on_one_endpoint() {
     let dir = temp_dir("fleet-session");
     let trace = dir.join("t.jsonl");
-    let mut records = Vec::new();
-    let mut roots = HashMap::new(); // chat id -> root chat id
-    let mut next_block = 0u64;
-    for conv in 0..30i64 {
-        let mut parent = -1i64;
-        let mut history: Vec<u64> = Vec::new();
-        for turn in 1..=3i64 {
-            let chat = conv * 10 + turn;
-            history.extend(next_block..next_block + 2);
-            next_block += 2;
-            records.push(json!({
-                "chat_id": chat, "parent_chat_id": parent,
-                "timestamp": (conv as f64) * 0.05 + (turn as f64) * 0.5,
-                "input_length": history.len() * 16, "output_length": 2,
-                "type": "text", "turn": turn, "hash_ids": history,
-            }));
-            roots.insert(chat, conv * 10 + 1);
-            parent = chat;
-        }
-    }
+    let mut records = common::bailian_chains(30, 0.05, 0.5, 2);
+    // chat id -> the root chat id of its conversation
+    let mut roots: HashMap<i64, i64> = records
+        .iter()
+        .map(|r| {
+            let chat = r["chat_id"].as_i64().unwrap();
+            (chat, chat / 10 * 10 + 1)
+        })
+        .collect();
     // Standalone records: ten groups of four sharing their first block.
     for i in 0..40i64 {
         records.push(json!({

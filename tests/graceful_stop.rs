@@ -200,16 +200,7 @@ fn two_signals_within_a_second_drain_as_one() {
 #[test]
 fn a_stop_with_nothing_in_flight_does_not_wait_for_the_drain_timeout() {
     let dir = temp_dir("sigint-idle");
-    let trace = dir.join("sparse.jsonl");
-    let lines: Vec<String> = (0..3)
-        .map(|i| {
-            format!(
-                r#"{{"timestamp": {}, "text_input": "a b", "input_length": 2, "output_length": 2}}"#,
-                i * 60_000
-            )
-        })
-        .collect();
-    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let trace = common::text_trace(&dir, 3, 60_000, 2);
     let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
     let out = dir.join("run");
     let mut child = start_replay(&mock, &trace, &out, "60");

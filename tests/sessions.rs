@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use clap::Parser;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 mod common;
 use common::{read_jsonl, temp_dir};
@@ -16,24 +16,7 @@ use llmreplay::mock::{FaultPlan, MockConfig, MockServer};
 /// 3-turn Bailian chains, turns 100 ms apart in the trace: without waiting, every child would
 /// leave long before its parent's answer (200 ms TTFT) is in.
 fn chains(conversations: i64) -> Vec<Value> {
-    let mut records = Vec::new();
-    let mut next_block = 0u64;
-    for conv in 0..conversations {
-        let mut parent = -1i64;
-        let mut history: Vec<u64> = Vec::new();
-        for turn in 1..=3i64 {
-            let chat = conv * 10 + turn;
-            history.extend(next_block..next_block + 2);
-            next_block += 2;
-            records.push(json!({
-                "chat_id": chat, "parent_chat_id": parent,
-                "timestamp": conv as f64 * 0.02 + turn as f64 * 0.1,
-                "input_length": history.len() * 16, "output_length": 4,
-                "type": "text", "turn": turn, "hash_ids": history,
-            }));
-            parent = chat;
-        }
-    }
+    let mut records = common::bailian_chains(conversations, 0.02, 0.1, 4);
     records.sort_by(|a, b| {
         a["timestamp"]
             .as_f64()

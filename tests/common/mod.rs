@@ -47,6 +47,31 @@ pub fn text_trace(dir: &Path, n: u64, every_ms: u64, output: u64) -> PathBuf {
     path
 }
 
+/// Bailian-style conversations of 3 turns: conversation c's turn t (1-based) is chat
+/// `c * 10 + t`, answering the turn before, at `c * conv_every_s + t * turn_every_s`; each
+/// turn's hash ids hold the history (its parent's blocks, then two new ones). Unsorted.
+pub fn bailian_chains(n: i64, conv_every_s: f64, turn_every_s: f64, output: u64) -> Vec<Value> {
+    let mut records = Vec::new();
+    let mut next_block = 0u64;
+    for conv in 0..n {
+        let mut parent = -1i64;
+        let mut history: Vec<u64> = Vec::new();
+        for turn in 1..=3i64 {
+            let chat = conv * 10 + turn;
+            history.extend(next_block..next_block + 2);
+            next_block += 2;
+            records.push(serde_json::json!({
+                "chat_id": chat, "parent_chat_id": parent,
+                "timestamp": conv as f64 * conv_every_s + turn as f64 * turn_every_s,
+                "input_length": history.len() * 16, "output_length": output,
+                "type": "text", "turn": turn, "hash_ids": history,
+            }));
+            parent = chat;
+        }
+    }
+    records
+}
+
 /// A fresh, empty scratch directory for one test.
 pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("llmreplay-test-{name}-{}", std::process::id()));
