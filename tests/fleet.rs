@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use clap::Parser;
 use serde_json::{json, Value};
 
 mod common;
@@ -24,20 +23,6 @@ fn mocks(n: usize) -> Vec<MockServer> {
             MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap()
         })
         .collect()
-}
-
-fn replay(args: &[String]) -> llmreplay::commands::replay::RunOutcome {
-    let cli = llmreplay::cli::Cli::parse_from(
-        ["llmreplay", "replay", "--quiet"]
-            .into_iter()
-            .map(String::from)
-            .chain(args.iter().cloned()),
-    );
-    let llmreplay::cli::Command::Replay(args) = cli.command else {
-        panic!("replay")
-    };
-    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
-        .unwrap()
 }
 
 fn write_trace(path: &Path, records: &[Value]) {
@@ -74,7 +59,7 @@ fn round_robin_spreads_records_evenly_by_weight() {
             url.clone()
         });
     }
-    let outcome = replay(&args);
+    let outcome = common::replay_in_process(&args);
     assert_eq!(outcome.summary.ok, 400);
     let stats = stop_all(servers);
     let got: Vec<u64> = stats.iter().map(|s| s.requests - 1).collect(); // less discovery
@@ -161,7 +146,7 @@ fn session_routing_keeps_conversations_and_first_block_groups_on_one_endpoint() 
         args.push("--endpoint".into());
         args.push(format!("http://{}", m.addr()));
     }
-    let outcome = replay(&args);
+    let outcome = common::replay_in_process(&args);
     assert_eq!(outcome.summary.ok as usize, records.len());
     let mut endpoint_of_group: HashMap<i64, String> = HashMap::new();
     let mut used = std::collections::HashSet::new();
@@ -216,7 +201,7 @@ fn a_mixed_fleet_speaks_each_endpoints_dialect() {
         dir.join("run").display().to_string(),
     ]
     .into();
-    let outcome = replay(&args);
+    let outcome = common::replay_in_process(&args);
     assert_eq!(outcome.summary.ok, 120);
     let run: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("run/run.json")).unwrap()).unwrap();
@@ -296,7 +281,7 @@ fn least_inflight_favours_the_faster_endpoint() {
         args.push("--endpoint".into());
         args.push(format!("http://{}", m.addr()));
     }
-    let outcome = replay(&args);
+    let outcome = common::replay_in_process(&args);
     assert_eq!(outcome.summary.ok, 200);
     let fast_n = fast.stop().unwrap().requests - 1;
     let slow_n = slow.stop().unwrap().requests - 1;

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use clap::Parser;
 use serde_json::Value;
 
 mod common;
@@ -42,20 +41,6 @@ fn mock(faults: &[&str]) -> MockServer {
     MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap()
 }
 
-fn replay(args: &[String]) -> llmreplay::commands::replay::RunOutcome {
-    let cli = llmreplay::cli::Cli::parse_from(
-        ["llmreplay", "replay", "--quiet", "--num-sender", "3"]
-            .into_iter()
-            .map(String::from)
-            .chain(args.iter().cloned()),
-    );
-    let llmreplay::cli::Command::Replay(args) = cli.command else {
-        panic!("replay")
-    };
-    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
-        .unwrap()
-}
-
 fn args(trace: &Path, out: &Path, servers: &[MockServer], extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "--trace".into(),
@@ -66,6 +51,8 @@ fn args(trace: &Path, out: &Path, servers: &[MockServer], extra: &[&str]) -> Vec
         common::tokenizer("qwen3").display().to_string(),
         "--model".into(),
         "m".into(),
+        "--num-sender".into(),
+        "3".into(),
     ];
     for m in servers {
         a.push("--endpoint".into());
@@ -87,7 +74,7 @@ fn a_turn_leaves_after_its_parent_ends_and_stays_on_its_endpoint() {
     write_trace(&trace, &records);
     let servers = vec![mock(&[]), mock(&[])];
     let out = dir.join("run");
-    let outcome = replay(&args(&trace, &out, &servers, &["--route", "session"]));
+    let outcome = common::replay_in_process(&args(&trace, &out, &servers, &["--route", "session"]));
     assert_eq!(outcome.summary.ok, 60);
     let rows = read_jsonl(&out.join("requests.jsonl"));
     let by_index: HashMap<u64, &Value> = rows
@@ -148,7 +135,7 @@ fn a_failed_parent_still_releases_its_child_which_is_marked() {
     write_trace(&trace, &chains(20));
     let servers = vec![mock(&["status:500:0.3"])];
     let out = dir.join("run");
-    replay(&args(&trace, &out, &servers, &[]));
+    common::replay_in_process(&args(&trace, &out, &servers, &[]));
     let rows = read_jsonl(&out.join("requests.jsonl"));
     assert_eq!(rows.len(), 60, "every turn is sent and recorded");
     let by_index: HashMap<u64, &Value> = rows
@@ -180,7 +167,7 @@ fn timestamp_mode_sends_every_turn_at_its_own_time() {
     write_trace(&trace, &chains(5));
     let servers = vec![mock(&[])];
     let out = dir.join("run");
-    replay(&args(
+    common::replay_in_process(&args(
         &trace,
         &out,
         &servers,

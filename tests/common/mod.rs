@@ -72,6 +72,22 @@ pub fn bailian_chains(n: i64, conv_every_s: f64, turn_every_s: f64, output: u64)
     records
 }
 
+/// `llmreplay replay --quiet ARGS` run in this process (the library, no child process).
+pub fn replay_in_process(args: &[String]) -> llmreplay::commands::replay::RunOutcome {
+    use clap::Parser;
+    let cli = llmreplay::cli::Cli::parse_from(
+        ["llmreplay", "replay", "--quiet"]
+            .into_iter()
+            .map(String::from)
+            .chain(args.iter().cloned()),
+    );
+    let llmreplay::cli::Command::Replay(args) = cli.command else {
+        panic!("replay")
+    };
+    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+        .unwrap()
+}
+
 /// A fresh, empty scratch directory for one test.
 pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("llmreplay-test-{name}-{}", std::process::id()));
