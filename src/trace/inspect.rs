@@ -32,6 +32,9 @@ pub struct TraceStats {
     pub prefix_hit_tokens: u64,
     /// Records whose `hash_ids` count differs from ceil(input_length / block_size).
     pub hash_length_mismatches: u64,
+    /// Turns that answer an earlier record of the trace: a Bailian `parent_chat_id`, or a
+    /// `session_id` seen before (they wait for it under `--session-mode after-parent`).
+    pub turns_with_parent: u64,
     /// Timestamp order, as the replay reads the trace.
     pub order: OrderStats,
     /// Invalid lines skipped under `--skip-invalid`.
@@ -139,6 +142,7 @@ pub fn scan(
     let mut min_ts = f64::INFINITY;
     let mut max_ts = f64::NEG_INFINITY;
     let b = u64::from(block_size.max(1));
+    let mut sessions = std::collections::HashSet::new();
     while let Some((rec, ts)) = reader.next_record()? {
         stats.records += 1;
         let since_first = ts - *first_ts.get_or_insert(ts);
@@ -157,6 +161,12 @@ pub fn scan(
         if rec.input_length().is_none() || !matches!(rec.input, super::Input::Synthetic { .. }) {
             stats.verbatim_records += 1;
         }
+        let answers = match (&rec.ids.session_id, rec.ids.parent_chat_id) {
+            (_, Some(p)) => p >= 0,
+            (Some(s), None) => sessions.len() < MAX_TRACKED_HASH_IDS && !sessions.insert(s.clone()),
+            (None, None) => false,
+        };
+        stats.turns_with_parent += u64::from(answers);
         let ids = rec.hash_ids();
         if !ids.is_empty() && ids.len() as u64 != input.div_ceil(b) {
             stats.hash_length_mismatches += 1;
@@ -221,6 +231,11 @@ impl fmt::Display for TraceStats {
             f,
             "Records with text or messages:",
             self.verbatim_records.to_string(),
+        )?;
+        row(
+            f,
+            "Turns answering an earlier record:",
+            self.turns_with_parent.to_string(),
         )?;
         row(
             f,

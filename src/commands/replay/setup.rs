@@ -20,6 +20,7 @@ use crate::plan::{ReplayPlan, Targets};
 use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{self, PromptSynth, Wrapping};
 use crate::report;
+use crate::session::SessionMode;
 use crate::trace::inspect::TraceStats;
 use crate::trace::Format;
 use crate::transport::{ClientTls, TlsOptions, TlsTarget};
@@ -123,6 +124,16 @@ pub fn trace_span_s(plan: &ReplayPlan, stats: &TraceStats) -> f64 {
     s
 }
 
+/// A rate with three significant digits (0.0370, 3.40, 1000).
+fn three_digits(x: f64) -> String {
+    match x {
+        x if x >= 100.0 => format!("{x:.0}"),
+        x if x >= 10.0 => format!("{x:.1}"),
+        x if x >= 1.0 => format!("{x:.2}"),
+        x => format!("{x:.3}"),
+    }
+}
+
 /// `--loop`: how much later each pass starts than the one before: the trace's span and one
 /// mean gap.
 pub fn pass_shift_ms(stats: &TraceStats) -> f64 {
@@ -150,11 +161,11 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     let mut line = match plan.load.pace {
         Pace::Trace => format!(
             "plan: {} records, {trace_s:.1} s of trace time replayed in {wall_s:.1} s \
-             (--time-scale {}), mean {:.1} req/s, busiest second {busiest} requests; to \
+             (--time-scale {}), mean {} req/s, busiest second {busiest} requests; to \
              {endpoints}",
             stats.records * plan.passes,
             plan.time_scale,
-            (stats.records * plan.passes) as f64 / wall_s.max(1e-3),
+            three_digits((stats.records * plan.passes) as f64 / wall_s.max(1e-3)),
         ),
         Pace::Rate {
             per_s,
@@ -192,6 +203,15 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     }
     if plan.passes > 1 {
         line.push_str(&format!("; the trace {} times (--loop)", plan.passes));
+    }
+    match (stats.turns_with_parent, plan.session_mode) {
+        (0, _) => {}
+        (n, SessionMode::AfterParent) => line.push_str(&format!(
+            "; {n} turns wait for their parent's end (--session-mode after-parent)"
+        )),
+        (n, SessionMode::Timestamp) => line.push_str(&format!(
+            "; {n} turns leave at their own time, answered or not (--session-mode timestamp)"
+        )),
     }
     if let Some(d) = &plan.prompt_dataset {
         line.push_str(&format!(
