@@ -255,6 +255,8 @@ pub struct SummaryBuilder {
     sessions: SessionBuilder,
     warmup: u64,
     queue_ms: Vec<f64>,
+    /// Successful requests whose server reported cached prompt tokens: (cached, prompt).
+    cached: (u64, u64),
 }
 
 /// Conversation turns that waited for their parent.
@@ -441,6 +443,10 @@ impl SummaryBuilder {
         self.input_tokens += r.prompt_tokens.or(r.input_tokens).unwrap_or(0);
         self.output_tokens += r.output_tokens.unwrap_or(0);
         self.input_length_match.add(r.input_tokens, r.prompt_tokens);
+        if let (Some(cached), Some(prompt)) = (r.cached_tokens, r.prompt_tokens) {
+            self.cached.0 += cached;
+            self.cached.1 += prompt;
+        }
         self.output_length_match
             .add(r.output_tokens_target, r.output_tokens);
         let pairs: [(&mut Vec<f64>, Option<f64>); 4] = [
@@ -501,6 +507,7 @@ impl SummaryBuilder {
             percentiles: percentile_list(percentiles),
             warmup_requests: self.warmup,
             queue: Distribution::of(&mut self.queue_ms, percentiles),
+            cached_tokens: (self.cached.1 > 0).then_some(self.cached),
             sessions: (self.sessions.turns > 0).then(|| SessionSummary {
                 turns_after_parent: self.sessions.turns,
                 parent_failed: self.sessions.parent_failed,
@@ -566,6 +573,9 @@ pub struct Summary {
     pub warmup_requests: u64,
     /// Closed loop: each request's wait for a free slot.
     pub queue: Option<Distribution>,
+    /// The servers' prefix-cache hits: cached prompt tokens and the prompt tokens of the
+    /// requests that reported them (None when no server reported any).
+    pub cached_tokens: Option<(u64, u64)>,
     /// Why the run stopped before its schedule ended (from run.json), if it did.
     pub stopped_early: Option<String>,
 }
@@ -646,6 +656,13 @@ impl Summary {
         if let Some(q) = &self.queue {
             m.insert("queue_ms".into(), q.to_json());
         }
+        if let Some((cached, prompt)) = self.cached_tokens {
+            m.insert(
+                "prefix_cache".into(),
+                json!({"observed_hit_share": cached as f64 / prompt as f64,
+                       "cached_tokens": cached, "prompt_tokens": prompt}),
+            );
+        }
         m.insert(
             "per_endpoint".into(),
             json!(self
@@ -717,6 +734,12 @@ impl Summary {
         };
         if let Some(q) = &self.queue {
             line("Queue wait p50 / p99 (ms):", p50_p99(q));
+        }
+        if let Some((cached, prompt)) = self.cached_tokens {
+            line(
+                "Prefix-cache hits (server, % prompt):",
+                format!("{:.2}", 100.0 * cached as f64 / prompt as f64),
+            );
         }
         if let Some(sessions) = &self.sessions {
             line(
@@ -812,5 +835,33 @@ mod tests {
         assert_eq!(d.percentile(99.9), Some(5.0));
         assert_eq!(percentile_key(99.9), "p99.9");
         assert!(Distribution::of(&mut [], &[]).is_none());
+    }
+
+    /// The servers' `cached_tokens`: summed over the requests that report them, as a share
+    /// of their prompt tokens; absent when no server reports any.
+    #[test]
+    fn prefix_cache_hits_are_the_share_of_reported_prompt_tokens() {
+        let record = |index, prompt, cached| RequestRecord {
+            index,
+            status: Some(200),
+            sent_ns: Some(1),
+            first_token_ns: Some(2),
+            end_ns: Some(3),
+            prompt_tokens: Some(prompt),
+            cached_tokens: cached,
+            ..RequestRecord::default()
+        };
+        let hist = latency_histogram();
+        let mut b = SummaryBuilder::new(None);
+        b.add(&record(0, 1000, Some(0)));
+        b.add(&record(1, 1000, Some(750)));
+        b.add(&record(2, 5000, None));
+        let s = b.finish(&hist, &hist, &[]);
+        assert_eq!(s.cached_tokens, Some((750, 2000)));
+        assert_eq!(s.to_json()["prefix_cache"]["observed_hit_share"], 0.375);
+        let mut b = SummaryBuilder::new(None);
+        b.add(&record(0, 1000, None));
+        let s = b.finish(&hist, &hist, &[]);
+        assert!(s.cached_tokens.is_none() && s.to_json().get("prefix_cache").is_none());
     }
 }

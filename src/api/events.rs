@@ -13,6 +13,9 @@ pub struct StreamEvent {
     /// `[DONE]`.
     pub done: bool,
     pub prompt_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens`: prompt tokens the server's prefix cache
+    /// served (vLLM, SGLang and llama.cpp's server send it).
+    pub cached_tokens: Option<u64>,
     /// Cumulative completion tokens from `usage` (final event, or every event with vLLM's
     /// `continuous_usage_stats`).
     pub completion_tokens: Option<u64>,
@@ -27,6 +30,7 @@ pub struct EventScanner {
     content_keys: Vec<Finder<'static>>,
     usage: Finder<'static>,
     prompt_tokens: Finder<'static>,
+    cached_tokens: Finder<'static>,
     completion_tokens: Finder<'static>,
     /// TGI's count of generated tokens, in its last event's `details`.
     generated_tokens: Option<Finder<'static>>,
@@ -48,6 +52,7 @@ impl EventScanner {
             content_keys: keys.iter().map(|k| Finder::new(*k)).collect(),
             usage: Finder::new(b"\"usage\":"),
             prompt_tokens: Finder::new(b"\"prompt_tokens\":"),
+            cached_tokens: Finder::new(b"\"cached_tokens\":"),
             completion_tokens: Finder::new(b"\"completion_tokens\":"),
             generated_tokens: (api == Api::Tgi).then(|| Finder::new(b"\"generated_tokens\":")),
             error_object: Finder::new(b"\"object\":\"error\""),
@@ -89,6 +94,7 @@ impl EventScanner {
             let rest = skip_ws(&payload[at + self.usage.needle().len()..]);
             if rest.first() == Some(&b'{') {
                 ev.prompt_tokens = number_after(rest, &self.prompt_tokens);
+                ev.cached_tokens = number_after(rest, &self.cached_tokens);
                 ev.completion_tokens = number_after(rest, &self.completion_tokens);
             }
         }
@@ -114,6 +120,7 @@ impl EventScanner {
             let first = v.as_array().and_then(|a| a.first()).unwrap_or(&v);
             return FullResponse {
                 prompt_tokens: None,
+                cached_tokens: None,
                 completion_tokens: first
                     .pointer("/details/generated_tokens")
                     .and_then(Value::as_u64),
@@ -124,6 +131,9 @@ impl EventScanner {
         let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
         FullResponse {
             prompt_tokens: count("prompt_tokens"),
+            cached_tokens: usage
+                .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
+                .and_then(Value::as_u64),
             completion_tokens: count("completion_tokens"),
             error: None,
         }
@@ -133,6 +143,7 @@ impl EventScanner {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FullResponse {
     pub prompt_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub error: Option<String>,
 }
@@ -209,6 +220,14 @@ mod tests {
             (ev.prompt_tokens, ev.completion_tokens),
             (Some(12), Some(7))
         );
+        // vLLM's final usage with prefix-cache hits.
+        let cached = br#"{"choices":[],"usage":{"prompt_tokens":1200,"total_tokens":1207,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":1024}}}"#;
+        let ev = s.scan(cached);
+        assert_eq!(
+            (ev.prompt_tokens, ev.cached_tokens),
+            (Some(1200), Some(1024))
+        );
+        assert_eq!(s.scan(usage).cached_tokens, None);
         let null_usage = br#"{"choices":[{"delta":{"content":"a"}}],"usage":null}"#;
         assert_eq!(s.scan(null_usage).completion_tokens, None);
         assert!(s.scan(b"[DONE]").done);
@@ -230,9 +249,17 @@ mod tests {
             full,
             FullResponse {
                 prompt_tokens: Some(3),
+                cached_tokens: None,
                 completion_tokens: Some(2),
                 error: None
             }
+        );
+        let full = s.parse_body(
+            br#"{"choices":[{"text":"abc"}],"usage":{"prompt_tokens":48,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32}}}"#,
+        );
+        assert_eq!(
+            (full.prompt_tokens, full.cached_tokens),
+            (Some(48), Some(32))
         );
         assert_eq!(s.parse_body(b"not json").error.as_deref(), Some("not json"));
     }

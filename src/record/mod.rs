@@ -133,6 +133,9 @@ pub struct RequestRecord {
     pub end_ns: Option<u64>,
     pub input_tokens: Option<u64>,
     pub prompt_tokens: Option<u64>,
+    /// The server's `usage.prompt_tokens_details.cached_tokens`: prompt tokens its prefix
+    /// cache served.
+    pub cached_tokens: Option<u64>,
     pub output_tokens_target: Option<u64>,
     /// Server usage, else the number of content chunks.
     pub output_tokens: Option<u64>,
@@ -226,6 +229,7 @@ impl RequestRecord {
         m.insert("tpot_ms".into(), json!(self.tpot_ms()));
         m.insert("input_tokens".into(), json!(self.input_tokens));
         m.insert("prompt_tokens".into(), json!(self.prompt_tokens));
+        m.insert("cached_tokens".into(), json!(self.cached_tokens));
         m.insert(
             "output_tokens_target".into(),
             json!(self.output_tokens_target),
@@ -303,6 +307,7 @@ impl RequestRecord {
             end_ns: ns("end_ms"),
             input_tokens: uint("input_tokens"),
             prompt_tokens: uint("prompt_tokens"),
+            cached_tokens: uint("cached_tokens"),
             output_tokens_target: uint("output_tokens_target"),
             output_tokens: uint("output_tokens"),
             chunks: uint("chunks").unwrap_or(0),

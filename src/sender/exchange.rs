@@ -35,6 +35,7 @@ pub struct Exchange {
     chunks: u64,
     counted_tokens: u64,
     prompt_tokens: Option<u64>,
+    cached_tokens: Option<u64>,
     /// The server's prompt count is only an estimate: it is not recorded.
     approximate_prompt_count: bool,
     completion_tokens: Option<u64>,
@@ -58,6 +59,7 @@ impl Exchange {
             chunks: 0,
             counted_tokens: 0,
             prompt_tokens: None,
+            cached_tokens: None,
             approximate_prompt_count: false,
             completion_tokens: None,
             error: None,
@@ -89,6 +91,7 @@ impl Exchange {
         }
         if ev.prompt_tokens.is_some() {
             self.prompt_tokens = ev.prompt_tokens;
+            self.cached_tokens = ev.cached_tokens;
         }
         let mut tokens = 1;
         if let Some(total) = ev.completion_tokens {
@@ -134,6 +137,7 @@ impl Exchange {
                 self.fail(ErrorKind::Http, message);
             }
             self.prompt_tokens = full.prompt_tokens;
+            self.cached_tokens = full.cached_tokens;
             self.completion_tokens = full.completion_tokens;
             // The whole answer arrives at once: its first token is its last byte.
             self.first_token_ns = Some(now);
@@ -159,6 +163,7 @@ impl Exchange {
             prompt_tokens: self
                 .prompt_tokens
                 .filter(|_| !self.approximate_prompt_count),
+            cached_tokens: self.cached_tokens,
             output_tokens_target: self.req.output_tokens_target,
             output_tokens,
             chunks: self.chunks,
