@@ -70,7 +70,7 @@ pub enum Command {
     /// Replay a trace against one or more endpoints (or the built-in mock) and measure.
     Replay(Box<ReplayArgs>),
     /// Run the built-in mock inference server (OpenAI chat and completions, streaming or not).
-    Mock(MockArgs),
+    Mock(Box<MockArgs>),
     /// Validate a trace and print its statistics (records, span, rate, tokens, prefix reuse).
     Inspect(InspectArgs),
     /// Re-render the summary, report.html and results.xlsx of a finished run from its
@@ -604,6 +604,23 @@ pub struct MockArgs {
     #[arg(long, value_name = "N", default_value_t = 2, requires = "tokenizer")]
     pub count_threads: usize,
 
+    /// Keep an LRU prefix cache of N blocks (as vLLM's automatic prefix caching: a block
+    /// hits only when every block before it does) and report each request's hits as
+    /// usage.prompt_tokens_details.cached_tokens. Blocks are --cache-block-size words of the
+    /// prompt's content (llmreplay's synthetic prompts are one word a token).
+    #[arg(long, value_name = "N")]
+    pub cache_blocks: Option<usize>,
+
+    /// With --cache-blocks: words (tokens) per block; give the trace's block size (512 for
+    /// Mooncake, 16 for Bailian) for hits that line up with its hash ids.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        requires = "cache_blocks"
+    )]
+    pub cache_block_size: usize,
+
     /// `tokenizer_config.json` with the chat template (default: the one beside the tokenizer).
     #[arg(long, value_name = "PATH", requires = "tokenizer")]
     pub tokenizer_config: Option<PathBuf>,
@@ -720,6 +737,7 @@ impl MockArgs {
             http_workers: self.http_workers,
             keep_bodies: 0,
             count_threads: self.count_threads.clamp(1, 256),
+            prefix_cache: self.cache_blocks.map(|n| (n, self.cache_block_size.max(1))),
             keep_alive_ns: ms_to_ns(self.keep_alive_s * 1000.0),
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(

@@ -443,7 +443,10 @@ impl SummaryBuilder {
         self.input_tokens += r.prompt_tokens.or(r.input_tokens).unwrap_or(0);
         self.output_tokens += r.output_tokens.unwrap_or(0);
         self.input_length_match.add(r.input_tokens, r.prompt_tokens);
-        if let (Some(cached), Some(prompt)) = (r.cached_tokens, r.prompt_tokens) {
+        // The share's base: the server's prompt count, else the trace's (a server without an
+        // exact count still reports its cache hits).
+        if let (Some(cached), Some(prompt)) = (r.cached_tokens, r.prompt_tokens.or(r.input_tokens))
+        {
             self.cached.0 += cached;
             self.cached.1 += prompt;
         }
@@ -573,8 +576,9 @@ pub struct Summary {
     pub warmup_requests: u64,
     /// Closed loop: each request's wait for a free slot.
     pub queue: Option<Distribution>,
-    /// The servers' prefix-cache hits: cached prompt tokens and the prompt tokens of the
-    /// requests that reported them (None when no server reported any).
+    /// The servers' prefix-cache hits: cached prompt tokens and the prompt tokens (the
+    /// server's count, else the trace's) of the requests that reported them (None when no
+    /// server reported any).
     pub cached_tokens: Option<(u64, u64)>,
     /// Why the run stopped before its schedule ended (from run.json), if it did.
     pub stopped_early: Option<String>,

@@ -26,7 +26,7 @@ fn run(name: &str, endpoint: impl Fn(&str) -> String, extra: &[&str]) -> (Vec<Va
     std::fs::write(&trace, lines.join("\n")).unwrap();
     let cfg = MockConfig {
         ttft_ns: 2_000_000,
-        itl_ns: 200_000,
+        itl_ns: 2_000_000, // gaps a loaded machine does not swallow: the chunks stay apart
         keep_bodies: 100,
         ..MockConfig::default()
     };

@@ -540,3 +540,91 @@ fn dataset_prompts_hit_input_length_exactly_for_both_families() {
         }
     }
 }
+
+/// A mock with a prefix cache (`--cache-blocks`) reports `cached_tokens`; the records keep
+/// them, and with a cache larger than the trace they are exactly the leading blocks whose
+/// whole prefix an earlier request already sent (computed here from the hash ids, in send
+/// order); with a small cache, fewer.
+#[test]
+fn a_prefix_cache_mock_reports_the_hits_the_hash_ids_predict() {
+    let dir = temp_dir("prefix-cache");
+    let trace = dir.join("t.jsonl");
+    // 60 records of 6 blocks of 16: a shared first block, 3 groups for the second and
+    // third, the rest unique.
+    let mut unique = 1000u64;
+    let lines: Vec<String> = (0..60u64)
+        .map(|i| {
+            let mut ids = vec![1, 10 + i % 3, 20 + i % 3];
+            for _ in 0..3 {
+                unique += 1;
+                ids.push(unique);
+            }
+            format!(r#"{{"timestamp": {}, "input_length": 96, "output_length": 2, "hash_ids": {ids:?}}}"#, i * 5)
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let hash_ids: Vec<Vec<u64>> = lines
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["hash_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect()
+        })
+        .collect();
+    let mut totals = Vec::new();
+    for blocks in ["100000", "2"] {
+        let mock = MockProcess::start(&["--cache-blocks", blocks, "--cache-block-size", "16"]);
+        let out = dir.join(format!("run-{blocks}"));
+        let status = common::replay_against(&mock, &trace, &out)
+            .args([
+                "--tokenizer",
+                path(&tokenizer("qwen3")),
+                "--block-size",
+                "16",
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let run: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+        let overhead = run["fleet"][0]["prompt_overhead_tokens"].as_u64().unwrap();
+        let full_blocks = ((96 - overhead) / 16) as usize;
+        let mut rows = read_jsonl(&out.join("requests.jsonl"));
+        rows.sort_by(|a, b| {
+            a["sent_ms"]
+                .as_f64()
+                .partial_cmp(&b["sent_ms"].as_f64())
+                .unwrap()
+        });
+        let mut seen = std::collections::HashSet::new();
+        let (mut observed, mut expected) = (0, 0);
+        for r in &rows {
+            let ids = &hash_ids[r["index"].as_u64().unwrap() as usize][..full_blocks];
+            let hits = (1..=ids.len())
+                .take_while(|&k| seen.contains(&ids[..k]))
+                .count();
+            for k in 1..=ids.len() {
+                seen.insert(ids[..k].to_vec());
+            }
+            let cached = r["cached_tokens"].as_u64().unwrap();
+            if blocks == "100000" {
+                assert_eq!(cached, hits as u64 * 16, "{r}");
+            }
+            observed += cached;
+            expected += hits as u64 * 16;
+        }
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["prefix_cache"]["cached_tokens"], observed);
+        totals.push((observed, expected));
+    }
+    assert!(totals[0].0 > 0 && totals[0].0 == totals[0].1, "{totals:?}");
+    assert!(
+        totals[1].0 < totals[1].1,
+        "a 2-block cache hits less: {totals:?}"
+    );
+}

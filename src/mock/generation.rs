@@ -35,6 +35,9 @@ pub struct MockConfig {
     pub keep_bodies: usize,
     /// With [`PromptCounting::Tokenizer`]: threads that count prompts (`--count-threads`).
     pub count_threads: usize,
+    /// `--cache-blocks N --cache-block-size B`: a prefix cache of N blocks of B words that
+    /// sets `usage.prompt_tokens_details.cached_tokens`.
+    pub prefix_cache: Option<(usize, usize)>,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
@@ -146,6 +149,7 @@ impl Default for MockConfig {
             keep_alive_ns: 5_000_000_000,
             keep_bodies: 0,
             count_threads: 2,
+            prefix_cache: None,
         }
     }
 }
@@ -173,6 +177,8 @@ pub struct Generation {
     pub count_pending: bool,
     /// The count to hand to those threads (taken by the event loop).
     pub count_job: Option<CountJob>,
+    /// Prompt tokens the prefix cache served (with `--cache-blocks`).
+    pub cached_tokens: Option<u64>,
     include_usage: bool,
     continuous_usage: bool,
     /// Tokens already sent.
@@ -271,6 +277,7 @@ impl Generation {
             prompt_tokens,
             count_pending: count_job.is_some(),
             count_job,
+            cached_tokens: None,
             include_usage: flag("include_usage"),
             continuous_usage: flag("continuous_usage_stats"),
             sent: 0,
@@ -442,7 +449,11 @@ impl Generation {
     }
 
     fn usage(&self) -> Value {
-        json!({"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.sent, "completion_tokens": self.sent})
+        let mut usage = json!({"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.sent, "completion_tokens": self.sent});
+        if let Some(cached) = self.cached_tokens {
+            usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
+        }
+        usage
     }
 
     /// A role or finish event (rare: content events take the pre-rendered path).

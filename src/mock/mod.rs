@@ -10,6 +10,7 @@ mod arrival;
 mod counting;
 mod faults;
 mod generation;
+mod prefix_cache;
 mod workers;
 
 pub use faults::{FaultKind, FaultPlan};
@@ -169,6 +170,8 @@ struct MockLoop {
     workers: Option<workers::Workers>,
     /// `--tokenizer`: the threads that count prompts.
     counting: Option<counting::CountPool>,
+    /// `--cache-blocks`: the prefix cache that sets `cached_tokens`.
+    prefix_cache: Option<prefix_cache::PrefixCache>,
 }
 
 /// How often idle connections are checked against the keep-alive timeout.
@@ -183,6 +186,7 @@ fn token(slot: usize, generation: u32) -> Token {
 impl MockLoop {
     fn new(poll: Poll, mut listener: TcpListener, cfg: MockConfig) -> io::Result<Self> {
         let http_workers = cfg.http_workers;
+        let cfg_prefix_cache = cfg.prefix_cache;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
@@ -219,6 +223,7 @@ impl MockLoop {
             woke_ns: 0,
             woke_wall_ns: 0,
             workers: http_workers.map(workers::Workers::new),
+            prefix_cache: cfg_prefix_cache.map(|(n, b)| prefix_cache::PrefixCache::new(n, b)),
             counting,
         })
     }
@@ -542,9 +547,14 @@ impl MockLoop {
             Dialect::Completions => self.stats.completion_requests += 1,
             Dialect::Tgi { .. } => self.stats.tgi_requests += 1,
         }
+        let cache = &mut self.prefix_cache;
         let parsed = serde_json::from_slice::<Value>(&body)
             .map_err(|e| format!("invalid JSON body: {e}"))
-            .and_then(|v| Generation::from_request(dialect, &v, id, now, &cfg.counting));
+            .and_then(|v| {
+                let mut g = Generation::from_request(dialect, &v, id, now, &cfg.counting)?;
+                g.cached_tokens = cache.as_mut().map(|c| c.serve_request(dialect, &v));
+                Ok(g)
+            });
         let generation_state = match parsed {
             Ok(g) => g,
             Err(message) => {
