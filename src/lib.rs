@@ -13,6 +13,7 @@ pub mod cli;
 pub mod clock;
 pub mod commands;
 pub mod error;
+pub mod expected_cache;
 pub mod fleet;
 pub mod http;
 pub mod limits;

@@ -18,13 +18,14 @@ use crossbeam_channel::Sender;
 
 use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
+use crate::expected_cache::ExpectedPrefixHits;
 use crate::fleet::Router;
 use crate::load::Timeline;
 use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{BlockCache, PromptSynth};
 use crate::session::{SessionTracker, SessionTurn};
 use crate::stop::StopRequest;
-use crate::trace::{OrderedReader, TraceIds, TraceRecord};
+use crate::trace::{Input, OrderedReader, TraceIds, TraceRecord};
 
 /// A request ready to be written: everything but the per-endpoint request line and headers.
 #[derive(Debug)]
@@ -47,6 +48,8 @@ pub struct PreparedRequest {
     pub queue_ns: Option<u64>,
     /// `--warmup-requests`: sent and recorded, left out of every statistic.
     pub warmup: bool,
+    /// The prefix-cache hits its hash ids predict at its endpoint ([`crate::expected_cache`]).
+    pub expected_cached_tokens: Option<u64>,
 }
 
 impl PreparedRequest {
@@ -290,6 +293,24 @@ impl RequestBuilder {
         }
     }
 
+    /// A synthetic record's full content blocks at this endpoint (each one hash id's tokens)
+    /// and the block size; None when its prompt is not built from hash ids.
+    pub fn content_blocks(&self, endpoint: u32, record: &TraceRecord) -> Option<(usize, u64)> {
+        if self.dataset.is_some() {
+            return None;
+        }
+        let Input::Synthetic {
+            input_length,
+            hash_ids,
+        } = &record.input
+        else {
+            return None;
+        };
+        let synth = &self.synths[self.styles[endpoint as usize].synth?];
+        let full = synth.content_len(*input_length) / synth.block_size();
+        Some(((full as usize).min(hash_ids.len()), synth.block_size()))
+    }
+
     /// The block caches of one producer; the budget is split among the synthesisers.
     pub fn new_caches(&self) -> BlockCaches {
         let each = self.cache_bytes_per_producer / self.synths.len().max(1);
@@ -353,6 +374,7 @@ impl RequestBuilder {
             session: None,
             queue_ns: None,
             warmup: false,
+            expected_cached_tokens: None,
         })
     }
 }
@@ -452,6 +474,8 @@ struct SharedReader {
     sessions: SessionTracker,
     /// Records still to be marked as warmup (`--warmup-requests`), in trace order.
     warmup_left: u64,
+    /// The prefix-cache hits each endpoint's requests should see.
+    expected: ExpectedPrefixHits,
     finished: bool,
 }
 
@@ -480,6 +504,7 @@ pub fn spawn_producers(
         router,
         sessions,
         warmup_left,
+        expected: ExpectedPrefixHits::default(),
         finished: false,
     }));
     (0..n.max(1))
@@ -513,7 +538,7 @@ fn produce(
     let mut built = 0;
     let mut caches = builder.new_caches();
     while stop.requested_at().is_none() {
-        let (record, endpoint, scheduled_ns, link, warmup) = {
+        let (record, endpoint, scheduled_ns, link, warmup, expected) = {
             let mut s = shared
                 .lock()
                 .map_err(|_| Error::Run("a producer thread panicked".into()))?;
@@ -545,7 +570,10 @@ fn produce(
                     let link = s.sessions.link(&record, at);
                     let warmup = s.warmup_left > 0;
                     s.warmup_left = s.warmup_left.saturating_sub(1);
-                    (record, endpoint, at, link, warmup)
+                    let expected = builder.content_blocks(endpoint, &record).map(|(n, block)| {
+                        s.expected.hits(endpoint as usize, &record.hash_ids()[..n]) * block
+                    });
+                    (record, endpoint, at, link, warmup, expected)
                 }
                 None => {
                     s.finished = true;
@@ -572,6 +600,7 @@ fn produce(
                 message,
             })?;
         request.warmup = warmup;
+        request.expected_cached_tokens = expected;
         request.session = link.map(|link| {
             Box::new(SessionTurn {
                 link,

@@ -257,6 +257,8 @@ pub struct SummaryBuilder {
     queue_ms: Vec<f64>,
     /// Successful requests whose server reported cached prompt tokens: (cached, prompt).
     cached: (u64, u64),
+    /// Successful requests with a predicted hit count: (expected, prompt).
+    expected: (u64, u64),
 }
 
 /// Conversation turns that waited for their parent.
@@ -445,10 +447,14 @@ impl SummaryBuilder {
         self.input_length_match.add(r.input_tokens, r.prompt_tokens);
         // The share's base: the server's prompt count, else the trace's (a server without an
         // exact count still reports its cache hits).
-        if let (Some(cached), Some(prompt)) = (r.cached_tokens, r.prompt_tokens.or(r.input_tokens))
-        {
+        let base = r.prompt_tokens.or(r.input_tokens);
+        if let (Some(cached), Some(prompt)) = (r.cached_tokens, base) {
             self.cached.0 += cached;
             self.cached.1 += prompt;
+        }
+        if let (Some(expected), Some(prompt)) = (r.expected_cached_tokens, base) {
+            self.expected.0 += expected;
+            self.expected.1 += prompt;
         }
         self.output_length_match
             .add(r.output_tokens_target, r.output_tokens);
@@ -511,6 +517,7 @@ impl SummaryBuilder {
             warmup_requests: self.warmup,
             queue: Distribution::of(&mut self.queue_ms, percentiles),
             cached_tokens: (self.cached.1 > 0).then_some(self.cached),
+            expected_cached_tokens: (self.expected.1 > 0).then_some(self.expected),
             sessions: (self.sessions.turns > 0).then(|| SessionSummary {
                 turns_after_parent: self.sessions.turns,
                 parent_failed: self.sessions.parent_failed,
@@ -580,6 +587,8 @@ pub struct Summary {
     /// server's count, else the trace's) of the requests that reported them (None when no
     /// server reported any).
     pub cached_tokens: Option<(u64, u64)>,
+    /// The hits the hash ids predict, and the prompt tokens of those requests.
+    pub expected_cached_tokens: Option<(u64, u64)>,
     /// Why the run stopped before its schedule ended (from run.json), if it did.
     pub stopped_early: Option<String>,
 }
@@ -660,11 +669,15 @@ impl Summary {
         if let Some(q) = &self.queue {
             m.insert("queue_ms".into(), q.to_json());
         }
-        if let Some((cached, prompt)) = self.cached_tokens {
+        if self.cached_tokens.is_some() || self.expected_cached_tokens.is_some() {
+            let share = |c: Option<(u64, u64)>| c.map(|(hit, prompt)| hit as f64 / prompt as f64);
             m.insert(
                 "prefix_cache".into(),
-                json!({"observed_hit_share": cached as f64 / prompt as f64,
-                       "cached_tokens": cached, "prompt_tokens": prompt}),
+                json!({"observed_hit_share": share(self.cached_tokens),
+                       "expected_hit_share": share(self.expected_cached_tokens),
+                       "cached_tokens": self.cached_tokens.map(|c| c.0),
+                       "expected_cached_tokens": self.expected_cached_tokens.map(|c| c.0),
+                       "prompt_tokens": self.cached_tokens.or(self.expected_cached_tokens).map(|c| c.1)}),
             );
         }
         m.insert(
@@ -739,10 +752,19 @@ impl Summary {
         if let Some(q) = &self.queue {
             line("Queue wait p50 / p99 (ms):", p50_p99(q));
         }
-        if let Some((cached, prompt)) = self.cached_tokens {
+        let pct = |c: Option<(u64, u64)>| {
+            c.map_or("-".into(), |(hit, prompt)| {
+                format!("{:.2}", 100.0 * hit as f64 / prompt as f64)
+            })
+        };
+        if self.cached_tokens.is_some() || self.expected_cached_tokens.is_some() {
             line(
-                "Prefix-cache hits (server, % prompt):",
-                format!("{:.2}", 100.0 * cached as f64 / prompt as f64),
+                "Prefix-cache hits % (server / trace):",
+                format!(
+                    "{} / {}",
+                    pct(self.cached_tokens),
+                    pct(self.expected_cached_tokens)
+                ),
             );
         }
         if let Some(sessions) = &self.sessions {

@@ -542,9 +542,10 @@ fn dataset_prompts_hit_input_length_exactly_for_both_families() {
 }
 
 /// A mock with a prefix cache (`--cache-blocks`) reports `cached_tokens`; the records keep
-/// them, and with a cache larger than the trace they are exactly the leading blocks whose
-/// whole prefix an earlier request already sent (computed here from the hash ids, in send
-/// order); with a small cache, fewer.
+/// them beside `expected_cached_tokens`, the leading blocks whose whole prefix an earlier
+/// request already sent (checked here from the hash ids, in send order). With a cache larger
+/// than the trace, observed equals expected, record by record and in summary.json's
+/// `prefix_cache`; with a small cache, fewer hit.
 #[test]
 fn a_prefix_cache_mock_reports_the_hits_the_hash_ids_predict() {
     let dir = temp_dir("prefix-cache");
@@ -610,6 +611,11 @@ fn a_prefix_cache_mock_reports_the_hits_the_hash_ids_predict() {
                 seen.insert(ids[..k].to_vec());
             }
             let cached = r["cached_tokens"].as_u64().unwrap();
+            assert_eq!(
+                r["expected_cached_tokens"],
+                hits as u64 * 16,
+                "the prediction: {r}"
+            );
             if blocks == "100000" {
                 assert_eq!(cached, hits as u64 * 16, "{r}");
             }
@@ -619,7 +625,17 @@ fn a_prefix_cache_mock_reports_the_hits_the_hash_ids_predict() {
         let summary: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
                 .unwrap();
-        assert_eq!(summary["prefix_cache"]["cached_tokens"], observed);
+        let p = &summary["prefix_cache"];
+        assert_eq!(
+            (
+                p["cached_tokens"].as_u64(),
+                p["expected_cached_tokens"].as_u64()
+            ),
+            (Some(observed), Some(expected))
+        );
+        if blocks == "100000" {
+            assert_eq!(p["observed_hit_share"], p["expected_hit_share"], "{p}");
+        }
         totals.push((observed, expected));
     }
     assert!(totals[0].0 > 0 && totals[0].0 == totals[0].1, "{totals:?}");

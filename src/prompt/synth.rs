@@ -83,6 +83,10 @@ impl PromptSynth {
         input_length.saturating_sub(self.overhead).max(1)
     }
 
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
     /// A cache sized for this synthesiser's blocks within `budget_bytes`.
     pub fn block_cache(&self, budget_bytes: usize) -> BlockCache {
         let block_bytes = self.mean_piece_len() * self.block_size as f64;

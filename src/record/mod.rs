@@ -136,6 +136,8 @@ pub struct RequestRecord {
     /// The server's `usage.prompt_tokens_details.cached_tokens`: prompt tokens its prefix
     /// cache served.
     pub cached_tokens: Option<u64>,
+    /// The hits its hash ids predict at its endpoint (an unbounded cache, trace order).
+    pub expected_cached_tokens: Option<u64>,
     pub output_tokens_target: Option<u64>,
     /// Server usage, else the number of content chunks.
     pub output_tokens: Option<u64>,
@@ -230,6 +232,9 @@ impl RequestRecord {
         m.insert("input_tokens".into(), json!(self.input_tokens));
         m.insert("prompt_tokens".into(), json!(self.prompt_tokens));
         m.insert("cached_tokens".into(), json!(self.cached_tokens));
+        if let Some(e) = self.expected_cached_tokens {
+            m.insert("expected_cached_tokens".into(), json!(e));
+        }
         m.insert(
             "output_tokens_target".into(),
             json!(self.output_tokens_target),
@@ -308,6 +313,7 @@ impl RequestRecord {
             input_tokens: uint("input_tokens"),
             prompt_tokens: uint("prompt_tokens"),
             cached_tokens: uint("cached_tokens"),
+            expected_cached_tokens: uint("expected_cached_tokens"),
             output_tokens_target: uint("output_tokens_target"),
             output_tokens: uint("output_tokens"),
             chunks: uint("chunks").unwrap_or(0),

@@ -215,6 +215,7 @@ mod tests {
             session: None,
             queue_ns: None,
             warmup: false,
+            expected_cached_tokens: None,
         };
         Exchange::new(req, false)
     }

@@ -130,6 +130,7 @@ mod tests {
             })),
             queue_ns: None,
             warmup: false,
+            expected_cached_tokens: None,
         }
     }
 

@@ -164,6 +164,7 @@ impl Exchange {
                 .prompt_tokens
                 .filter(|_| !self.approximate_prompt_count),
             cached_tokens: self.cached_tokens,
+            expected_cached_tokens: self.req.expected_cached_tokens,
             output_tokens_target: self.req.output_tokens_target,
             output_tokens,
             chunks: self.chunks,
