@@ -479,6 +479,12 @@ pub struct ReplayArgs {
     #[arg(long = "loop", value_name = "N", default_value_t = 1)]
     pub passes: u64,
 
+    /// The prefix-cache hits the hash ids predict (each record's expected_cached_tokens,
+    /// compared with the servers' cached_tokens) assume each endpoint keeps every block;
+    /// with this, an LRU cache of N blocks of the trace's block size instead.
+    #[arg(long, value_name = "N")]
+    pub expected_cache_blocks: Option<usize>,
+
     /// Send the first N records as warmup: recorded with `"warmup": true` in requests.jsonl
     /// and left out of every statistic (the benchmark's duration starts after them).
     #[arg(long, value_name = "N", default_value_t = 0)]

@@ -1,39 +1,37 @@
 //! The prefix-cache hits a trace predicts (issue 19's headline): for each endpoint, in the
 //! order its requests are built (trace order), a request's leading full content blocks whose
-//! whole prefix of hash ids that endpoint has already been sent hit an unbounded cache. The
-//! servers' `cached_tokens` are compared with it (summary.json `prefix_cache`).
+//! whole prefix of hash ids that endpoint has already been sent hit a cache that never evicts
+//! (or one of `--expected-cache-blocks` blocks, LRU). The servers' `cached_tokens` are
+//! compared with it (summary.json `prefix_cache`).
 //!
 //! Content blocks: block i of a synthetic prompt's content is hash id i's tokens (see
 //! [`crate::prompt::PromptSynth`]); only full blocks count, as in vLLM.
 
-use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
+use crate::prefix_cache::PrefixCache;
 
-#[derive(Default)]
 pub struct ExpectedPrefixHits {
-    /// Per endpoint: the hash-id prefixes sent to it (as chain hashes).
-    seen: Vec<HashSet<u64>>,
+    capacity: usize,
+    /// Per endpoint: its cache, over hash ids (one a block).
+    caches: Vec<PrefixCache>,
 }
 
 impl ExpectedPrefixHits {
+    /// Caches of `capacity` blocks (None: never evicting).
+    pub fn new(capacity: Option<usize>) -> ExpectedPrefixHits {
+        ExpectedPrefixHits {
+            capacity: capacity.unwrap_or(usize::MAX),
+            caches: Vec::new(),
+        }
+    }
+
     /// The leading blocks of `ids` (full content blocks) already sent to `endpoint` as the
     /// same prefix; then they all are.
     pub fn hits(&mut self, endpoint: usize, ids: &[u64]) -> u64 {
-        if self.seen.len() <= endpoint {
-            self.seen.resize_with(endpoint + 1, HashSet::new);
+        while self.caches.len() <= endpoint {
+            self.caches.push(PrefixCache::new(self.capacity, 1));
         }
-        let seen = &mut self.seen[endpoint];
-        let mut chain = 0u64;
-        let mut leading = true;
-        let mut hits = 0;
-        for id in ids {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (chain, id).hash(&mut h);
-            chain = h.finish();
-            leading &= !seen.insert(chain);
-            hits += u64::from(leading);
-        }
-        hits
+        let words: Vec<[u8; 8]> = ids.iter().map(|id| id.to_le_bytes()).collect();
+        self.caches[endpoint].serve(words.iter().map(|w| &w[..]))
     }
 }
 
@@ -43,7 +41,7 @@ mod tests {
 
     #[test]
     fn a_block_hits_when_its_whole_prefix_was_sent_to_that_endpoint() {
-        let mut e = ExpectedPrefixHits::default();
+        let mut e = ExpectedPrefixHits::new(None);
         assert_eq!(e.hits(0, &[1, 2, 3]), 0);
         assert_eq!(e.hits(0, &[1, 2, 4]), 2);
         assert_eq!(e.hits(0, &[5, 2, 3]), 0, "same blocks, another prefix");
@@ -53,5 +51,12 @@ mod tests {
             "another endpoint has its own cache"
         );
         assert_eq!(e.hits(0, &[1, 2, 3, 9]), 3);
+        let mut small = ExpectedPrefixHits::new(Some(2));
+        small.hits(0, &[1, 2, 3]);
+        assert_eq!(
+            small.hits(0, &[1, 2]),
+            0,
+            "a 2-block LRU kept only the last two"
+        );
     }
 }

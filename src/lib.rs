@@ -21,6 +21,7 @@ pub mod load;
 pub mod mock;
 pub mod pipeline;
 pub mod plan;
+pub mod prefix_cache;
 pub mod progress;
 pub mod prompt;
 pub mod record;

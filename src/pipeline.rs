@@ -490,6 +490,7 @@ pub fn spawn_producers(
     router: Router,
     sessions: SessionTracker,
     warmup_left: u64,
+    expected_cache_blocks: Option<usize>,
     schedule: Schedule,
     builder: Arc<RequestBuilder>,
     out: ToSenders,
@@ -504,7 +505,7 @@ pub fn spawn_producers(
         router,
         sessions,
         warmup_left,
-        expected: ExpectedPrefixHits::default(),
+        expected: ExpectedPrefixHits::new(expected_cache_blocks),
         finished: false,
     }));
     (0..n.max(1))

@@ -231,6 +231,8 @@ pub struct ReplayPlan {
     /// `--rate`, `--concurrency`, `--max-idle-gap`, `--start-offset`.
     pub load: crate::load::LoadPlan,
     pub warmup_requests: u64,
+    /// `--expected-cache-blocks`: the predicted hits assume an LRU of this many blocks.
+    pub expected_cache_blocks: Option<usize>,
     /// `--loop`: times the trace is replayed.
     pub passes: u64,
     /// `--prompt-source dataset`: the dataset file.
@@ -409,6 +411,7 @@ impl ReplayPlan {
             session_mode: a.session_mode,
             load,
             warmup_requests: a.warmup_requests,
+            expected_cache_blocks: a.expected_cache_blocks,
             prompt_dataset: match (a.prompt_source, &a.prompt_dataset) {
                 (PromptSource::Dataset, Some(p)) => Some(p.clone()),
                 (PromptSource::Dataset, None) => {
@@ -499,6 +502,7 @@ impl ReplayPlan {
             think_time_s: None,
             load: crate::load::LoadPlan::default(),
             warmup_requests: 0,
+            expected_cache_blocks: None,
             passes: 1,
             prompt_dataset: None,
             max_error_rate: None,

@@ -545,7 +545,8 @@ fn dataset_prompts_hit_input_length_exactly_for_both_families() {
 /// them beside `expected_cached_tokens`, the leading blocks whose whole prefix an earlier
 /// request already sent (checked here from the hash ids, in send order). With a cache larger
 /// than the trace, observed equals expected, record by record and in summary.json's
-/// `prefix_cache`; with a small cache, fewer hit.
+/// `prefix_cache`; with a small cache, fewer hit, as `--expected-cache-blocks` of the same
+/// size predicts exactly.
 #[test]
 fn a_prefix_cache_mock_reports_the_hits_the_hash_ids_predict() {
     let dir = temp_dir("prefix-cache");
@@ -576,18 +577,21 @@ fn a_prefix_cache_mock_reports_the_hits_the_hash_ids_predict() {
         })
         .collect();
     let mut totals = Vec::new();
-    for blocks in ["100000", "2"] {
+    // The mock's cache size, and the one the prediction assumes (none: never evicting).
+    for (blocks, assumed) in [("100000", None), ("2", None), ("2", Some("2"))] {
         let mock = MockProcess::start(&["--cache-blocks", blocks, "--cache-block-size", "16"]);
-        let out = dir.join(format!("run-{blocks}"));
-        let status = common::replay_against(&mock, &trace, &out)
-            .args([
-                "--tokenizer",
-                path(&tokenizer("qwen3")),
-                "--block-size",
-                "16",
-            ])
-            .status()
-            .unwrap();
+        let out = dir.join(format!("run-{blocks}-{assumed:?}"));
+        let mut replay = common::replay_against(&mock, &trace, &out);
+        replay.args([
+            "--tokenizer",
+            path(&tokenizer("qwen3")),
+            "--block-size",
+            "16",
+        ]);
+        if let Some(n) = assumed {
+            replay.args(["--expected-cache-blocks", n]);
+        }
+        let status = replay.status().unwrap();
         assert!(status.success());
         let run: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
@@ -611,16 +615,18 @@ fn a_prefix_cache_mock_reports_the_hits_the_hash_ids_predict() {
                 seen.insert(ids[..k].to_vec());
             }
             let cached = r["cached_tokens"].as_u64().unwrap();
-            assert_eq!(
-                r["expected_cached_tokens"],
-                hits as u64 * 16,
-                "the prediction: {r}"
-            );
-            if blocks == "100000" {
-                assert_eq!(cached, hits as u64 * 16, "{r}");
+            let predicted = r["expected_cached_tokens"].as_u64().unwrap();
+            if assumed.is_none() {
+                assert_eq!(predicted, hits as u64 * 16, "the prediction: {r}");
+            }
+            if blocks == "100000" || assumed == Some(blocks) {
+                assert_eq!(
+                    cached, predicted,
+                    "the same cache observed and predicted: {r}"
+                );
             }
             observed += cached;
-            expected += hits as u64 * 16;
+            expected += predicted;
         }
         let summary: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
@@ -633,7 +639,7 @@ fn a_prefix_cache_mock_reports_the_hits_the_hash_ids_predict() {
             ),
             (Some(observed), Some(expected))
         );
-        if blocks == "100000" {
+        if blocks == "100000" || assumed == Some(blocks) {
             assert_eq!(p["observed_hit_share"], p["expected_hit_share"], "{p}");
         }
         totals.push((observed, expected));

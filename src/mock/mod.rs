@@ -10,7 +10,6 @@ mod arrival;
 mod counting;
 mod faults;
 mod generation;
-mod prefix_cache;
 mod workers;
 
 pub use faults::{FaultKind, FaultPlan};
@@ -171,7 +170,7 @@ struct MockLoop {
     /// `--tokenizer`: the threads that count prompts.
     counting: Option<counting::CountPool>,
     /// `--cache-blocks`: the prefix cache that sets `cached_tokens`.
-    prefix_cache: Option<prefix_cache::PrefixCache>,
+    prefix_cache: Option<crate::prefix_cache::PrefixCache>,
 }
 
 /// How often idle connections are checked against the keep-alive timeout.
@@ -223,7 +222,8 @@ impl MockLoop {
             woke_ns: 0,
             woke_wall_ns: 0,
             workers: http_workers.map(workers::Workers::new),
-            prefix_cache: cfg_prefix_cache.map(|(n, b)| prefix_cache::PrefixCache::new(n, b)),
+            prefix_cache: cfg_prefix_cache
+                .map(|(n, b)| crate::prefix_cache::PrefixCache::new(n, b)),
             counting,
         })
     }

@@ -250,6 +250,7 @@ fn start(
             plan.time_scale,
         ),
         plan.warmup_requests,
+        plan.expected_cache_blocks,
         schedule,
         Arc::clone(&builder),
         ToSenders {

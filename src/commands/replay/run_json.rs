@@ -89,6 +89,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("session_mode", json!(plan.session_mode));
     put("think_time_s", json!(plan.think_time_s));
     put("warmup_requests", json!(plan.warmup_requests));
+    put("expected_cache_blocks", json!(plan.expected_cache_blocks));
     put("max_requests", json!(plan.read.max_records));
     put("num_producer", json!(r.num_producer));
     put("num_sender", json!(plan.num_sender));

@@ -1,17 +1,20 @@
-//! `mock --cache-blocks N`: an LRU prefix cache shaped like vLLM's automatic prefix caching.
-//! The prompt's words (one per token in llmreplay's synthetic prompts; token ids as they are)
-//! are cut into blocks of `--cache-block-size`; each full block is keyed by the hash of
-//! itself and every block before it, so a block hits only when the whole prefix up to it
-//! does. A request's cached tokens (`usage.prompt_tokens_details.cached_tokens`) are its
-//! leading blocks found; then all its full blocks become the most recently used, and the
-//! least recently used beyond N are evicted.
+//! An LRU prefix cache shaped like vLLM's automatic prefix caching, used twice: by the mock
+//! (`mock --cache-blocks N`), over the prompt's words (one per token in llmreplay's synthetic
+//! prompts; token ids as they are) in blocks of `--cache-block-size`, to report
+//! `usage.prompt_tokens_details.cached_tokens`; and by the replay over each record's hash ids
+//! (one a block) for the hits the trace predicts ([`crate::expected_cache`]).
+//!
+//! Each full block is keyed by the hash of itself and every block before it, so a block hits
+//! only when the whole prefix up to it does. A prompt's hits are its leading blocks found;
+//! then all its full blocks become the most recently used, and the least recently used
+//! beyond the capacity are evicted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
 use serde_json::Value;
 
-use super::generation::Dialect;
+use crate::mock::Dialect;
 
 pub struct PrefixCache {
     block: usize,
@@ -34,7 +37,8 @@ impl PrefixCache {
         }
     }
 
-    /// The cached tokens of a prompt of these words; its blocks are kept for later ones.
+    /// The cached tokens (leading blocks found x block size) of a prompt of these words; its
+    /// blocks are kept for later ones.
     pub fn serve<'a>(&mut self, words: impl Iterator<Item = &'a [u8]>) -> u64 {
         let words: Vec<&[u8]> = words.collect();
         let mut key = 0u64;
