@@ -128,12 +128,12 @@ impl Timeline {
     }
 }
 
-/// A small, fast, seedable generator (Vigna's SplitMix64): reproducible arrivals need no
-/// more.
-struct SplitMix64(u64);
+/// A small, fast, seedable generator (Vigna's SplitMix64): reproducible arrivals (and
+/// `--synthetic` lengths) need no more.
+pub(crate) struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -146,7 +146,8 @@ impl SplitMix64 {
         ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     }
 
-    fn normal(&mut self) -> f64 {
+    /// A standard normal draw (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
         let (u, v) = (self.open01(), self.open01());
         (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
     }

@@ -9,6 +9,8 @@
 use std::io::Write;
 use std::path::Path;
 
+use crate::load::SplitMix64;
+
 /// Lengths and sharing of the generated requests.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct SyntheticSpec {
@@ -69,11 +71,11 @@ impl SyntheticSpec {
     ) -> std::io::Result<()> {
         let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
         let b = u64::from(block_size.max(1));
-        let mut rng = seed ^ 0x0005_1e7e_0c1d_a7a5;
+        let mut rng = SplitMix64(seed ^ 0x0005_1e7e_0c1d_a7a5);
         let mut unique = UNIQUE_BASE;
         for i in 0..n {
             let len = if self.input_stddev > 0.0 {
-                let z = normal(&mut rng);
+                let z = rng.normal();
                 (self.input as f64 + z * self.input_stddev).round().max(1.0) as u64
             } else {
                 self.input
@@ -99,19 +101,6 @@ impl SyntheticSpec {
         }
         out.flush()
     }
-}
-
-/// A standard normal draw (Box-Muller over SplitMix64).
-fn normal(state: &mut u64) -> f64 {
-    let mut uniform = || {
-        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (((z ^ (z >> 31)) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
-    let (u, v) = (uniform(), uniform());
-    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use super::{PromptCounter, PromptSynth, Wrapping};
 use crate::error::{Error, Result};
+use crate::load::SplitMix64;
 use crate::trace::{Input, TraceRecord};
 
 /// Rounds of counting before a record falls back to synthetic text.
@@ -108,7 +109,8 @@ impl DatasetPrompts {
         let Input::Synthetic { input_length, .. } = record.input else {
             return Ok(());
         };
-        let pick = mix(self.seed ^ record.index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let pick =
+            SplitMix64(self.seed ^ record.index.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64();
         let source = &self.texts[(pick % self.texts.len() as u64) as usize];
         let text = match self.fit(source, input_length, record.index)? {
             Some(text) => text,
@@ -202,10 +204,4 @@ impl DatasetPrompts {
         };
         Ok(ids.len() as u64)
     }
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
