@@ -23,7 +23,7 @@ use crate::fleet::Router;
 use crate::load::Timeline;
 use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{BlockCache, PromptSynth};
-use crate::session::{SessionTracker, SessionTurn};
+use crate::session::{SessionLink, SessionTracker, SessionTurn};
 use crate::stop::StopRequest;
 use crate::trace::{Input, OrderedReader, TraceIds, TraceRecord};
 
@@ -529,6 +529,70 @@ pub fn spawn_producers(
         .collect()
 }
 
+/// A record with everything decided under the reader lock, in trace order.
+struct Planned {
+    record: TraceRecord,
+    endpoint: u32,
+    scheduled_ns: u64,
+    link: Option<SessionLink>,
+    warmup: bool,
+    expected_cached_tokens: Option<u64>,
+}
+
+impl SharedReader {
+    /// The next record to send and its plan, or None at the end (of the trace, the last
+    /// `--loop` pass, or `--duration`/`--time-in-secs`).
+    fn next_planned(
+        &mut self,
+        schedule: &Schedule,
+        builder: &RequestBuilder,
+    ) -> Result<Option<Planned>> {
+        if self.finished {
+            return Ok(None);
+        }
+        // Records before --start-offset are skipped.
+        let (record, ts) = loop {
+            let Some((mut record, ts)) = self.reader.next_record()? else {
+                if self.passes.left == 0 {
+                    self.finished = true;
+                    return Ok(None);
+                }
+                self.passes.left -= 1;
+                self.pass += 1;
+                self.reader = (self.passes.reopen)()?;
+                self.sessions.new_pass();
+                continue;
+            };
+            record.index += self.pass * self.passes.per_pass;
+            let ts = ts + self.pass as f64 * self.passes.shift_ms;
+            if let Some(ts) = self.timeline.place(ts) {
+                break (record, ts);
+            }
+        };
+        let Some(scheduled_ns) = schedule.plan(ts) else {
+            self.finished = true;
+            return Ok(None);
+        };
+        let endpoint = self.router.pick(&record);
+        let link = self.sessions.link(&record, scheduled_ns);
+        let warmup = self.warmup_left > 0;
+        self.warmup_left = self.warmup_left.saturating_sub(1);
+        let expected_cached_tokens = builder.content_blocks(endpoint, &record).map(|(n, block)| {
+            self.expected
+                .hits(endpoint as usize, &record.hash_ids()[..n])
+                * block
+        });
+        Ok(Some(Planned {
+            record,
+            endpoint,
+            scheduled_ns,
+            link,
+            warmup,
+            expected_cached_tokens,
+        }))
+    }
+}
+
 fn produce(
     shared: &Mutex<SharedReader>,
     schedule: &Schedule,
@@ -538,74 +602,39 @@ fn produce(
 ) -> Result<u64> {
     let mut built = 0;
     let mut caches = builder.new_caches();
+    let lock = || {
+        shared
+            .lock()
+            .map_err(|_| Error::Run("a producer thread panicked".into()))
+    };
     while stop.requested_at().is_none() {
-        let (record, endpoint, scheduled_ns, link, warmup, expected) = {
-            let mut s = shared
-                .lock()
-                .map_err(|_| Error::Run("a producer thread panicked".into()))?;
-            if s.finished {
-                break;
-            }
-            // Records before --start-offset are skipped.
-            let (record, ts) = loop {
-                let Some((mut record, ts)) = s.reader.next_record()? else {
-                    if s.passes.left == 0 {
-                        s.finished = true;
-                        return Ok(built);
-                    }
-                    s.passes.left -= 1;
-                    s.pass += 1;
-                    s.reader = (s.passes.reopen)()?;
-                    s.sessions.new_pass();
-                    continue;
-                };
-                record.index += s.pass * s.passes.per_pass;
-                let ts = ts + s.pass as f64 * s.passes.shift_ms;
-                if let Some(ts) = s.timeline.place(ts) {
-                    break (record, ts);
-                }
-            };
-            match schedule.plan(ts) {
-                Some(at) => {
-                    let endpoint = s.router.pick(&record);
-                    let link = s.sessions.link(&record, at);
-                    let warmup = s.warmup_left > 0;
-                    s.warmup_left = s.warmup_left.saturating_sub(1);
-                    let expected = builder.content_blocks(endpoint, &record).map(|(n, block)| {
-                        s.expected.hits(endpoint as usize, &record.hash_ids()[..n]) * block
-                    });
-                    (record, endpoint, at, link, warmup, expected)
-                }
-                None => {
-                    s.finished = true;
-                    break;
-                }
-            }
+        let Some(mut p) = lock()?.next_planned(schedule, builder)? else {
+            break;
         };
-        let mut record = record;
         if let Some(dataset) = &builder.dataset {
-            dataset.fill(&mut record).map_err(|message| Error::Trace {
-                file: PathBuf::from("--prompt-dataset"),
-                line: record.line,
-                message,
-            })?;
+            dataset
+                .fill(&mut p.record)
+                .map_err(|message| Error::Trace {
+                    file: PathBuf::from("--prompt-dataset"),
+                    line: p.record.line,
+                    message,
+                })?;
         }
         let mut request = builder
-            .build(&record, endpoint, scheduled_ns, &mut caches)
+            .build(&p.record, p.endpoint, p.scheduled_ns, &mut caches)
             .map_err(|message| Error::Trace {
-                file: shared
-                    .lock()
+                file: lock()
                     .map(|s| s.reader.reader().path().to_path_buf())
                     .unwrap_or_default(),
-                line: record.line,
+                line: p.record.line,
                 message,
             })?;
-        request.warmup = warmup;
-        request.expected_cached_tokens = expected;
-        request.session = link.map(|link| {
+        request.warmup = p.warmup;
+        request.expected_cached_tokens = p.expected_cached_tokens;
+        request.session = p.link.map(|link| {
             Box::new(SessionTurn {
                 link,
-                trace_scheduled_ns: scheduled_ns,
+                trace_scheduled_ns: p.scheduled_ns,
                 released_ns: None,
                 parent_failed: false,
             })
