@@ -480,8 +480,9 @@ pub struct ReplayArgs {
     pub passes: u64,
 
     /// The prefix-cache hits the hash ids predict (each record's expected_cached_tokens,
-    /// compared with the servers' cached_tokens) assume each endpoint keeps every block;
-    /// with this, an LRU cache of N blocks of the trace's block size instead.
+    /// compared with the servers' cached_tokens) assume each endpoint keeps an LRU cache of N
+    /// blocks of the trace's block size (default 1048576: more than a GPU's KV cache, so in
+    /// effect every block, in bounded memory).
     #[arg(long, value_name = "N")]
     pub expected_cache_blocks: Option<usize>,
 

@@ -1,13 +1,18 @@
 //! The prefix-cache hits a trace predicts (issue 19's headline): for each endpoint, in the
 //! order its requests are built (trace order), a request's leading full content blocks whose
-//! whole prefix of hash ids that endpoint has already been sent hit a cache that never evicts
-//! (or one of `--expected-cache-blocks` blocks, LRU). The servers' `cached_tokens` are
-//! compared with it (summary.json `prefix_cache`).
+//! whole prefix of hash ids that endpoint has already been sent hit an LRU cache of
+//! `--expected-cache-blocks` blocks (default [`DEFAULT_BLOCKS`]: more than a GPU's KV cache
+//! holds at any block size, so in effect one that never evicts, in bounded memory). The
+//! servers' `cached_tokens` are compared with it (summary.json `prefix_cache`).
 //!
 //! Content blocks: block i of a synthetic prompt's content is hash id i's tokens (see
 //! [`crate::prompt::PromptSynth`]); only full blocks count, as in vLLM.
 
 use crate::prefix_cache::PrefixCache;
+
+/// Blocks per endpoint when `--expected-cache-blocks` is not given (~50 MB at most each):
+/// 16M tokens at Bailian's 16-token blocks, 512M at Mooncake's 512.
+pub const DEFAULT_BLOCKS: usize = 1 << 20;
 
 pub struct ExpectedPrefixHits {
     capacity: usize,
@@ -16,10 +21,10 @@ pub struct ExpectedPrefixHits {
 }
 
 impl ExpectedPrefixHits {
-    /// Caches of `capacity` blocks (None: never evicting).
+    /// Caches of `capacity` blocks (None: [`DEFAULT_BLOCKS`]).
     pub fn new(capacity: Option<usize>) -> ExpectedPrefixHits {
         ExpectedPrefixHits {
-            capacity: capacity.unwrap_or(usize::MAX),
+            capacity: capacity.unwrap_or(DEFAULT_BLOCKS),
             caches: Vec::new(),
         }
     }
