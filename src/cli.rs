@@ -256,10 +256,11 @@ pub struct ReplayArgs {
     )]
     pub trace: Option<PathBuf>,
 
-    /// Generated load instead of a trace: `input=1024,output=256[,input-stddev=N]
-    /// [,prefix-share=F]` (the first F of every prompt shared by all). --max-requests
-    /// records (default 1000) at --rate or --concurrency; written to the run directory as
-    /// synthetic_trace.jsonl and replayed like a trace.
+    /// Generated load instead of a trace, e.g.
+    /// `input=1024,output=256,input-stddev=100,prefix-share=0.25` (the last two optional:
+    /// input lengths spread normally; the first F of every prompt shared by all).
+    /// --max-requests records (default 1000) at --rate or --concurrency; written to the run
+    /// directory as synthetic_trace.jsonl and replayed like a trace.
     #[arg(long, value_name = "SPEC")]
     pub synthetic: Option<String>,
 
