@@ -26,6 +26,7 @@ pub mod progress;
 pub mod prompt;
 pub mod record;
 pub mod report;
+pub mod rng;
 pub mod sender;
 pub mod session;
 pub mod sockopt;

@@ -11,6 +11,8 @@
 //! The producers call [`Timeline::place`] in trace order under their reader lock, so a seed
 //! gives the same arrivals on every run whatever the thread count.
 
+use crate::rng::SplitMix64;
+
 /// How the gaps of `--rate` are drawn.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -124,51 +126,6 @@ impl Timeline {
             Arrival::Constant => mean,
             Arrival::Poisson => -self.rng.open01().ln() * mean,
             Arrival::Gamma => self.rng.gamma(burstiness) * mean / burstiness,
-        }
-    }
-}
-
-/// A small, fast, seedable generator (Vigna's SplitMix64): reproducible arrivals (and
-/// `--synthetic` lengths) need no more.
-pub(crate) struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1).
-    fn open01(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    /// A standard normal draw (Box-Muller).
-    pub fn normal(&mut self) -> f64 {
-        let (u, v) = (self.open01(), self.open01());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-
-    /// Gamma(shape, 1): Marsaglia and Tsang; a shape below 1 through Gamma(shape + 1).
-    fn gamma(&mut self, shape: f64) -> f64 {
-        if shape < 1.0 {
-            return self.gamma(shape + 1.0) * self.open01().powf(1.0 / shape);
-        }
-        let d = shape - 1.0 / 3.0;
-        let c = 1.0 / (9.0 * d).sqrt();
-        loop {
-            let x = self.normal();
-            let v = (1.0 + c * x).powi(3);
-            if v <= 0.0 {
-                continue;
-            }
-            let u = self.open01();
-            if u.ln() < 0.5 * x * x + d - d * v + d * v.ln() {
-                return d * v;
-            }
         }
     }
 }

@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::load::SplitMix64;
+use crate::rng::SplitMix64;
 
 /// Lengths and sharing of the generated requests.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::{PromptCounter, PromptSynth, Wrapping};
 use crate::error::{Error, Result};
-use crate::load::SplitMix64;
+use crate::rng::SplitMix64;
 use crate::trace::{Input, TraceRecord};
 
 /// Rounds of counting before a record falls back to synthetic text.

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::vocab::SLOT;
 use super::{BlockCache, SafeVocab};
+use crate::rng::SplitMix64;
 
 /// Separates the random streams of hash-id blocks from those of per-record padding.
 const BLOCK_STREAM: u64 = 0x626c_6f63_6b00_0000;
@@ -211,31 +212,6 @@ impl PromptSynth {
     fn mean_piece_len(&self) -> f64 {
         self.piece_lens.iter().map(|&l| f64::from(l)).sum::<f64>()
             / self.piece_lens.len().max(1) as f64
-    }
-}
-
-/// SplitMix64 (Steele et al.): tiny, fast, and fully specified, so streams never change with a
-/// dependency upgrade.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn new(seed: u64, stream: u64, key: u64) -> Self {
-        let mut s = SplitMix64(seed ^ stream.rotate_left(17));
-        let mixed = s.next_u64() ^ key;
-        SplitMix64(mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ stream)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (Lemire's multiply-shift; the bias is below 2^-40 for our `n`).
-    fn below(&mut self, n: u64) -> usize {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as usize
     }
 }
 
