@@ -133,7 +133,7 @@ pub fn scan(
 ) -> Result<TraceStats> {
     let mut reader = OrderedReader::new(TraceReader::open(path, format)?.with_options(options));
     let mut stats = TraceStats {
-        format: format!("{format:?}").to_lowercase(),
+        format: format.name().to_string(),
         block_size,
         ..TraceStats::default()
     };
