@@ -102,7 +102,7 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
         eprintln!("warning: {w}");
     }
     let prompts = setup::prepare_prompts(plan, &setup::endpoint_apis(plan), &trace, say)?;
-    let mock = setup::start_mock(plan, prompts.chat_overhead, say)?;
+    let mock = setup::start_mock(plan, &prompts, say)?;
     let fleet = setup::connect(plan, mock.as_ref())?;
     let out = setup::prepare_output(plan, &trace)?;
     let stages = start(plan, &trace, prompts, &fleet, &out, say)?;

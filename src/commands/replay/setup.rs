@@ -259,7 +259,7 @@ pub fn prepare_dataset(
     let Some(path) = &plan.prompt_dataset else {
         return Ok(None);
     };
-    let (Some(tokenizer), [synth]) = (&plan.prompt.tokenizer, prompts.synths.as_slice()) else {
+    let ([synth], [counter]) = (prompts.synths.as_slice(), prompts.counters.as_slice()) else {
         return Err(Error::Usage(
             "--prompt-source dataset needs --tokenizer and endpoints that all wrap prompts the \
              same way (one API)"
@@ -267,12 +267,10 @@ pub fn prepare_dataset(
         ));
     };
     let wrapping = prompts.wrappings[0];
-    let (tok, file) = prompt::load_tokenizer(tokenizer)?;
-    let counter = prompt::PromptCounter::new(tok, &file, plan.prompt.tokenizer_config.as_deref())?;
     let texts = prompt::dataset::load_texts(path)?;
     Ok(Some(Arc::new(DatasetPrompts::new(
         texts,
-        Arc::new(counter),
+        Arc::clone(counter),
         wrapping,
         Arc::clone(synth),
         plan.prompt.seed,
@@ -297,6 +295,9 @@ pub struct Prompts {
     pub chat_overhead: u64,
     /// The wrapping of each synthesiser.
     pub wrappings: Vec<Wrapping>,
+    /// The counter (tokenizer and template) of each synthesiser, loaded once for all that
+    /// count: dataset prompts and the in-process mock.
+    pub counters: Vec<Arc<prompt::PromptCounter>>,
 }
 
 pub fn prepare_prompts(
@@ -321,6 +322,7 @@ pub fn prepare_prompts(
         synth_of_endpoint.push(at);
     }
     let mut synths = Vec::new();
+    let mut counters = Vec::new();
     for &(_, api) in wrappings.iter().filter(|_| needs_tokenizer) {
         let Some(opts) = plan.prompt.synth_options(api, trace.format)? else {
             return Err(Error::Usage(
@@ -334,6 +336,7 @@ pub fn prepare_prompts(
             eprintln!("warning: {w}");
         }
         synths.push(prepared.synth);
+        counters.push(Arc::new(prepared.counter));
     }
     let chat_overhead = wrappings
         .iter()
@@ -345,24 +348,23 @@ pub fn prepare_prompts(
         synth_of_endpoint,
         chat_overhead,
         wrappings: wrappings.iter().map(|(w, _)| *w).collect(),
+        counters,
     })
 }
 
 /// `--mock`: the built-in server, in-process on a free loopback port.
-pub fn start_mock(plan: &ReplayPlan, chat_overhead: u64, say: &Say) -> Result<Option<MockServer>> {
+pub fn start_mock(plan: &ReplayPlan, prompts: &Prompts, say: &Say) -> Result<Option<MockServer>> {
     let Targets::Mock { ttft_ms, itl_ms } = plan.targets else {
         return Ok(None);
     };
     // The in-process mock counts words; it is told the template overhead measured above so
     // that its usage.prompt_tokens stands for what a server would count. Dataset text is not
     // one word a token: then it counts with the tokenizer, as a server does.
-    let counting = match (&plan.prompt_dataset, &plan.prompt.tokenizer) {
-        (Some(_), Some(tokenizer)) => {
-            let (tok, file) = prompt::load_tokenizer(tokenizer)?;
-            let config = plan.prompt.tokenizer_config.as_deref();
-            PromptCounting::Tokenizer(Arc::new(prompt::PromptCounter::new(tok, &file, config)?))
-        }
-        _ => PromptCounting::Words { chat_overhead },
+    let counting = match (&plan.prompt_dataset, prompts.counters.first()) {
+        (Some(_), Some(counter)) => PromptCounting::Tokenizer(Arc::clone(counter)),
+        _ => PromptCounting::Words {
+            chat_overhead: prompts.chat_overhead,
+        },
     };
     let cfg = MockConfig {
         ttft_ns: crate::cli::ms_to_ns(ttft_ms),
