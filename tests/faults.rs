@@ -231,21 +231,9 @@ fn a_stream_stalled_mid_way_ends_at_the_stall_timeout() {
     let mock = MockProcess::start(&["--fault", "stall:1", "--ttft-ms", "5", "--itl-ms", "5"]);
     let out = dir.join("run.jsonl");
     let started = std::time::Instant::now();
-    let status = bin()
-        .args([
-            "replay",
-            "--quiet",
-            "--model",
-            "m",
-            "--endpoint",
-            &mock.url(),
-        ])
-        .args(["--stall-timeout", "0.5", "--trace"])
-        .arg(&trace)
-        .arg("--output-path")
+    let status = replay_against(&mock, &trace, &dir.join("run"))
+        .args(["--stall-timeout", "0.5", "--output-path"])
         .arg(&out)
-        .arg("--output")
-        .arg(dir.join("run"))
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{bin, read_jsonl, temp_dir, MockProcess};
+use common::{read_jsonl, replay_against, temp_dir, MockProcess};
 
 /// 600 requests 10 ms apart (6 s of schedule): even ones stream 5 tokens, odd ones 2,000
 /// (40 s at 20 ms a token), so at any moment some requests are done and some in flight.
@@ -28,13 +28,7 @@ fn write_trace(dir: &Path) -> std::path::PathBuf {
 }
 
 fn start_replay(mock: &MockProcess, trace: &Path, out: &Path, drain_s: &str) -> Child {
-    bin()
-        .args(["replay", "--quiet", "--model", "mock"])
-        .args(["--endpoint", &mock.url()])
-        .arg("--trace")
-        .arg(trace)
-        .arg("--output")
-        .arg(out)
+    replay_against(mock, trace, out)
         .args(["--drain-timeout", drain_s])
         .stdout(std::process::Stdio::null())
         .spawn()
