@@ -83,6 +83,39 @@ pub enum Command {
     /// in-process mock (or --endpoint), with drift, late sends and sender CPU per rate, and the
     /// highest rate that keeps p99 send drift under 1 ms.
     Calibrate(CalibrateArgs),
+    /// Find the fastest replay the servers still serve within their SLOs: the same trace (or
+    /// rate) at growing --time-scale steps, then bisection between the last step that met
+    /// --min-goodput and the first that did not; one run directory per step, sweep.html.
+    Sweep(Box<SweepArgs>),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct SweepArgs {
+    /// The time scale of the first step (the trace's own speed by default).
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    pub start_scale: f64,
+
+    /// Each step replays this many times faster than the one before, until one fails.
+    #[arg(long, value_name = "F", default_value_t = 2.0)]
+    pub step_factor: f64,
+
+    /// At most this many growing steps (the sweep says so when none failed).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub max_steps: u32,
+
+    /// Bisection steps between the last scale that passed and the first that failed (each
+    /// halves the gap, on a log scale).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub bisect: u32,
+
+    /// A step passes when at least this share of its requests succeeded within every
+    /// --goodput SLO (and, when servers are scraped, their queue did not keep growing).
+    #[arg(long, value_name = "SHARE", default_value_t = 0.9)]
+    pub min_goodput: f64,
+
+    /// Every replay option; --output is the sweep's directory, --goodput is required.
+    #[command(flatten)]
+    pub replay: ReplayArgs,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -568,9 +601,42 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub results: ResultArgs,
 
+    #[command(flatten)]
+    pub scrape: ScrapeArgs,
+
     /// Prompt synthesis (last, so its help heading covers only its own options).
     #[command(flatten)]
     pub prompt: PromptArgs,
+}
+
+/// The servers' own metrics, scraped during the run.
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Server metrics")]
+pub struct ScrapeArgs {
+    /// Scrape this Prometheus URL during the run (e.g. http://gpu-3:8000/metrics; repeat for
+    /// every instance). Queue depth, running requests, KV-cache use and prefix-cache counters
+    /// of vLLM, SGLang, llama.cpp's server and TGI get common names (running, waiting,
+    /// kv_cache_usage, prefix_cache_hits, ...); one line per scrape goes to
+    /// server_metrics.jsonl, the first and last whole expositions to server_metrics_raw/, and
+    /// summary.json and report.html show them per target. A target that fails is recorded in
+    /// the summary, never fatal.
+    #[arg(long, value_name = "URL")]
+    pub server_metrics: Vec<String>,
+
+    /// Scrape every --endpoint's /metrics (at the server's root: a base URL ending in /v1 is
+    /// scraped at .../metrics without the /v1).
+    #[arg(long)]
+    pub scrape_server: bool,
+
+    /// Seconds between scrapes; each target is scraped once before the first send and once
+    /// after the last answer too.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub scrape_interval: f64,
+
+    /// Also keep this series (a family name; NAME_sum / NAME_count of a histogram), summed
+    /// over its label sets. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub metric: Vec<String>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -628,6 +694,12 @@ pub struct MockArgs {
         requires = "cache_blocks"
     )]
     pub cache_block_size: usize,
+
+    /// Generate at most N requests at once (a server's batch limit); later ones wait in
+    /// arrival order, their time to first token counted from when they are admitted, as a
+    /// saturated server queues. /metrics reports running and waiting.
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<usize>,
 
     /// `tokenizer_config.json` with the chat template (default: the one beside the tokenizer).
     #[arg(long, value_name = "PATH", requires = "tokenizer")]
@@ -746,6 +818,7 @@ impl MockArgs {
             keep_bodies: 0,
             count_threads: self.count_threads.clamp(1, 256),
             prefix_cache: self.cache_blocks.map(|n| (n, self.cache_block_size.max(1))),
+            max_running: self.max_running.map(|n| n.max(1)),
             keep_alive_ns: ms_to_ns(self.keep_alive_s * 1000.0),
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(

@@ -28,6 +28,7 @@ pub mod record;
 pub mod report;
 pub mod rng;
 pub mod sender;
+pub mod server_metrics;
 pub mod session;
 pub mod sockopt;
 pub mod stats;
@@ -92,6 +93,17 @@ pub fn run(cli: Cli) -> Result<i32> {
                 return Ok(NO_SUCCESS_EXIT_CODE);
             }
             Ok(0)
+        }
+        Command::Sweep(args) => {
+            let plan = plan::SweepPlan::from_args(&args)?;
+            stop::install_signal_handlers();
+            let sweep = commands::sweep::run(&plan)?;
+            print!("{}", sweep.table());
+            eprintln!("sweep results in {}", plan.dir.display());
+            Ok(match sweep.passed_scale {
+                Some(_) => 0,
+                None => NO_SUCCESS_EXIT_CODE,
+            })
         }
         Command::Mock(args) => {
             let cfg = args.config()?;

@@ -12,6 +12,7 @@ use crate::api::Api;
 use crate::cli;
 use crate::error::{Error, Result};
 use crate::fleet::{EndpointSpec, Route};
+use crate::http::endpoint::Endpoint;
 use crate::prompt::{LengthOf, SynthOptions, Wrapping};
 use crate::report::RenderOptions;
 use crate::synthetic::SyntheticSpec;
@@ -233,6 +234,8 @@ pub struct ReplayPlan {
     pub warmup_requests: u64,
     /// `--expected-cache-blocks`: the predicted hits assume an LRU of this many blocks.
     pub expected_cache_blocks: Option<usize>,
+    /// `--server-metrics`, `--scrape-server`: None when nothing is scraped.
+    pub scrape: Option<ScrapePlan>,
     /// `--loop`: times the trace is replayed.
     pub passes: u64,
     /// `--prompt-source dataset`: the dataset file.
@@ -412,6 +415,7 @@ impl ReplayPlan {
             load,
             warmup_requests: a.warmup_requests,
             expected_cache_blocks: a.expected_cache_blocks,
+            scrape: scrape_plan(&a.scrape)?,
             prompt_dataset: match (a.prompt_source, &a.prompt_dataset) {
                 (PromptSource::Dataset, Some(p)) => Some(p.clone()),
                 (PromptSource::Dataset, None) => {
@@ -503,6 +507,7 @@ impl ReplayPlan {
             load: crate::load::LoadPlan::default(),
             warmup_requests: 0,
             expected_cache_blocks: None,
+            scrape: None,
             passes: 1,
             prompt_dataset: None,
             max_error_rate: None,
@@ -521,6 +526,108 @@ impl ReplayPlan {
             quiet: true,
         }
     }
+}
+
+/// `llmreplay sweep`, validated: the run every step repeats, and how the scales grow.
+#[derive(Clone, Debug)]
+pub struct SweepPlan {
+    /// Each step's plan is this one with its own time scale and output directory.
+    pub base: ReplayPlan,
+    /// Where the steps' directories and sweep.json / sweep.html go.
+    pub dir: PathBuf,
+    pub start_scale: f64,
+    pub step_factor: f64,
+    pub max_steps: u32,
+    pub bisect: u32,
+    pub min_goodput: f64,
+}
+
+impl SweepPlan {
+    pub fn from_args(a: &cli::SweepArgs) -> Result<SweepPlan> {
+        let base = ReplayPlan::from_args(&a.replay)?;
+        if base.render.slo.is_none() {
+            return Err(Error::Usage(
+                "sweep needs the SLOs a step must meet: --goodput ttft:MS [tpot:MS] [e2el:MS]"
+                    .into(),
+            ));
+        }
+        if base.time_scale != 1.0 {
+            return Err(Error::Usage(
+                "sweep sets each step's --time-scale: give the first with --start-scale".into(),
+            ));
+        }
+        if base.output_path.is_some() {
+            return Err(Error::Usage(
+                "--output-path names one file; a sweep writes one run per step under --output"
+                    .into(),
+            ));
+        }
+        if !(a.step_factor > 1.0 && a.step_factor.is_finite()) {
+            return Err(Error::Usage(format!(
+                "--step-factor {}: give a factor above 1",
+                a.step_factor
+            )));
+        }
+        if !(0.0..=1.0).contains(&a.min_goodput) {
+            return Err(Error::Usage(format!(
+                "--min-goodput {}: give a share between 0 and 1",
+                a.min_goodput
+            )));
+        }
+        if a.max_steps == 0 {
+            return Err(Error::Usage("--max-steps must be at least 1".into()));
+        }
+        Ok(SweepPlan {
+            dir: base.output.clone().unwrap_or_else(crate::report::default_dir),
+            start_scale: positive("--start-scale", a.start_scale)?,
+            step_factor: a.step_factor,
+            max_steps: a.max_steps,
+            bisect: a.bisect,
+            min_goodput: a.min_goodput,
+            base,
+        })
+    }
+}
+
+/// What is scraped during a run, and how often.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScrapePlan {
+    /// `--server-metrics` URLs, parsed (the path is the metrics path).
+    pub urls: Vec<Endpoint>,
+    /// `--scrape-server`: each endpoint's `/metrics` too.
+    pub endpoints: bool,
+    pub interval_s: f64,
+    /// `--metric` series.
+    pub extra: Vec<String>,
+}
+
+fn scrape_plan(a: &cli::ScrapeArgs) -> Result<Option<ScrapePlan>> {
+    let interval_s = a.scrape_interval;
+    if !(interval_s >= 0.05 && interval_s.is_finite()) {
+        return Err(Error::Usage(format!(
+            "--scrape-interval {interval_s}: give seconds, 0.05 or more"
+        )));
+    }
+    if a.server_metrics.is_empty() && !a.scrape_server {
+        if !a.metric.is_empty() {
+            return Err(Error::Usage(
+                "--metric names a series to scrape: add --scrape-server or --server-metrics URL"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let urls = a
+        .server_metrics
+        .iter()
+        .map(|u| Endpoint::parse(u).map_err(|e| Error::Usage(format!("--server-metrics: {e}"))))
+        .collect::<Result<_>>()?;
+    Ok(Some(ScrapePlan {
+        urls,
+        endpoints: a.scrape_server,
+        interval_s,
+        extra: a.metric.clone(),
+    }))
 }
 
 /// `--goodput` and `--percentiles`, checked.

@@ -40,6 +40,11 @@ impl PrefixCache {
     /// The cached tokens (leading blocks found x block size) of a prompt of these words; its
     /// blocks are kept for later ones.
     pub fn serve<'a>(&mut self, words: impl Iterator<Item = &'a [u8]>) -> u64 {
+        self.serve_counted(words).0
+    }
+
+    /// [`Self::serve`], and the words looked up (the prompt's length in words).
+    fn serve_counted<'a>(&mut self, words: impl Iterator<Item = &'a [u8]>) -> (u64, u64) {
         let words: Vec<&[u8]> = words.collect();
         let mut key = 0u64;
         let mut leading = true;
@@ -53,12 +58,12 @@ impl PrefixCache {
             hits += u64::from(leading);
             self.touch(key);
         }
-        hits * self.block as u64
+        (hits * self.block as u64, words.len() as u64)
     }
 
-    /// The cached tokens of a request body's prompt: the words of its messages' contents in
-    /// order, or of its prompt (token ids taken one a word).
-    pub fn serve_request(&mut self, dialect: Dialect, body: &Value) -> u64 {
+    /// The cached tokens of a request body's prompt, and the words looked up: the words of its
+    /// messages' contents in order, or of its prompt (token ids taken one a word).
+    pub fn serve_request(&mut self, dialect: Dialect, body: &Value) -> (u64, u64) {
         let mut texts: Vec<&str> = Vec::new();
         let mut ids: Vec<[u8; 8]> = Vec::new();
         let prompts: Vec<&Value> = match dialect {
@@ -78,7 +83,7 @@ impl PrefixCache {
             .iter()
             .flat_map(|t| t.split_ascii_whitespace().map(str::as_bytes))
             .chain(ids.iter().map(|b| &b[..]));
-        self.serve(words)
+        self.serve_counted(words)
     }
 
     fn touch(&mut self, key: u64) {

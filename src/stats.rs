@@ -7,6 +7,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use crate::record::RequestRecord;
+use crate::server_metrics::summary::TargetSummary;
 
 /// Percentiles every distribution reports; `--percentiles` adds more.
 pub const DEFAULT_PERCENTILES: [f64; 5] = [25.0, 50.0, 75.0, 90.0, 99.0];
@@ -255,10 +256,57 @@ pub struct SummaryBuilder {
     sessions: SessionBuilder,
     warmup: u64,
     queue_ms: Vec<f64>,
-    /// Successful requests whose server reported cached prompt tokens: (cached, prompt).
-    cached: (u64, u64),
-    /// Successful requests with a predicted hit count: (expected, prompt).
-    expected: (u64, u64),
+    prefix: PrefixHits,
+}
+
+/// Prefix-cache hits in prompt tokens, as the servers reported them and as the hash ids
+/// predict them: (hit tokens, prompt tokens) of the successful requests that have them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixHits {
+    pub observed: (u64, u64),
+    pub expected: (u64, u64),
+}
+
+impl PrefixHits {
+    fn add(&mut self, r: &RequestRecord) {
+        // The share's base: the server's prompt count, else the trace's (a server without an
+        // exact count still reports its cache hits).
+        let Some(prompt) = r.prompt_tokens.or(r.input_tokens) else {
+            return;
+        };
+        if let Some(cached) = r.cached_tokens {
+            self.observed.0 += cached;
+            self.observed.1 += prompt;
+        }
+        if let Some(expected) = r.expected_cached_tokens {
+            self.expected.0 += expected;
+            self.expected.1 += prompt;
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        self.observed.1 > 0 || self.expected.1 > 0
+    }
+
+    fn share((hit, prompt): (u64, u64)) -> Option<f64> {
+        (prompt > 0).then(|| hit as f64 / prompt as f64)
+    }
+
+    pub fn observed_share(&self) -> Option<f64> {
+        Self::share(self.observed)
+    }
+
+    pub fn expected_share(&self) -> Option<f64> {
+        Self::share(self.expected)
+    }
+
+    fn to_json(self) -> Value {
+        json!({"observed_hit_share": self.observed_share(),
+               "expected_hit_share": self.expected_share(),
+               "cached_tokens": (self.observed.1 > 0).then_some(self.observed.0),
+               "expected_cached_tokens": (self.expected.1 > 0).then_some(self.expected.0),
+               "prompt_tokens": self.observed.1.max(self.expected.1)})
+    }
 }
 
 /// Conversation turns that waited for their parent.
@@ -297,6 +345,7 @@ struct EndpointBuilder {
     output_tokens: u64,
     ttft: Vec<f64>,
     e2el: Vec<f64>,
+    prefix: PrefixHits,
 }
 
 /// One endpoint's share of a run (`per_endpoint` in summary.json).
@@ -310,6 +359,7 @@ pub struct EndpointSummary {
     pub e2el: Option<Distribution>,
     /// Output tokens per second of the whole run's duration.
     pub output_throughput: f64,
+    pub prefix: PrefixHits,
 }
 
 impl EndpointSummary {
@@ -321,6 +371,7 @@ impl EndpointSummary {
             "ttft_ms": {"p50": p(&self.ttft, 50.0), "p99": p(&self.ttft, 99.0)},
             "e2el_ms": {"p50": p(&self.e2el, 50.0), "p99": p(&self.e2el, 99.0)},
             "output_throughput": self.output_throughput,
+            "prefix_cache": self.prefix.any().then(|| self.prefix.to_json()),
         })
     }
 }
@@ -410,6 +461,7 @@ impl SummaryBuilder {
             mine.output_tokens += r.output_tokens.unwrap_or(0);
             mine.ttft.extend(r.ttft_ms());
             mine.e2el.extend(r.e2el_ms());
+            mine.prefix.add(r);
         }
         if let Some(d) = r.drift_ms() {
             self.drift.push(d);
@@ -445,17 +497,7 @@ impl SummaryBuilder {
         self.input_tokens += r.prompt_tokens.or(r.input_tokens).unwrap_or(0);
         self.output_tokens += r.output_tokens.unwrap_or(0);
         self.input_length_match.add(r.input_tokens, r.prompt_tokens);
-        // The share's base: the server's prompt count, else the trace's (a server without an
-        // exact count still reports its cache hits).
-        let base = r.prompt_tokens.or(r.input_tokens);
-        if let (Some(cached), Some(prompt)) = (r.cached_tokens, base) {
-            self.cached.0 += cached;
-            self.cached.1 += prompt;
-        }
-        if let (Some(expected), Some(prompt)) = (r.expected_cached_tokens, base) {
-            self.expected.0 += expected;
-            self.expected.1 += prompt;
-        }
+        self.prefix.add(r);
         self.output_length_match
             .add(r.output_tokens_target, r.output_tokens);
         let pairs: [(&mut Vec<f64>, Option<f64>); 4] = [
@@ -516,8 +558,8 @@ impl SummaryBuilder {
             percentiles: percentile_list(percentiles),
             warmup_requests: self.warmup,
             queue: Distribution::of(&mut self.queue_ms, percentiles),
-            cached_tokens: (self.cached.1 > 0).then_some(self.cached),
-            expected_cached_tokens: (self.expected.1 > 0).then_some(self.expected),
+            prefix: self.prefix,
+            server: None,
             sessions: (self.sessions.turns > 0).then(|| SessionSummary {
                 turns_after_parent: self.sessions.turns,
                 parent_failed: self.sessions.parent_failed,
@@ -534,6 +576,7 @@ impl SummaryBuilder {
                     ttft: Distribution::of(&mut b.ttft, &[]),
                     e2el: Distribution::of(&mut b.e2el, &[]),
                     output_throughput: per_s(b.output_tokens as f64),
+                    prefix: b.prefix,
                 })
                 .collect(),
             stopped_early: None,
@@ -583,17 +626,28 @@ pub struct Summary {
     pub warmup_requests: u64,
     /// Closed loop: each request's wait for a free slot.
     pub queue: Option<Distribution>,
-    /// The servers' prefix-cache hits: cached prompt tokens and the prompt tokens (the
-    /// server's count, else the trace's) of the requests that reported them (None when no
-    /// server reported any).
-    pub cached_tokens: Option<(u64, u64)>,
-    /// The hits the hash ids predict, and the prompt tokens of those requests.
-    pub expected_cached_tokens: Option<(u64, u64)>,
+    /// Prefix-cache hits, reported and predicted.
+    pub prefix: PrefixHits,
+    /// The scraped server metrics, per target (None when nothing was scraped).
+    pub server: Option<Vec<TargetSummary>>,
     /// Why the run stopped before its schedule ended (from run.json), if it did.
     pub stopped_early: Option<String>,
 }
 
 impl Summary {
+    /// The prefix-cache hit share of all scraped targets together, from their counters.
+    pub fn server_counter_hit_share(&self) -> Option<f64> {
+        let (mut hits, mut queries) = (0.0, 0.0);
+        for t in self.server.iter().flatten() {
+            let inc = |name| t.series(name).and_then(|s| s.increase);
+            if let (Some(h), Some(q)) = (inc("prefix_cache_hits"), inc("prefix_cache_queries")) {
+                hits += h;
+                queries += q;
+            }
+        }
+        (queries > 0.0).then(|| hits / queries)
+    }
+
     pub fn metrics(&self) -> [(&'static str, &'static str, &Option<Distribution>); 7] {
         [
             ("ttft_ms", "Time to First Token", &self.ttft),
@@ -669,15 +723,28 @@ impl Summary {
         if let Some(q) = &self.queue {
             m.insert("queue_ms".into(), q.to_json());
         }
-        if self.cached_tokens.is_some() || self.expected_cached_tokens.is_some() {
-            let share = |c: Option<(u64, u64)>| c.map(|(hit, prompt)| hit as f64 / prompt as f64);
+        let counters = self.server_counter_hit_share();
+        if self.prefix.any() || counters.is_some() {
+            let mut p = self.prefix.to_json();
+            // The observed share from the servers' own counters, when no request said.
+            if self.prefix.observed.1 == 0 && counters.is_some() {
+                p["observed_hit_share"] = json!(counters);
+            }
+            p["observed_from"] = json!(match (self.prefix.observed.1 > 0, counters) {
+                (true, _) => Some("cached_tokens"),
+                (false, Some(_)) => Some("server_counters"),
+                (false, None) => None,
+            });
+            p["server_counter_hit_share"] = json!(counters);
+            m.insert("prefix_cache".into(), p);
+        }
+        if let Some(targets) = &self.server {
             m.insert(
-                "prefix_cache".into(),
-                json!({"observed_hit_share": share(self.cached_tokens),
-                       "expected_hit_share": share(self.expected_cached_tokens),
-                       "cached_tokens": self.cached_tokens.map(|c| c.0),
-                       "expected_cached_tokens": self.expected_cached_tokens.map(|c| c.0),
-                       "prompt_tokens": self.cached_tokens.or(self.expected_cached_tokens).map(|c| c.1)}),
+                "server_metrics".into(),
+                json!(targets
+                    .iter()
+                    .map(TargetSummary::to_json)
+                    .collect::<Vec<_>>()),
             );
         }
         m.insert(
@@ -752,20 +819,20 @@ impl Summary {
         if let Some(q) = &self.queue {
             line("Queue wait p50 / p99 (ms):", p50_p99(q));
         }
-        let pct = |c: Option<(u64, u64)>| {
-            c.map_or("-".into(), |(hit, prompt)| {
-                format!("{:.2}", 100.0 * hit as f64 / prompt as f64)
-            })
-        };
-        if self.cached_tokens.is_some() || self.expected_cached_tokens.is_some() {
+        let pct = |c: Option<f64>| c.map_or("-".into(), |c| format!("{:.2}", 100.0 * c));
+        let counters = self.server_counter_hit_share();
+        if self.prefix.any() || counters.is_some() {
             line(
                 "Prefix-cache hits % (server / trace):",
                 format!(
                     "{} / {}",
-                    pct(self.cached_tokens),
-                    pct(self.expected_cached_tokens)
+                    pct(self.prefix.observed_share().or(counters)),
+                    pct(self.prefix.expected_share())
                 ),
             );
+        }
+        for t in self.server.iter().flatten() {
+            line(&format!("Server {}:", t.target), t.describe());
         }
         if let Some(sessions) = &self.sessions {
             line(
@@ -883,11 +950,11 @@ mod tests {
         b.add(&record(1, 1000, Some(750)));
         b.add(&record(2, 5000, None));
         let s = b.finish(&hist, &hist, &[]);
-        assert_eq!(s.cached_tokens, Some((750, 2000)));
+        assert_eq!(s.prefix.observed, (750, 2000));
         assert_eq!(s.to_json()["prefix_cache"]["observed_hit_share"], 0.375);
         let mut b = SummaryBuilder::new(None);
         b.add(&record(0, 1000, None));
         let s = b.finish(&hist, &hist, &[]);
-        assert!(s.cached_tokens.is_none() && s.to_json().get("prefix_cache").is_none());
+        assert!(!s.prefix.any() && s.to_json().get("prefix_cache").is_none());
     }
 }

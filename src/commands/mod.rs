@@ -5,6 +5,7 @@ pub mod calibrate;
 pub mod prompts;
 pub mod replay;
 pub mod report;
+pub mod sweep;
 
 use crate::error::Result;
 use crate::trace::{self, inspect::TraceStats, Format, ReadOptions};

@@ -47,44 +47,56 @@ fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, String> {
     Ok(tcp)
 }
 
+/// The body a GET asks for.
+#[derive(Clone, Copy)]
+pub enum Accept {
+    /// Model discovery.
+    Json,
+    /// A Prometheus exposition in the text format (not OpenMetrics, whose counter names differ).
+    Text,
+}
+
 /// `GET path` over a fresh connection (TLS for https); returns (status, body).
 pub fn get(
     addr: SocketAddr,
     tls: Option<&TlsTarget>,
     host: &str,
     path: &str,
+    accept: Accept,
     extra_headers: &str,
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>), String> {
+    let accept = match accept {
+        Accept::Json => "application/json",
+        Accept::Text => "text/plain;version=0.0.4",
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {accept}\r\n{extra_headers}Connection: close\r\n\r\n");
     let tcp = connect(addr, timeout)?;
     match tls {
-        None => exchange(tcp, host, path, extra_headers),
+        None => exchange(tcp, &request),
         Some(tls) => {
             let stream = tls.blocking(tcp).map_err(|e| tls::describe_io(&e))?;
-            exchange(stream, host, path, extra_headers)
+            exchange(stream, &request)
         }
     }
 }
 
-fn exchange(
-    mut stream: impl Read + Write,
-    host: &str,
-    path: &str,
-    extra_headers: &str,
-) -> Result<(u16, Vec<u8>), String> {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n{extra_headers}Connection: close\r\n\r\n");
+fn exchange(mut stream: impl Read + Write, request: &str) -> Result<(u16, Vec<u8>), String> {
     stream
         .write_all(request.as_bytes())
         .map_err(|e| tls::describe_io(&e))?;
+    /// An exposition of a big server (histograms per model and engine) runs to a few MiB.
+    const MAX_BODY: usize = 16 << 20;
     #[derive(Default)]
-    struct Collect(u16, Vec<u8>);
+    struct Collect(u16, Vec<u8>, bool);
     impl ResponseSink for Collect {
         fn head(&mut self, head: &ResponseHead) {
             self.0 = head.status;
         }
         fn body(&mut self, data: &[u8]) {
-            if self.1.len() < 1 << 20 {
-                self.1.extend_from_slice(data);
+            match self.1.len() + data.len() <= MAX_BODY {
+                true => self.1.extend_from_slice(data),
+                false => self.2 = true,
             }
         }
     }
@@ -103,6 +115,13 @@ fn exchange(
         {
             break;
         }
+    }
+    if sink.2 {
+        // A cut body would read as a shorter answer than the server gave.
+        return Err(format!(
+            "the response is larger than {} MiB",
+            MAX_BODY >> 20
+        ));
     }
     Ok((sink.0, sink.1))
 }

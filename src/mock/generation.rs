@@ -38,6 +38,9 @@ pub struct MockConfig {
     /// `--cache-blocks N --cache-block-size B`: a prefix cache of N blocks of B words that
     /// sets `usage.prompt_tokens_details.cached_tokens`.
     pub prefix_cache: Option<(usize, usize)>,
+    /// `--max-running N`: at most N requests generate at once; the rest wait in arrival
+    /// order, and their time to first token starts when they are admitted.
+    pub max_running: Option<usize>,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
@@ -150,6 +153,7 @@ impl Default for MockConfig {
             keep_bodies: 0,
             count_threads: 2,
             prefix_cache: None,
+            max_running: None,
         }
     }
 }
@@ -187,8 +191,10 @@ pub struct Generation {
     closed: bool,
     /// Events stop here (a fault cuts the stream); `u64::MAX` otherwise.
     pub stop_at: u64,
-    /// Arrival time of the request (mock clock, ns).
+    /// Arrival time of the request (mock clock, ns); with `--max-running`, its admission.
     pub arrival_ns: u64,
+    /// Waiting for a free place under `--max-running`: nothing is scheduled yet.
+    pub queued: bool,
     id: u64,
     model: String,
     /// Pre-rendered text of a content event around its token text: the hot path is memcpy.
@@ -284,6 +290,7 @@ impl Generation {
             closed: false,
             stop_at: u64::MAX,
             arrival_ns,
+            queued: false,
             id,
             model,
             content_prefix: Vec::new(),

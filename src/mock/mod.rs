@@ -10,6 +10,7 @@ mod arrival;
 mod counting;
 mod faults;
 mod generation;
+mod metrics;
 mod workers;
 
 pub use faults::{FaultKind, FaultPlan};
@@ -18,7 +19,7 @@ pub use generation::{Dialect, Generation, MockConfig, PromptCounting, APPROXIMAT
 use faults::{HUGE_HEAD_BYTES, SLOW_HEAD_NS};
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;
@@ -58,6 +59,9 @@ pub struct MockStats {
     pub tls_resumed: u64,
     /// The first `MockConfig::keep_bodies` generation requests: (path, body).
     pub bodies: Vec<(String, String)>,
+    /// `--cache-blocks`: prompt words looked up in the prefix cache, and those found.
+    pub prefix_queries: u64,
+    pub prefix_hits: u64,
 }
 
 /// A mock running on its own thread.
@@ -171,6 +175,11 @@ struct MockLoop {
     counting: Option<counting::CountPool>,
     /// `--cache-blocks`: the prefix cache that sets `cached_tokens`.
     prefix_cache: Option<crate::prefix_cache::PrefixCache>,
+    /// Requests generating now (admitted under `--max-running`).
+    running: usize,
+    /// `--max-running`: requests waiting for a place, oldest first: (slot, generation of the
+    /// slot, request id). An entry whose connection closed is skipped when it comes up.
+    waiting: VecDeque<(usize, u32, u64)>,
 }
 
 /// How often idle connections are checked against the keep-alive timeout.
@@ -225,6 +234,8 @@ impl MockLoop {
             prefix_cache: cfg_prefix_cache
                 .map(|(n, b)| crate::prefix_cache::PrefixCache::new(n, b)),
             counting,
+            running: 0,
+            waiting: VecDeque::new(),
         })
     }
 
@@ -507,6 +518,17 @@ impl MockLoop {
                 write_response(&mut conn.output, 200, "text/plain", "", b"");
                 return true;
             }
+            ("GET", "/metrics") => {
+                let text = metrics::exposition(&metrics::Levels {
+                    model: &cfg.model,
+                    running: self.running,
+                    waiting: self.waiting.len(),
+                    stats: &self.stats,
+                });
+                let kind = "text/plain; version=0.0.4; charset=utf-8";
+                write_response(&mut conn.output, 200, kind, "", text.as_bytes());
+                return true;
+            }
             ("GET", "/v1/models") => {
                 let models = json!({"object": "list", "data": [{"id": cfg.model, "object": "model", "created": 0, "owned_by": "llmreplay-mock"}]});
                 respond_json(conn, 200, &models);
@@ -519,6 +541,7 @@ impl MockLoop {
                 | "/generate"
                 | "/generate_stream"
                 | "/health"
+                | "/metrics"
                 | "/v1/models"
                 | "/info",
             ) => {
@@ -548,11 +571,17 @@ impl MockLoop {
             Dialect::Tgi { .. } => self.stats.tgi_requests += 1,
         }
         let cache = &mut self.prefix_cache;
+        let stats = &mut self.stats;
         let parsed = serde_json::from_slice::<Value>(&body)
             .map_err(|e| format!("invalid JSON body: {e}"))
             .and_then(|v| {
                 let mut g = Generation::from_request(dialect, &v, id, now, &cfg.counting)?;
-                g.cached_tokens = cache.as_mut().map(|c| c.serve_request(dialect, &v));
+                if let Some(cache) = cache.as_mut() {
+                    let (hits, queries) = cache.serve_request(dialect, &v);
+                    stats.prefix_hits += hits;
+                    stats.prefix_queries += queries;
+                    g.cached_tokens = Some(hits);
+                }
                 Ok(g)
             });
         let generation_state = match parsed {
@@ -601,8 +630,6 @@ impl MockLoop {
             Some(FaultKind::MalformedSse | FaultKind::Refuse) | None => {}
         }
         head.extend_from_slice(b"\r\n");
-        let first_due = generation_state.chunk_due(&cfg, 0);
-        let done_due = generation_state.chunk_due(&cfg, generation_state.chunks(&cfg) - 1);
         if generation_state.stream {
             if fault == Some(FaultKind::SlowHead) {
                 conn.head_pending = Some(head);
@@ -610,20 +637,61 @@ impl MockLoop {
                 conn.output.extend_from_slice(&head);
             }
         }
-        let due = if generation_state.stream {
-            first_due
-        } else {
-            done_due
-        };
         if let (Some(pool), Some(job)) = (&self.counting, generation_state.count_job.take()) {
             pool.submit((slot, generation, generation_state.id()), job);
         }
-        conn.generation = Some(generation_state);
-        self.due.push(Reverse((due, slot, generation)));
         if let Some(f) = fault {
             self.log_fault(index, f);
         }
+        if cfg.max_running.is_some_and(|n| self.running >= n) {
+            generation_state.queued = true;
+            self.waiting
+                .push_back((slot, generation, generation_state.id()));
+            let conn = conn_in(&mut self.conns, slot, generation).expect("open");
+            conn.generation = Some(generation_state);
+            return false;
+        }
+        self.running += 1;
+        let conn = conn_in(&mut self.conns, slot, generation).expect("open");
+        conn.generation = Some(generation_state);
+        self.schedule_first(slot, generation);
         false
+    }
+
+    /// Puts an admitted request's first event (its whole answer, not streaming) on the
+    /// timeline, counted from its `arrival_ns`.
+    fn schedule_first(&mut self, slot: usize, generation: u32) {
+        let cfg = &self.cfg;
+        let Some(g) =
+            conn_in(&mut self.conns, slot, generation).and_then(|c| c.generation.as_ref())
+        else {
+            return;
+        };
+        let due = match g.stream {
+            true => g.chunk_due(cfg, 0),
+            false => g.chunk_due(cfg, g.chunks(cfg) - 1),
+        };
+        self.due.push(Reverse((due, slot, generation)));
+    }
+
+    /// A generating request ended (answered, cut or its connection gone): the oldest waiting
+    /// request still connected takes its place, its time to first token starting now.
+    fn release(&mut self) {
+        self.running = self.running.saturating_sub(1);
+        let now = self.clock.now_ns();
+        while let Some((slot, generation, id)) = self.waiting.pop_front() {
+            let Some(g) = conn_in(&mut self.conns, slot, generation)
+                .and_then(|c| c.generation.as_mut())
+                .filter(|g| g.id() == id && g.queued)
+            else {
+                continue;
+            };
+            g.queued = false;
+            g.arrival_ns = now;
+            self.running += 1;
+            self.schedule_first(slot, generation);
+            return;
+        }
     }
 
     fn log_fault(&mut self, index: Option<u64>, fault: FaultKind) {
@@ -703,6 +771,7 @@ impl MockLoop {
             self.stats.tokens += g.sent - tokens_before;
             if finished {
                 conn.generation = None;
+                self.release();
             }
             self.flush(slot, generation);
             if finished {
@@ -749,6 +818,7 @@ impl MockLoop {
                     conn.generation = None;
                     conn.close_after = true;
                 }
+                self.release();
                 self.flush(slot, generation);
                 self.close(slot);
             }
@@ -816,6 +886,11 @@ impl MockLoop {
             return;
         };
         let _ = self.poll.registry().deregister(conn.stream.tcp_mut());
+        match conn.generation.as_ref().map(|g| g.queued) {
+            Some(false) => self.release(),
+            Some(true) => self.waiting.retain(|w| (w.0, w.1) != (slot, generation)),
+            None => {}
+        }
         self.generations[slot] = self.generations[slot].wrapping_add(1);
         self.free.push(slot);
         let conns = &self.conns;

@@ -230,7 +230,8 @@ pub fn load_run(
             }
         }
     }
-    let summary = builder.finish(&itl, &token_itl, &opts.percentiles);
+    let mut summary = builder.finish(&itl, &token_itl, &opts.percentiles);
+    summary.server = crate::server_metrics::summary::load(dir)?;
     Ok(LoadedRun { summary, data, itl })
 }
 

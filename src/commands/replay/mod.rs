@@ -33,6 +33,7 @@ use crate::record::{RecordFormat, RecordWriter, RequestRecord};
 use crate::report;
 use crate::sender::Inbox;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
+use crate::server_metrics::{RunTime, ScrapeConfig, Scraper};
 use crate::session::SessionTracker;
 use crate::stats::{latency_histogram, Summary};
 use crate::stop::{signals_received, StopRequest};
@@ -105,7 +106,8 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     let mock = setup::start_mock(plan, &prompts, say)?;
     let fleet = setup::connect(plan, mock.as_ref())?;
     let out = setup::prepare_output(plan, &trace)?;
-    let stages = start(plan, &trace, prompts, &fleet, &out, say)?;
+    let scrape = setup::scrape_config(plan, &fleet, say)?;
+    let stages = start(plan, &trace, prompts, &fleet, &out, scrape, say)?;
     let collected = collect(plan, &trace, &stages, out)?;
     let outcome = finish(plan, stages, collected);
     if let Some(m) = mock {
@@ -125,6 +127,8 @@ struct Stages {
     senders: Vec<JoinHandle<std::io::Result<SenderReport>>>,
     builder: Arc<RequestBuilder>,
     connections_at_start: usize,
+    /// `--server-metrics`, `--scrape-server`: the scraping threads.
+    scraper: Option<Scraper>,
     /// The collecting thread's cores are given back when the run ends.
     _pinned: affinity::PinnedUntilDrop,
 }
@@ -137,6 +141,7 @@ fn start(
     prompts: Prompts,
     fleet: &Fleet,
     out: &Output,
+    scrape: Option<ScrapeConfig>,
     say: &Say,
 ) -> Result<Stages> {
     let num_sender = plan.num_sender;
@@ -294,6 +299,16 @@ fn start(
         .map_or(0, |d| d.as_millis() as u64)
         + START_LEAD_NS / 1_000_000;
     gate.start(t0_ns);
+    // After the senders' start: the scrapers' first (baseline) scrape is before the first send.
+    let scraper = scrape
+        .map(|config| {
+            let time = RunTime {
+                clock: clock.clone(),
+                t0_ns,
+            };
+            Scraper::start(config, time, &out.dir).map_err(|e| Error::io(&out.dir, e))
+        })
+        .transpose()?;
     {
         let resolved = run_json::Resolved {
             trace,
@@ -316,6 +331,7 @@ fn start(
         senders,
         builder,
         connections_at_start,
+        scraper,
         _pinned: pinned,
     })
 }
@@ -548,6 +564,9 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         token_itl.add(&report.token_itl_ns).ok();
         sender_cpu_ns += report.cpu_ns;
         sender_reads += report.reads;
+    }
+    if let Some(scraper) = stages.scraper {
+        scraper.finish();
     }
     if let Some(reason) = &c.stopped_early {
         // Said in run.json, which report renders read with the records.

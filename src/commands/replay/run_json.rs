@@ -90,6 +90,15 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("think_time_s", json!(plan.think_time_s));
     put("warmup_requests", json!(plan.warmup_requests));
     put("expected_cache_blocks", json!(plan.expected_cache_blocks));
+    put(
+        "scrape",
+        json!(plan.scrape.as_ref().map(|s| json!({
+            "server_metrics": s.urls.iter().map(|u| &u.url).collect::<Vec<_>>(),
+            "scrape_server": s.endpoints,
+            "interval_s": s.interval_s,
+            "metrics": s.extra,
+        }))),
+    );
     put("max_requests", json!(plan.read.max_records));
     put("num_producer", json!(r.num_producer));
     put("num_sender", json!(plan.num_sender));

@@ -20,6 +20,7 @@ use crate::plan::{ReplayPlan, Targets};
 use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{self, PromptSynth, Wrapping};
 use crate::report;
+use crate::server_metrics::{self, ScrapeConfig, ScrapeTarget};
 use crate::session::SessionMode;
 use crate::trace::inspect::TraceStats;
 use crate::trace::Format;
@@ -501,7 +502,15 @@ fn discover_model(
     let e = &spec.endpoint;
     let discovery = spec.api.discovery();
     let path = e.request_path(discovery.path);
-    let why = match probe::get(addr, tls, &e.host_header(), &path, headers, PROBE_TIMEOUT) {
+    let why = match probe::get(
+        addr,
+        tls,
+        &e.host_header(),
+        &path,
+        probe::Accept::Json,
+        headers,
+        PROBE_TIMEOUT,
+    ) {
         Ok((200, body)) => match (discovery.model)(&body) {
             Some(m) => return Ok(m),
             None => format!("GET {path} names no model"),
@@ -525,6 +534,61 @@ fn discover_model(
 /// Where the results go: the run directory, always (`--output`, or a dated one), and with
 /// `--output-path FILE` a second copy of the per-request JSONL there, for trace-replayer's
 /// users. Both are created before anything is sent.
+/// The `/metrics` URLs to scrape: `--server-metrics` as given, then with `--scrape-server`
+/// each endpoint's (at its server's root). None when nothing is scraped.
+pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Option<ScrapeConfig>> {
+    let Some(scrape) = &plan.scrape else {
+        return Ok(None);
+    };
+    let mut urls: Vec<Endpoint> = scrape.urls.clone();
+    if scrape.endpoints {
+        for spec in &fleet.specs {
+            let e = &spec.endpoint;
+            let root = e.base_path.strip_suffix("/v1").unwrap_or(&e.base_path);
+            let url = format!(
+                "{}://{}{root}/metrics",
+                if e.tls { "https" } else { "http" },
+                e.host_header()
+            );
+            urls.push(Endpoint::parse(&url).map_err(Error::Usage)?);
+        }
+    }
+    let refs: Vec<&Endpoint> = urls.iter().collect();
+    let tls = tls_targets(&refs, &plan.tls)?;
+    let targets = urls
+        .iter()
+        .zip(tls)
+        .map(|(u, tls)| {
+            Ok(ScrapeTarget {
+                url: u.url.clone(),
+                addr: u.resolve().map_err(Error::Usage)?,
+                tls,
+                host: u.host_header(),
+                path: match u.base_path.as_str() {
+                    "" => "/metrics".to_string(),
+                    p => p.to_string(),
+                },
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    say.say(format!(
+        "scraping {} every {} s into {}",
+        targets
+            .iter()
+            .map(|t| t.url.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        scrape.interval_s,
+        server_metrics::METRICS_FILE
+    ));
+    Ok(Some(ScrapeConfig {
+        targets,
+        interval: Duration::from_secs_f64(scrape.interval_s),
+        extra: scrape.extra.clone(),
+        headers: fleet.headers.clone(),
+    }))
+}
+
 pub struct Output {
     pub dir: PathBuf,
     pub requests_path: PathBuf,

@@ -1,0 +1,289 @@
+//! `llmreplay sweep`: the fastest replay of a trace that the servers still serve within their
+//! SLOs.
+//!
+//! Each step is an ordinary replay of the same plan at its own `--time-scale`, in a run
+//! directory of its own. Scales grow geometrically from `--start-scale` until a step fails
+//! (its goodput share falls under `--min-goodput`, or a scraped server's queue keeps
+//! growing); then bisection, on a log scale, between the last scale that passed and the first
+//! that failed. A first step that fails sends the scales down instead. The answer is the
+//! highest scale that passed, with the failing scale above it: the knee lies between them.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::commands::replay;
+use crate::error::{Error, Result};
+use crate::plan::SweepPlan;
+use crate::report::{self, html};
+use crate::stats::Summary;
+
+/// One step's outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    pub scale: f64,
+    pub dir: PathBuf,
+    pub requests: u64,
+    pub ok: u64,
+    pub good: u64,
+    /// Good requests over all requests (failed ones count as not good).
+    pub goodput_share: f64,
+    pub request_throughput: f64,
+    pub output_throughput: f64,
+    pub ttft_p50_ms: Option<f64>,
+    pub ttft_p99_ms: Option<f64>,
+    pub e2el_p99_ms: Option<f64>,
+    /// A scraped server's queue kept growing (None when nothing was scraped).
+    pub queue_grew: Option<bool>,
+    pub passed: bool,
+}
+
+/// The sweep's answer.
+#[derive(Debug, Serialize)]
+pub struct Sweep {
+    /// In the order they ran.
+    pub steps: Vec<Step>,
+    /// The highest scale that passed.
+    pub passed_scale: Option<f64>,
+    /// The lowest scale that failed.
+    pub failed_scale: Option<f64>,
+}
+
+pub fn run(plan: &SweepPlan) -> Result<Sweep> {
+    report::prepare_dir(&plan.dir, plan.base.force)?;
+    let slo = plan.base.render.slo.as_ref().expect("checked in the plan");
+    eprintln!(
+        "sweep: time scales {} x{} ... (at most {} steps) until fewer than {:.0} % of the \
+         requests meet {}; then {} bisection steps. Each step's run goes to {}/step-NN-xSCALE.",
+        plan.start_scale,
+        plan.step_factor,
+        plan.max_steps,
+        plan.min_goodput * 100.0,
+        describe_slo(slo),
+        plan.bisect,
+        plan.dir.display()
+    );
+    let mut sweep = Sweep {
+        steps: Vec::new(),
+        passed_scale: None,
+        failed_scale: None,
+    };
+    // Growing (or, when the first step fails, shrinking) until the outcome changes.
+    let mut scale = plan.start_scale;
+    for _ in 0..plan.max_steps {
+        let passed = step(plan, &mut sweep, scale)?;
+        let (lo, hi) = (sweep.passed_scale, sweep.failed_scale);
+        if lo.is_some() && hi.is_some() {
+            break;
+        }
+        scale = match passed {
+            true => scale * plan.step_factor,
+            false => scale / plan.step_factor,
+        };
+    }
+    if let (Some(_), Some(_)) = (sweep.passed_scale, sweep.failed_scale) {
+        for _ in 0..plan.bisect {
+            let (lo, hi) = (sweep.passed_scale.unwrap(), sweep.failed_scale.unwrap());
+            step(plan, &mut sweep, (lo * hi).sqrt())?;
+        }
+    }
+    write_outputs(plan, &sweep)?;
+    Ok(sweep)
+}
+
+/// Runs one scale and narrows the bracket with its outcome.
+fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<bool> {
+    let n = sweep.steps.len() + 1;
+    let dir = plan.dir.join(format!("step-{n:02}-x{scale:.3}"));
+    let mut run = plan.base.clone();
+    run.time_scale = scale;
+    run.output = Some(dir.clone());
+    run.force = false;
+    run.quiet = true;
+    let outcome = replay::run(&run)?;
+    if outcome.stopped {
+        return Err(Error::Run(format!(
+            "the sweep was stopped during step {n} (its run is in {})",
+            dir.display()
+        )));
+    }
+    let s = &outcome.summary;
+    let goodput_share = match s.total {
+        0 => 0.0,
+        total => s.good_requests as f64 / total as f64,
+    };
+    let queue_grew = queue_grew(s);
+    let passed = goodput_share >= plan.min_goodput && queue_grew != Some(true);
+    let p = |d: &Option<crate::stats::Distribution>, q| d.as_ref().and_then(|d| d.percentile(q));
+    let step = Step {
+        scale,
+        dir,
+        requests: s.total,
+        ok: s.ok,
+        good: s.good_requests,
+        goodput_share,
+        request_throughput: s.request_throughput,
+        output_throughput: s.output_throughput,
+        ttft_p50_ms: p(&s.ttft, 50.0),
+        ttft_p99_ms: p(&s.ttft, 99.0),
+        e2el_p99_ms: p(&s.e2el, 99.0),
+        queue_grew,
+        passed,
+    };
+    eprintln!("{}", step_line(&step));
+    match passed {
+        true => sweep.passed_scale = Some(sweep.passed_scale.map_or(scale, |p| p.max(scale))),
+        false => sweep.failed_scale = Some(sweep.failed_scale.map_or(scale, |f| f.min(scale))),
+    }
+    sweep.steps.push(step);
+    Ok(passed)
+}
+
+/// Whether any scraped server's waiting queue grew over the run: its mean over the second
+/// half of the scrapes during the run above twice the first half's, plus one request.
+fn queue_grew(s: &Summary) -> Option<bool> {
+    let targets = s.server.as_ref()?;
+    let mut any = None;
+    for t in targets {
+        let Some(points) = t.points.get("waiting") else {
+            continue;
+        };
+        let during: Vec<f64> = points
+            .iter()
+            .filter(|p| p.0 >= 0.0 && p.0 <= s.duration_s)
+            .map(|p| p.1)
+            .collect();
+        if during.len() < 4 {
+            continue;
+        }
+        let (first, second) = during.split_at(during.len() / 2);
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let grew = mean(second) > 2.0 * mean(first) + 1.0;
+        any = Some(any.unwrap_or(false) || grew);
+    }
+    any
+}
+
+fn describe_slo(slo: &crate::stats::Slo) -> String {
+    let parts: Vec<String> = [
+        ("TTFT", slo.ttft_ms),
+        ("TPOT", slo.tpot_ms),
+        ("E2EL", slo.e2el_ms),
+    ]
+    .iter()
+    .filter_map(|(name, v)| v.map(|v| format!("{name} <= {v} ms")))
+    .collect();
+    parts.join(", ")
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+fn step_line(s: &Step) -> String {
+    format!(
+        "x{:<8.3} {:>8.2} req/s  goodput {:>5.1} %  TTFT p50 {:>8} p99 {:>8} ms  E2EL p99 {:>8} ms{}  {}",
+        s.scale,
+        s.request_throughput,
+        s.goodput_share * 100.0,
+        ms(s.ttft_p50_ms),
+        ms(s.ttft_p99_ms),
+        ms(s.e2el_p99_ms),
+        match s.queue_grew {
+            Some(true) => "  queue grew",
+            _ => "",
+        },
+        if s.passed { "pass" } else { "FAIL" }
+    )
+}
+
+impl Sweep {
+    /// The steps by scale, and the answer.
+    pub fn table(&self) -> String {
+        let mut steps: Vec<&Step> = self.steps.iter().collect();
+        steps.sort_by(|a, b| a.scale.total_cmp(&b.scale));
+        let mut out = String::from("scale     throughput     goodput   TTFT p50       p99 ms  E2EL p99 ms\n");
+        for s in steps {
+            writeln!(out, "{}", step_line(s)).ok();
+        }
+        out.push_str(&match (self.passed_scale, self.failed_scale) {
+            (Some(p), Some(f)) => format!(
+                "highest scale meeting every SLO: x{p:.3} (the knee lies between x{p:.3} and x{f:.3})\n"
+            ),
+            (Some(p), None) => format!(
+                "every step met the SLOs, up to x{p:.3}: no knee found (raise --max-steps)\n"
+            ),
+            (None, Some(f)) => format!(
+                "no step met the SLOs, down to x{f:.3}: the servers miss them even slowed down\n"
+            ),
+            (None, None) => "no step ran\n".into(),
+        });
+        out
+    }
+}
+
+/// sweep.json, sweep.txt and sweep.html in the sweep's directory.
+fn write_outputs(plan: &SweepPlan, sweep: &Sweep) -> Result<()> {
+    let value = json!({
+        "min_goodput": plan.min_goodput,
+        "slo": plan.base.render.slo,
+        "steps": sweep.steps,
+        "passed_scale": sweep.passed_scale,
+        "failed_scale": sweep.failed_scale,
+    });
+    report::write_json(&plan.dir.join("sweep.json"), &value)?;
+    report::write_atomic(&plan.dir.join("sweep.txt"), sweep.table().as_bytes())?;
+    report::write_atomic(&plan.dir.join("sweep.html"), page(sweep).as_bytes())
+}
+
+fn page(sweep: &Sweep) -> String {
+    let mut steps: Vec<&Step> = sweep.steps.iter().collect();
+    steps.sort_by(|a, b| a.scale.total_cmp(&b.scale));
+    let line = |f: &dyn Fn(&Step) -> Option<f64>| -> Vec<(f64, f64)> {
+        steps
+            .iter()
+            .filter_map(|s| Some((s.request_throughput, f(s)?)))
+            .collect()
+    };
+    let mut out = html::page_start(
+        "llmreplay sweep",
+        "Each step replays the same trace at its own time scale.",
+    );
+    writeln!(out, "<pre>{}</pre>", html::escape(&sweep.table())).ok();
+    html::section(
+        &mut out,
+        "latency-vs-throughput",
+        "Latency against throughput",
+        "One point per step (its achieved request throughput); the knee is where latency turns up.",
+        &[
+            html::chart(
+                "TTFT",
+                "requests/s",
+                "ms",
+                &[
+                    html::Series::line("TTFT p50", line(&|s| s.ttft_p50_ms)),
+                    html::Series::line("TTFT p99", line(&|s| s.ttft_p99_ms)),
+                ],
+            ),
+            html::chart(
+                "E2EL p99",
+                "requests/s",
+                "ms",
+                &[html::Series::line("E2EL p99", line(&|s| s.e2el_p99_ms))],
+            ),
+            html::chart(
+                "Goodput share by time scale",
+                "time scale",
+                "share of requests within SLOs",
+                &[html::Series::line(
+                    "goodput share",
+                    steps.iter().map(|s| (s.scale, s.goodput_share)).collect(),
+                )],
+            ),
+        ],
+    );
+    out.push_str("</body>\n</html>\n");
+    out
+}

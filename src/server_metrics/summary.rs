@@ -1,0 +1,198 @@
+//! `server_metrics.jsonl` read back: per target, each series over the run (mean, maximum,
+//! last; a counter's increase), the scrapes that failed, and the points the report plots.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::families::{self, Kind};
+use super::METRICS_FILE;
+use crate::error::{Error, Result};
+
+/// One target's scrapes.
+#[derive(Clone, Debug, Default)]
+pub struct TargetSummary {
+    pub target: String,
+    pub server: Option<String>,
+    pub scrapes: u64,
+    pub failed: u64,
+    pub first_error: Option<String>,
+    /// Each series' points: (run seconds, value).
+    pub points: BTreeMap<String, Vec<(f64, f64)>>,
+}
+
+/// What one series did over the run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SeriesSummary {
+    pub mean: f64,
+    pub max: f64,
+    pub last: f64,
+    /// A counter's increase over the run, restarts of the server counted as Prometheus'
+    /// `increase()` counts them (a fall starts again from zero).
+    pub increase: Option<f64>,
+}
+
+impl TargetSummary {
+    pub fn series(&self, name: &str) -> Option<SeriesSummary> {
+        let points = self.points.get(name).filter(|p| !p.is_empty())?;
+        let values = points.iter().map(|p| p.1);
+        let counter = families::common(name).is_some_and(|c| c.kind == Kind::Counter);
+        let increase = counter.then(|| {
+            points
+                .windows(2)
+                .map(|w| match w[1].1 >= w[0].1 {
+                    true => w[1].1 - w[0].1,
+                    false => w[1].1,
+                })
+                .sum()
+        });
+        Some(SeriesSummary {
+            mean: values.clone().sum::<f64>() / points.len() as f64,
+            max: values.fold(f64::MIN, f64::max),
+            last: points[points.len() - 1].1,
+            increase,
+        })
+    }
+
+    /// The server's prefix-cache hit share over the run, from its counters (hits over
+    /// queries, both in tokens), when it has them and was asked anything.
+    pub fn prefix_hit_share(&self) -> Option<f64> {
+        let hits = self.series("prefix_cache_hits")?.increase?;
+        let queries = self.series("prefix_cache_queries")?.increase?;
+        (queries > 0.0).then(|| hits / queries)
+    }
+
+    /// One line for the text table: the server, its scrapes, queue and KV-cache levels.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![format!(
+            "{}, {} scrapes ({} failed)",
+            self.server.as_deref().unwrap_or("unknown server"),
+            self.scrapes,
+            self.failed
+        )];
+        for (name, label, scale) in [
+            ("running", "running", 1.0),
+            ("waiting", "waiting", 1.0),
+            ("kv_cache_usage", "KV use %", 100.0),
+        ] {
+            if let Some(s) = self.series(name) {
+                parts.push(format!(
+                    "{label} mean {:.1} max {:.1}",
+                    s.mean * scale,
+                    s.max * scale
+                ));
+            }
+        }
+        if let Some(n) = self.series("preemptions").and_then(|s| s.increase) {
+            parts.push(format!("{n} preemptions"));
+        }
+        if let (0, Some(e)) = (self.scrapes - self.failed, &self.first_error) {
+            parts.push(format!("every scrape failed: {e}"));
+        }
+        parts.join("; ")
+    }
+
+    pub fn to_json(&self) -> Value {
+        let series: BTreeMap<&String, Value> = self
+            .points
+            .keys()
+            .filter_map(|name| {
+                let s = self.series(name)?;
+                let mut v = json!({"mean": s.mean, "max": s.max, "last": s.last});
+                if let Some(inc) = s.increase {
+                    v["increase"] = json!(inc);
+                }
+                Some((name, v))
+            })
+            .collect();
+        json!({
+            "target": self.target,
+            "server": self.server,
+            "scrapes": self.scrapes,
+            "failed_scrapes": self.failed,
+            "first_error": self.first_error,
+            "prefix_cache_hit_share": self.prefix_hit_share(),
+            "series": series,
+        })
+    }
+}
+
+/// Reads a run directory's `server_metrics.jsonl`; None when the run scraped nothing.
+pub fn load(dir: &Path) -> Result<Option<Vec<TargetSummary>>> {
+    let path = dir.join(METRICS_FILE);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let file = fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    let mut targets: Vec<TargetSummary> = Vec::new();
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| Error::io(&path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |message: String| Error::Trace {
+            file: path.clone(),
+            line: i as u64 + 1,
+            message,
+        };
+        let v: Value =
+            serde_json::from_str(&line).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+        let (Some(target), Some(t_s)) = (v["target"].as_str(), v["t_s"].as_f64()) else {
+            return Err(bad("expected the fields `target` and `t_s`".into()));
+        };
+        let at = match targets.iter().position(|t| t.target == target) {
+            Some(at) => at,
+            None => {
+                targets.push(TargetSummary {
+                    target: target.to_string(),
+                    ..TargetSummary::default()
+                });
+                targets.len() - 1
+            }
+        };
+        let t = &mut targets[at];
+        t.scrapes += 1;
+        if let Some(e) = v["error"].as_str() {
+            t.failed += 1;
+            t.first_error.get_or_insert_with(|| e.to_string());
+            continue;
+        }
+        if let Some(server) = v["server"].as_str() {
+            t.server.get_or_insert_with(|| server.to_string());
+        }
+        for (name, value) in v["metrics"].as_object().into_iter().flatten() {
+            if let Some(x) = value.as_f64() {
+                t.points.entry(name.clone()).or_default().push((t_s, x));
+            }
+        }
+    }
+    Ok(Some(targets))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_increase_across_a_restart_and_gauges_average() {
+        let mut t = TargetSummary::default();
+        t.points.insert(
+            "prefix_cache_hits".into(),
+            vec![(0.0, 100.0), (1.0, 150.0), (2.0, 20.0), (3.0, 50.0)],
+        );
+        t.points.insert(
+            "prefix_cache_queries".into(),
+            vec![(0.0, 1000.0), (3.0, 1200.0)],
+        );
+        t.points
+            .insert("waiting".into(), vec![(0.0, 0.0), (1.0, 4.0), (2.0, 2.0)]);
+        // 50 before the restart, 20 up to the restart's first scrape, 30 after.
+        assert_eq!(t.series("prefix_cache_hits").unwrap().increase, Some(100.0));
+        assert_eq!(t.prefix_hit_share(), Some(0.5));
+        let w = t.series("waiting").unwrap();
+        assert_eq!((w.mean, w.max, w.last, w.increase), (2.0, 4.0, 2.0, None));
+    }
+}
