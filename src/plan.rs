@@ -578,7 +578,10 @@ impl SweepPlan {
             return Err(Error::Usage("--max-steps must be at least 1".into()));
         }
         Ok(SweepPlan {
-            dir: base.output.clone().unwrap_or_else(crate::report::default_dir),
+            dir: base
+                .output
+                .clone()
+                .unwrap_or_else(crate::report::default_dir),
             start_scale: positive("--start-scale", a.start_scale)?,
             step_factor: a.step_factor,
             max_steps: a.max_steps,

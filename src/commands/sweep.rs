@@ -204,7 +204,7 @@ impl Sweep {
     pub fn table(&self) -> String {
         let mut steps: Vec<&Step> = self.steps.iter().collect();
         steps.sort_by(|a, b| a.scale.total_cmp(&b.scale));
-        let mut out = String::from("scale     throughput     goodput   TTFT p50       p99 ms  E2EL p99 ms\n");
+        let mut out = String::new();
         for s in steps {
             writeln!(out, "{}", step_line(s)).ok();
         }
