@@ -751,6 +751,14 @@ pub struct MockArgs {
     /// gaps between arrivals (scripts/bench.sh compares them with the schedule).
     #[arg(long, value_name = "FILE")]
     pub arrival_log: Option<PathBuf>,
+
+    /// Log each answered request's own timing, one JSON line each, on CLOCK_MONOTONIC (the
+    /// clock of run.json's `clock.t0_monotonic_ns`): `index`, `received_ns` (the kernel's
+    /// receive time of its first byte), `chunks_ns` (when each write of events returned; the
+    /// first holds the first token), `chunks_tokens` (tokens sent by each) and `last_byte_ns`. scripts/bench-timing-truth.sh compares
+    /// the client's TTFT, ITL and E2EL with them.
+    #[arg(long, value_name = "FILE")]
+    pub timing_log: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -814,6 +822,7 @@ impl MockArgs {
                 .map_err(crate::Error::Usage)?,
             fault_log: self.fault_log.clone(),
             arrival_log: self.arrival_log.clone(),
+            timing_log: self.timing_log.clone(),
             http_workers: self.http_workers,
             keep_bodies: 0,
             count_threads: self.count_threads.clamp(1, 256),

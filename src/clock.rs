@@ -11,6 +11,18 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 
+/// CLOCK_MONOTONIC in ns: the clock two processes on one host share (the mock's timing log
+/// and the client's run start in run.json are on it).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec it is given a valid pointer to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Nanoseconds since this clock's origin (the same origin in every clone).
 #[derive(Clone)]
 pub struct RunClock {

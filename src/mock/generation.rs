@@ -24,6 +24,8 @@ pub struct MockConfig {
     pub fault_log: Option<std::path::PathBuf>,
     /// Where each request's arrival time is logged (`--arrival-log`).
     pub arrival_log: Option<std::path::PathBuf>,
+    /// Where each request's own timing is logged (`--timing-log`).
+    pub timing_log: Option<std::path::PathBuf>,
     /// Serve https with this certificate (`--tls-cert`, `--tls-key`).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// `--http-workers`: serve at most this many connections at once, each holding a worker
@@ -147,6 +149,7 @@ impl Default for MockConfig {
             faults: FaultPlan::default(),
             fault_log: None,
             arrival_log: None,
+            timing_log: None,
             tls: None,
             http_workers: None,
             keep_alive_ns: 5_000_000_000,
@@ -183,6 +186,8 @@ pub struct Generation {
     pub count_job: Option<CountJob>,
     /// Prompt tokens the prefix cache served (with `--cache-blocks`).
     pub cached_tokens: Option<u64>,
+    /// `--timing-log`: this request's times on CLOCK_MONOTONIC.
+    pub timing: Option<Box<Timing>>,
     include_usage: bool,
     continuous_usage: bool,
     /// Tokens already sent.
@@ -200,6 +205,17 @@ pub struct Generation {
     /// Pre-rendered text of a content event around its token text: the hot path is memcpy.
     content_prefix: Vec<u8>,
     content_suffix: &'static [u8],
+}
+
+/// A request's own timing (`--timing-log`), on CLOCK_MONOTONIC.
+#[derive(Debug, Default)]
+pub struct Timing {
+    pub index: Option<u64>,
+    pub received_ns: u64,
+    /// When each write of its events returned...
+    pub chunks_ns: Vec<u64>,
+    /// ...and the tokens sent by then.
+    pub chunks_tokens: Vec<u64>,
 }
 
 /// Default `max_tokens` when a request gives none (vLLM's default for completions).
@@ -284,6 +300,7 @@ impl Generation {
             count_pending: count_job.is_some(),
             count_job,
             cached_tokens: None,
+            timing: None,
             include_usage: flag("include_usage"),
             continuous_usage: flag("continuous_usage_stats"),
             sent: 0,

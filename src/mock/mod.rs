@@ -14,7 +14,9 @@ mod metrics;
 mod workers;
 
 pub use faults::{FaultKind, FaultPlan};
-pub use generation::{Dialect, Generation, MockConfig, PromptCounting, APPROXIMATE_COUNT_HEADER};
+pub use generation::{
+    Dialect, Generation, MockConfig, PromptCounting, Timing, APPROXIMATE_COUNT_HEADER,
+};
 
 use faults::{HUGE_HEAD_BYTES, SLOW_HEAD_NS};
 
@@ -80,7 +82,7 @@ impl MockServer {
         // it at net.core.somaxconn); listen(2) on a listening socket only updates the backlog.
         // SAFETY: listen on a descriptor this listener owns.
         unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 65535) };
-        if cfg.arrival_log.is_some() {
+        if cfg.arrival_log.is_some() || cfg.timing_log.is_some() {
             arrival::enable(&listener)?;
         }
         let addr = listener.local_addr()?;
@@ -143,6 +145,8 @@ struct Conn {
     /// were read. A large body takes a while to arrive in full; the send drift a server sees
     /// is about the start.
     arrived_ns: Option<u64>,
+    /// `--timing-log`: the kernel's receive time of that first byte, on CLOCK_MONOTONIC.
+    received_mono_ns: Option<u64>,
 }
 
 struct MockLoop {
@@ -169,6 +173,9 @@ struct MockLoop {
     woke_ns: u64,
     /// The same moment on the wall clock, the clock of receive timestamps.
     woke_wall_ns: u64,
+    /// And on CLOCK_MONOTONIC (`--timing-log`).
+    woke_mono_ns: u64,
+    timing_log: Option<JsonlLog>,
     /// `--http-workers`: connections hold a worker each.
     workers: Option<workers::Workers>,
     /// `--tokenizer`: the threads that count prompts.
@@ -207,6 +214,11 @@ impl MockLoop {
             _ => None,
         };
         let fault_log = cfg.fault_log.as_deref().map(JsonlLog::create).transpose()?;
+        let timing_log = cfg
+            .timing_log
+            .as_deref()
+            .map(JsonlLog::create)
+            .transpose()?;
         let arrival_log = cfg
             .arrival_log
             .as_deref()
@@ -230,6 +242,8 @@ impl MockLoop {
             accept_retry: false,
             woke_ns: 0,
             woke_wall_ns: 0,
+            woke_mono_ns: 0,
+            timing_log,
             workers: http_workers.map(workers::Workers::new),
             prefix_cache: cfg_prefix_cache
                 .map(|(n, b)| crate::prefix_cache::PrefixCache::new(n, b)),
@@ -254,8 +268,9 @@ impl MockLoop {
                 return Err(e);
             }
             self.woke_ns = self.clock.now_ns();
-            if self.arrival_log.is_some() {
+            if self.arrival_log.is_some() || self.timing_log.is_some() {
                 self.woke_wall_ns = arrival::wall_ns();
+                self.woke_mono_ns = crate::clock::monotonic_ns();
             }
             for event in events.iter() {
                 match event.token() {
@@ -333,6 +348,7 @@ impl MockLoop {
                                 .is_none_or(|w| w.admit((slot, generation))),
                             active_ns: self.clock.now_ns(),
                             arrived_ns: None,
+                            received_mono_ns: None,
                         },
                     ));
                 }
@@ -356,8 +372,9 @@ impl MockLoop {
 
     fn on_conn_event(&mut self, t: Token) {
         let (slot, generation) = (t.0 & 0xffff_ffff, (t.0 >> 32) as u32);
-        let (woke_ns, woke_wall_ns) = (self.woke_ns, self.woke_wall_ns);
-        let stamped = self.arrival_log.is_some();
+        let (woke_ns, woke_wall_ns, woke_mono_ns) =
+            (self.woke_ns, self.woke_wall_ns, self.woke_mono_ns);
+        let stamped = self.arrival_log.is_some() || self.timing_log.is_some();
         let Some(conn) = conn_in(&mut self.conns, slot, generation) else {
             return;
         };
@@ -382,6 +399,9 @@ impl MockLoop {
                     conn.arrived_ns = stamp.map(|wall| {
                         (woke_ns as i64 + (wall as i64 - woke_wall_ns as i64)).max(0) as u64
                     });
+                    conn.received_mono_ns = Some(stamp.map_or(woke_mono_ns, |wall| {
+                        (woke_mono_ns as i64 + (wall as i64 - woke_wall_ns as i64)) as u64
+                    }));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -501,6 +521,7 @@ impl MockLoop {
             .to_string();
         let body: Vec<u8> = conn.input[head_len..head_len + length].to_vec();
         conn.input.drain(..head_len + length);
+        let received_mono_ns = conn.received_mono_ns.take().unwrap_or(self.woke_mono_ns);
         // A pipelined next request is already here.
         conn.arrived_ns = (!conn.input.is_empty()).then_some(now);
         self.stats.requests += 1;
@@ -593,6 +614,14 @@ impl MockLoop {
         };
         self.next_id += 1;
         let mut generation_state = generation_state;
+        if self.timing_log.is_some() {
+            generation_state.timing = Some(Box::new(Timing {
+                index,
+                received_ns: received_mono_ns,
+                chunks_ns: Vec::with_capacity(generation_state.chunks(&cfg) as usize + 1),
+                chunks_tokens: Vec::with_capacity(generation_state.chunks(&cfg) as usize + 1),
+            }));
+        }
         let fault = cfg.faults.for_request(index.unwrap_or(id));
         conn.fault = fault;
         let mut head: Vec<u8> = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n".to_vec();
@@ -694,6 +723,35 @@ impl MockLoop {
         }
     }
 
+    /// `--timing-log`: notes when this write of events returned; an ended request's line is
+    /// written (its last write's time is its last byte's).
+    fn log_timing(&mut self, slot: usize, generation: u32, ended: Option<Generation>) {
+        let now = crate::clock::monotonic_ns();
+        match ended {
+            Some(mut g) => {
+                let Some(mut t) = g.timing.take() else { return };
+                t.chunks_ns.push(now);
+                t.chunks_tokens.push(g.sent);
+                if let Some(log) = self.timing_log.as_mut() {
+                    log.log(&json!({"index": t.index, "received_ns": t.received_ns,
+                                    "chunks_ns": t.chunks_ns, "chunks_tokens": t.chunks_tokens,
+                                    "last_byte_ns": now}));
+                }
+            }
+            None => {
+                let g =
+                    conn_in(&mut self.conns, slot, generation).and_then(|c| c.generation.as_mut());
+                if let Some(g) = g {
+                    let sent = g.sent;
+                    if let Some(t) = g.timing.as_mut() {
+                        t.chunks_ns.push(now);
+                        t.chunks_tokens.push(sent);
+                    }
+                }
+            }
+        }
+    }
+
     fn log_fault(&mut self, index: Option<u64>, fault: FaultKind) {
         if let Some(log) = self.fault_log.as_mut() {
             log.log(&json!({"index": index, "fault": fault.name()}));
@@ -769,11 +827,16 @@ impl MockLoop {
             let conn = conn_in(&mut self.conns, slot, generation).expect("still open");
             let g = conn.generation.as_ref().expect("generation");
             self.stats.tokens += g.sent - tokens_before;
+            let wrote = g.sent > tokens_before || finished;
+            let mut ended = None;
             if finished {
-                conn.generation = None;
+                ended = conn.generation.take();
                 self.release();
             }
             self.flush(slot, generation);
+            if self.timing_log.is_some() && wrote {
+                self.log_timing(slot, generation, ended);
+            }
             if finished {
                 // A request may already be waiting on this connection.
                 self.next_request(slot, generation);

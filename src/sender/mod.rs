@@ -513,17 +513,23 @@ impl SenderLoop {
         }
     }
 
-    /// Sends every request whose deadline is within the spin window, spinning up to it.
+    /// Sends every request that is due, spinning up to a deadline within the spin window; but
+    /// once one is sent, a later deadline is left to the next round: under a dense schedule
+    /// (deadlines closer than the spin window) spinning from send to send would leave the
+    /// sockets unread, and every token's time late, for as long as the schedule stays dense.
     fn send_due(&mut self) {
+        let mut sent = false;
         loop {
             if self.slots_full() {
                 return;
             }
             let Some(top) = self.heap.peek() else { return };
             let due = self.t0_ns + top.scheduled_ns;
-            if due > self.clock.now_ns() + self.cfg.spin_ns {
+            let now = self.clock.now_ns();
+            if due > now + self.cfg.spin_ns || (sent && due > now) {
                 return;
             }
+            sent = true;
             let mut req = self.heap.pop().expect("peeked");
             self.clock.spin_until(due);
             if self.in_flight_cap.is_some() {

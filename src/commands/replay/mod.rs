@@ -294,6 +294,7 @@ fn start(
     let connections_at_start =
         gate.wait_ready(|id| senders[id].is_finished(), || signals_received() > 0);
     let t0_ns = clock.now_ns() + START_LEAD_NS;
+    let t0_monotonic_ns = on_monotonic(&clock, t0_ns);
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -316,6 +317,7 @@ fn start(
             builder: &builder,
             num_producer,
             started_unix_ms,
+            t0_monotonic_ns,
             connections_at_start,
         };
         let run = run_json::run_json(plan, &resolved);
@@ -568,12 +570,17 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     if let Some(scraper) = stages.scraper {
         scraper.finish();
     }
+    // Said in run.json, which report renders read with the records.
+    let mut run = report::run_config(&c.dir).unwrap_or_default();
     if let Some(reason) = &c.stopped_early {
-        // Said in run.json, which report renders read with the records.
-        let mut run = report::run_config(&c.dir).unwrap_or_default();
         run["stopped_early"] = json!(reason);
-        report::write_json(&c.dir.join("run.json"), &run)?;
     }
+    let end_ns = stages.clock.now_ns();
+    run["clock"]["end"] = json!({
+        "run_ns": end_ns.saturating_sub(stages.t0_ns),
+        "monotonic_ns": on_monotonic(&stages.clock, end_ns),
+    });
+    report::write_json(&c.dir.join("run.json"), &run)?;
     // Everything in the directory is rendered from requests.jsonl, as `report DIR` does.
     report::save_itl(&c.dir, &itl, &token_itl)?;
     let summary = report::render(&c.dir, &c.requests_path, &plan.render)?;
@@ -591,6 +598,12 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         connections_at_start: stages.connections_at_start,
         stopped_early: c.stopped_early,
     })
+}
+
+/// A time of the run's clock on CLOCK_MONOTONIC (the two read back to back).
+fn on_monotonic(clock: &RunClock, at_ns: u64) -> u64 {
+    let (now, mono) = (clock.now_ns(), crate::clock::monotonic_ns());
+    (mono as i64 + (at_ns as i64 - now as i64)) as u64
 }
 
 /// Request bodies of large prompts (100 KB and more) would each be an mmap/munmap pair in

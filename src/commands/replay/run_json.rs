@@ -14,6 +14,8 @@ pub struct Resolved<'a> {
     pub builder: &'a RequestBuilder,
     pub num_producer: usize,
     pub started_unix_ms: u64,
+    /// The run's time 0 on CLOCK_MONOTONIC.
+    pub t0_monotonic_ns: u64,
     pub connections_at_start: usize,
 }
 
@@ -58,6 +60,9 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("tool", json!("llmreplay"));
     put("version", json!(env!("CARGO_PKG_VERSION")));
     put("started_unix_ms", json!(r.started_unix_ms));
+    // Record times (ms since the run's time 0) on CLOCK_MONOTONIC, the clock of the mock's
+    // --timing-log: t0 + ms. `end` (written when the run ends) gives the drift between them.
+    put("clock", json!({"t0_monotonic_ns": r.t0_monotonic_ns}));
     put("trace", json!(plan.trace));
     put("format", json!(r.trace.format));
     put("block_size", json!(r.trace.block_size));
