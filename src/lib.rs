@@ -15,6 +15,7 @@ pub mod commands;
 pub mod error;
 pub mod expected_cache;
 pub mod fleet;
+pub mod headline;
 pub mod http;
 pub mod limits;
 pub mod load;

@@ -765,36 +765,18 @@ impl Summary {
             true => s.push_str(&format!("{k}\n")),
             false => s.push_str(&format!("{k:<40}{v:<10}\n")),
         };
-        line("Successful requests:", self.ok.to_string());
-        line("Failed requests:", self.failed.to_string());
-        for (kind, n) in &self.by_error_kind {
-            line(&format!("  {kind}:"), n.to_string());
-            if let Some(m) = self.first_error_by_kind.get(kind) {
-                let m: String = m.chars().take(64).collect();
-                line(&format!("    first: {m}"), String::new());
+        for f in crate::headline::FIGURES {
+            let Some(v) = f.format(self) else { continue };
+            line(&format!("{}:", f.label), v);
+            if f.key == "requests_failed" {
+                for (kind, n) in &self.by_error_kind {
+                    line(&format!("  {kind}:"), n.to_string());
+                    if let Some(m) = self.first_error_by_kind.get(kind) {
+                        let m: String = m.chars().take(64).collect();
+                        line(&format!("    first: {m}"), String::new());
+                    }
+                }
             }
-        }
-        line("Benchmark duration (s):", format!("{:.2}", self.duration_s));
-        line("Total input tokens:", self.input_tokens.to_string());
-        line("Total generated tokens:", self.output_tokens.to_string());
-        line(
-            "Request throughput (req/s):",
-            format!("{:.2}", self.request_throughput),
-        );
-        line(
-            "Output token throughput (tok/s):",
-            format!("{:.2}", self.output_throughput),
-        );
-        line(
-            "Total Token throughput (tok/s):",
-            format!("{:.2}", self.total_token_throughput),
-        );
-        line(
-            "Peak output token throughput (tok/s):",
-            format!("{:.2}", self.max_output_tokens_per_s),
-        );
-        if let Some(g) = self.goodput {
-            line("Request goodput (req/s):", format!("{g:.2}"));
         }
         if self.input_length_match.any() {
             line(
@@ -805,31 +787,12 @@ impl Summary {
         if self.output_length_match.any() {
             line("Output length exact:", self.output_length_match.describe());
         }
-        line("Late sends (drift > 1 ms):", self.late_sends.to_string());
-        if self.warmup_requests > 0 {
-            line(
-                "Warmup requests (not counted):",
-                self.warmup_requests.to_string(),
-            );
-        }
         let p50_p99 = |d: &Distribution| {
             let p = |q| d.percentile(q).map_or("-".into(), |v| format!("{v:.1}"));
             format!("{} / {}", p(50.0), p(99.0))
         };
         if let Some(q) = &self.queue {
             line("Queue wait p50 / p99 (ms):", p50_p99(q));
-        }
-        let pct = |c: Option<f64>| c.map_or("-".into(), |c| format!("{:.2}", 100.0 * c));
-        let counters = self.server_counter_hit_share();
-        if self.prefix.any() || counters.is_some() {
-            line(
-                "Prefix-cache hits % (server / trace):",
-                format!(
-                    "{} / {}",
-                    pct(self.prefix.observed_share().or(counters)),
-                    pct(self.prefix.expected_share())
-                ),
-            );
         }
         for t in self.server.iter().flatten() {
             line(&format!("Server {}:", t.target), t.describe());

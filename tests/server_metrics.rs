@@ -195,4 +195,7 @@ fn a_replay_scrapes_each_target_and_survives_a_dead_one() {
     assert!(!out.join("server_metrics_raw/target-0-first.txt").exists());
     let table = std::fs::read_to_string(out.join("summary.txt")).unwrap();
     assert!(table.contains(&format!("Server {mock_url}:")), "{table}");
+    assert!(table.contains("Server queue, max (any target):"), "{table}");
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("id=\"server-metrics\"") && page.contains("Queue and running requests"));
 }

@@ -36,19 +36,9 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
             b: f(b),
         })
     };
-    push("requests_ok".into(), &|s| Some(s.ok as f64));
-    push("requests_failed".into(), &|s| Some(s.failed as f64));
-    push("duration_s".into(), &|s| Some(s.duration_s));
-    push("request_throughput".into(), &|s| Some(s.request_throughput));
-    push("output_throughput".into(), &|s| Some(s.output_throughput));
-    push("total_token_throughput".into(), &|s| {
-        Some(s.total_token_throughput)
-    });
-    push("max_output_tokens_per_s".into(), &|s| {
-        Some(s.max_output_tokens_per_s)
-    });
-    push("goodput".into(), &|s| s.goodput);
-    push("late_sends".into(), &|s| Some(s.late_sends as f64));
+    for f in crate::headline::FIGURES {
+        push(f.key.into(), &|s| (f.value)(s));
+    }
     let mut stats = vec!["mean".to_string(), "median".into()];
     stats.extend(a.percentiles.iter().map(|p| percentile_key(*p)));
     stats.push("max".into());

@@ -227,46 +227,24 @@ pub fn summary_tables(s: &Summary) -> String {
     let mut row = |k: &str, v: String| {
         let _ = writeln!(t, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
     };
-    row(
-        "Requests (ok / failed)",
-        format!("{} ({} / {})", s.total, s.ok, s.failed),
-    );
-    for (kind, n) in &s.by_error_kind {
-        let first = s.first_error_by_kind.get(kind).map_or("", String::as_str);
-        row(
-            &format!("  failed: {kind}"),
-            format!("{n} (first: {first})"),
-        );
-    }
-    row("Duration (s)", format!("{:.2}", s.duration_s));
-    row(
-        "Request throughput (req/s)",
-        format!("{:.2}", s.request_throughput),
-    );
-    row(
-        "Output token throughput (tok/s)",
-        format!("{:.1}", s.output_throughput),
-    );
-    row(
-        "Peak output tokens in one second",
-        format!("{:.0}", s.max_output_tokens_per_s),
-    );
-    row(
-        "Total token throughput (tok/s)",
-        format!("{:.1}", s.total_token_throughput),
-    );
-    if let Some(g) = s.goodput {
-        row(
-            "Goodput (req/s)",
-            format!("{g:.2} ({} good requests)", s.good_requests),
-        );
+    for f in crate::headline::FIGURES {
+        let Some(v) = f.format(s) else { continue };
+        row(f.label, v);
+        if f.key == "requests_failed" {
+            for (kind, n) in &s.by_error_kind {
+                let first = s.first_error_by_kind.get(kind).map_or("", String::as_str);
+                row(
+                    &format!("  failed: {kind}"),
+                    format!("{n} (first: {first})"),
+                );
+            }
+        }
     }
     row(
         "Input length exact (server usage)",
         s.input_length_match.describe(),
     );
     row("Output length exact", s.output_length_match.describe());
-    row("Late sends (drift > 1 ms)", s.late_sends.to_string());
     t.push_str("</table>\n<table>\n<tr><th>metric (ms)</th><th>count</th><th>mean</th><th>median</th><th>std</th><th>min</th>");
     for p in &s.percentiles {
         let _ = write!(t, "<th>{}</th>", crate::stats::percentile_key(*p));
@@ -397,6 +375,9 @@ pub fn report(
             ),
         ],
     );
+    if let Some(targets) = &summary.server {
+        super::server::section_of(&mut out, targets, data);
+    }
     section(
         &mut out,
         "drift-histogram",

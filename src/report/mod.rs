@@ -5,6 +5,7 @@
 pub mod compare;
 mod data;
 pub mod html;
+mod server;
 mod xlsx;
 
 use std::fs;

@@ -118,36 +118,20 @@ impl ResultsBook {
             row += 1;
             Ok(())
         };
+        for f in crate::headline::FIGURES {
+            if let Some(v) = (f.value)(summary) {
+                pair(sheet, f.key, v)?;
+            }
+        }
         pair(sheet, "requests_total", summary.total as f64)?;
-        pair(sheet, "requests_ok", summary.ok as f64)?;
-        pair(sheet, "requests_failed", summary.failed as f64)?;
         for (kind, n) in &summary.by_error_kind {
             pair(sheet, &format!("failed_{kind}"), *n as f64)?;
-        }
-        pair(sheet, "duration_s", summary.duration_s)?;
-        pair(sheet, "input_tokens", summary.input_tokens as f64)?;
-        pair(sheet, "output_tokens", summary.output_tokens as f64)?;
-        pair(sheet, "request_throughput", summary.request_throughput)?;
-        pair(sheet, "output_throughput", summary.output_throughput)?;
-        pair(
-            sheet,
-            "total_token_throughput",
-            summary.total_token_throughput,
-        )?;
-        pair(
-            sheet,
-            "max_output_tokens_per_s",
-            summary.max_output_tokens_per_s,
-        )?;
-        if let Some(g) = summary.goodput {
-            pair(sheet, "goodput", g)?;
         }
         let (input, output) = (&summary.input_length_match, &summary.output_length_match);
         pair(sheet, "input_length_checked", input.checked as f64)?;
         pair(sheet, "input_length_exact", input.exact as f64)?;
         pair(sheet, "output_length_checked", output.checked as f64)?;
         pair(sheet, "output_length_exact", output.exact as f64)?;
-        pair(sheet, "late_sends", summary.late_sends as f64)?;
         if self.dropped > 0 {
             pair(
                 sheet,
