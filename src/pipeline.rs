@@ -474,8 +474,8 @@ struct SharedReader {
     sessions: SessionTracker,
     /// Records still to be marked as warmup (`--warmup-requests`), in trace order.
     warmup_left: u64,
-    /// The prefix-cache hits each endpoint's requests should see.
-    expected: ExpectedPrefixHits,
+    /// The prefix-cache hits each endpoint's requests should see (None: not computed).
+    expected: Option<ExpectedPrefixHits>,
     finished: bool,
 }
 
@@ -490,7 +490,7 @@ pub fn spawn_producers(
     router: Router,
     sessions: SessionTracker,
     warmup_left: u64,
-    expected_cache_blocks: Option<usize>,
+    expected: Option<ExpectedPrefixHits>,
     schedule: Schedule,
     builder: Arc<RequestBuilder>,
     out: ToSenders,
@@ -505,7 +505,7 @@ pub fn spawn_producers(
         router,
         sessions,
         warmup_left,
-        expected: ExpectedPrefixHits::new(expected_cache_blocks),
+        expected,
         finished: false,
     }));
     (0..n.max(1))
@@ -577,11 +577,15 @@ impl SharedReader {
         let link = self.sessions.link(&record, scheduled_ns);
         let warmup = self.warmup_left > 0;
         self.warmup_left = self.warmup_left.saturating_sub(1);
-        let expected_cached_tokens = builder.content_blocks(endpoint, &record).map(|(n, block)| {
-            self.expected
-                .hits(endpoint as usize, &record.hash_ids()[..n])
-                * block
-        });
+        let expected_cached_tokens = match (
+            &mut self.expected,
+            builder.content_blocks(endpoint, &record),
+        ) {
+            (Some(expected), Some((n, block))) => {
+                Some(expected.hits(endpoint as usize, &record.hash_ids()[..n]) * block)
+            }
+            _ => None,
+        };
         Ok(Some(Planned {
             record,
             endpoint,

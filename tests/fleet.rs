@@ -290,3 +290,53 @@ fn least_inflight_favours_the_faster_endpoint() {
     // it is busy nearly always and takes a request only when the fast one has one too.
     assert!(fast_n > 3 * slow_n, "fast {fast_n}, slow {slow_n}");
 }
+
+/// The hits a hash-id trace predicts are counted per instance, so they need the instance
+/// when the request is built: with `least-inflight` it is chosen only when the request is
+/// due, and no prediction is made (a plan warning says so) rather than one per peer group.
+#[test]
+fn least_inflight_predicts_no_prefix_hits_round_robin_does() {
+    let dir = temp_dir("fleet-expected");
+    let trace = dir.join("t.jsonl");
+    let records: Vec<Value> = (0..10)
+        .map(|i| json!({"timestamp": i * 10, "input_length": 64, "output_length": 2, "hash_ids": [1, 2, 3, 100 + i]}))
+        .collect();
+    write_trace(&trace, &records);
+    let mocks: Vec<MockServer> = (0..2)
+        .map(|_| MockServer::start("127.0.0.1:0".parse().unwrap(), MockConfig::default()).unwrap())
+        .collect();
+    for route in ["round-robin", "least-inflight"] {
+        let out = dir.join(route);
+        let mut args: Vec<String> = [
+            "--trace",
+            &trace.display().to_string(),
+            "--tokenizer",
+            &common::tokenizer("qwen3").display().to_string(),
+            "--block-size",
+            "16",
+            "--route",
+            route,
+            "--output",
+            &out.display().to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        for m in &mocks {
+            args.push("--endpoint".into());
+            args.push(format!("http://{}", m.addr()));
+        }
+        let outcome = common::replay_in_process(&args);
+        assert_eq!(outcome.summary.ok, 10, "{route}");
+        let predicted = read_jsonl(&out.join("requests.jsonl"))
+            .iter()
+            .filter(|r| r["expected_cached_tokens"].is_u64())
+            .count();
+        match route {
+            "round-robin" => assert_eq!(predicted, 10),
+            _ => {
+                assert_eq!(predicted, 0);
+                assert!(outcome.summary.prefix.expected_share().is_none());
+            }
+        }
+    }
+}

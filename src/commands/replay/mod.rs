@@ -20,6 +20,7 @@ use crate::affinity;
 use crate::api::BodyOptions;
 use crate::clock::RunClock;
 use crate::error::{Error, Result};
+use crate::expected_cache::ExpectedPrefixHits;
 use crate::fleet::{Load, Route, Router};
 use crate::limits;
 use crate::load::{Pace, Timeline};
@@ -255,7 +256,10 @@ fn start(
             plan.time_scale,
         ),
         plan.warmup_requests,
-        plan.expected_cache_blocks,
+        // least-inflight picks the instance when a request is due: which instance's cache a
+        // request meets is not known here.
+        (plan.route != Route::LeastInflight)
+            .then(|| ExpectedPrefixHits::new(plan.expected_cache_blocks)),
         schedule,
         Arc::clone(&builder),
         ToSenders {
