@@ -3,7 +3,9 @@
 //! whole prefix of hash ids that endpoint has already been sent hit an LRU cache of
 //! `--expected-cache-blocks` blocks (default [`DEFAULT_BLOCKS`]: more than a GPU's KV cache
 //! holds at any block size, so in effect one that never evicts, in bounded memory). The
-//! servers' `cached_tokens` are compared with it (summary.json `prefix_cache`).
+//! servers' `cached_tokens` are compared with it (summary.json `prefix_cache`). Trace order
+//! is the order a trace-timed run sends in; `--route least-inflight` picks the endpoint only
+//! at send time, and then nothing is predicted.
 //!
 //! Content blocks: block i of a synthetic prompt's content is hash id i's tokens (see
 //! [`crate::prompt::PromptSynth`]); only full blocks count, as in vLLM.
