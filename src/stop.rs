@@ -10,6 +10,8 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::clock::monotonic_ns;
+
 /// Exit status of a run stopped by a signal (128 + SIGINT, as shells report Ctrl-C).
 pub const STOPPED_EXIT_CODE: i32 = 130;
 
@@ -18,15 +20,6 @@ static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 static FIRST_SIGNAL_NS: AtomicU64 = AtomicU64::new(0);
 /// A later signal exits at once only when it comes at least this long after the first.
 const SAME_STOP_NS: u64 = 1_000_000_000;
-
-fn monotonic_ns() -> u64 {
-    // SAFETY: clock_gettime is async-signal-safe and fills the timespec it is given.
-    unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
-}
 
 extern "C" fn on_signal(_: libc::c_int) {
     let now = monotonic_ns();

@@ -185,6 +185,32 @@ fn load_itl(dir: &Path) -> Result<Option<(Histogram<u64>, Histogram<u64>)>> {
     Ok(Some((hist("itl_ns")?, hist("token_itl_ns")?)))
 }
 
+/// Calls `each` with every non-empty line of a JSONL file, parsed, and its line number
+/// (1-based); a line that is not JSON is an error naming the file and the line.
+pub fn each_json_line(path: &Path, mut each: impl FnMut(u64, Value) -> Result<()>) -> Result<()> {
+    let file = fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| Error::io(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let n = i as u64 + 1;
+        let value = serde_json::from_str(&line)
+            .map_err(|e| line_error(path, n, format!("invalid JSON: {e}")))?;
+        each(n, value)?;
+    }
+    Ok(())
+}
+
+/// What is wrong with line `line` of `path`.
+pub fn line_error(path: &Path, line: u64, message: String) -> Error {
+    Error::Trace {
+        file: path.to_path_buf(),
+        line,
+        message,
+    }
+}
+
 /// Reads a run's `requests.jsonl` once: summary, plot data and (when given) the Requests
 /// sheet. ITL comes from `itl.json` in `dir`, else from recorded chunk times.
 pub fn load_run(
@@ -199,20 +225,8 @@ pub fn load_run(
         saved.unwrap_or_else(|| (latency_histogram(), latency_histogram()));
     let mut builder = SummaryBuilder::new(opts.slo.clone());
     let mut data = RunData::default();
-    let file = fs::File::open(requests).map_err(|e| Error::io(requests, e))?;
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| Error::io(requests, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |message: String| Error::Trace {
-            file: requests.to_path_buf(),
-            line: i as u64 + 1,
-            message,
-        };
-        let value: Value =
-            serde_json::from_str(&line).map_err(|e| bad(format!("invalid JSON: {e}")))?;
-        let r = RecordFormat::read_any(&value, i as u64).map_err(bad)?;
+    each_json_line(requests, |n, value| {
+        let r = RecordFormat::read_any(&value, n - 1).map_err(|m| line_error(requests, n, m))?;
         builder.add(&r);
         data.add(&r);
         if let Some(book) = book.as_deref_mut() {
@@ -230,7 +244,8 @@ pub fn load_run(
                 );
             }
         }
-    }
+        Ok(())
+    })?;
     let mut summary = builder.finish(&itl, &token_itl, &opts.percentiles);
     summary.server = crate::server_metrics::summary::load(dir)?;
     Ok(LoadedRun { summary, data, itl })

@@ -2,15 +2,14 @@
 //! last; a counter's increase), the scrapes that failed, and the points the report plots.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde_json::{json, Value};
 
 use super::families::{self, Kind};
 use super::METRICS_FILE;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::report;
 
 /// One target's scrapes.
 #[derive(Clone, Debug, Default)]
@@ -126,22 +125,11 @@ pub fn load(dir: &Path) -> Result<Option<Vec<TargetSummary>>> {
     if !path.is_file() {
         return Ok(None);
     }
-    let file = fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
     let mut targets: Vec<TargetSummary> = Vec::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| Error::io(&path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |message: String| Error::Trace {
-            file: path.clone(),
-            line: i as u64 + 1,
-            message,
-        };
-        let v: Value =
-            serde_json::from_str(&line).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+    report::each_json_line(&path, |n, v| {
         let (Some(target), Some(t_s)) = (v["target"].as_str(), v["t_s"].as_f64()) else {
-            return Err(bad("expected the fields `target` and `t_s`".into()));
+            let message = "expected the fields `target` and `t_s`".to_string();
+            return Err(report::line_error(&path, n, message));
         };
         let at = match targets.iter().position(|t| t.target == target) {
             Some(at) => at,
@@ -158,7 +146,7 @@ pub fn load(dir: &Path) -> Result<Option<Vec<TargetSummary>>> {
         if let Some(e) = v["error"].as_str() {
             t.failed += 1;
             t.first_error.get_or_insert_with(|| e.to_string());
-            continue;
+            return Ok(());
         }
         if let Some(server) = v["server"].as_str() {
             t.server.get_or_insert_with(|| server.to_string());
@@ -168,7 +156,8 @@ pub fn load(dir: &Path) -> Result<Option<Vec<TargetSummary>>> {
                 t.points.entry(name.clone()).or_default().push((t_s, x));
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(Some(targets))
 }
 
