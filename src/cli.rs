@@ -619,7 +619,8 @@ pub struct ScrapeArgs {
     /// kv_cache_usage, prefix_cache_hits, ...); one line per scrape goes to
     /// server_metrics.jsonl, the first and last whole expositions to server_metrics_raw/, and
     /// summary.json and report.html show them per target. A target that fails is recorded in
-    /// the summary, never fatal.
+    /// the summary, never fatal. The -H headers and API key go only to a target on an
+    /// --endpoint's host and port.
     #[arg(long, value_name = "URL")]
     pub server_metrics: Vec<String>,
 

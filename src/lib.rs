@@ -101,9 +101,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             let sweep = commands::sweep::run(&plan)?;
             print!("{}", sweep.table());
             eprintln!("sweep results in {}", plan.dir.display());
-            Ok(match sweep.passed_scale {
-                Some(_) => 0,
-                None => NO_SUCCESS_EXIT_CODE,
+            Ok(match (sweep.stopped, sweep.passed_scale) {
+                (true, _) => stop::STOPPED_EXIT_CODE,
+                (false, Some(_)) => 0,
+                (false, None) => NO_SUCCESS_EXIT_CODE,
             })
         }
         Command::Mock(args) => {

@@ -17,6 +17,28 @@ fn the_api_key_and_header_values_appear_in_no_output() {
     let key = "sk-llmreplay-test-7f3a9c1e55d2";
     let header_secret = "hdr-secret-0b8e44c1";
     let mock = MockProcess::start(&[]);
+    // Another host's metrics (another port here): it gets no key and no -H header.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_url = format!("http://{}/metrics", other.local_addr().unwrap());
+    let other_heads = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        other.set_nonblocking(false).unwrap();
+        let mut heads = String::new();
+        // The baseline scrape and the last one.
+        for _ in 0..2 {
+            let (mut conn, _) = other.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap();
+            heads.push_str(&String::from_utf8_lossy(&buf[..n]));
+            let body = "# TYPE tgi_queue_size gauge\ntgi_queue_size 0\n";
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            conn.write_all(reply.as_bytes()).unwrap();
+        }
+        heads
+    });
     let out = dir.join("run");
     let output = bin()
         .env("LLMREPLAY_TEST_KEY", key)
@@ -27,6 +49,11 @@ fn the_api_key_and_header_values_appear_in_no_output() {
             "LLMREPLAY_TEST_KEY",
             "--save-prompts",
             "--record-itl",
+            "--scrape-server",
+            "--scrape-interval",
+            "30",
+            "--server-metrics",
+            &other_url,
         ])
         .args([
             "-H",
@@ -41,9 +68,26 @@ fn the_api_key_and_header_values_appear_in_no_output() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    let heads = other_heads.join().unwrap();
+    assert!(heads.starts_with("GET /metrics"), "{heads}");
+    assert!(
+        !heads.contains(key) && !heads.contains(header_secret),
+        "{heads}"
+    );
+    let mut files = Vec::new();
+    let mut dirs = vec![out.clone()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(d).unwrap() {
+            let path = entry.unwrap().path();
+            match path.is_dir() {
+                true => dirs.push(path),
+                false => files.push(path),
+            }
+        }
+    }
     let mut checked = 0;
-    for entry in std::fs::read_dir(&out).unwrap() {
-        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+    for path in files {
+        let bytes = std::fs::read(path).unwrap();
         for secret in [key, header_secret] {
             assert!(
                 !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
@@ -53,8 +97,8 @@ fn the_api_key_and_header_values_appear_in_no_output() {
         checked += 1;
     }
     assert!(
-        checked >= 7,
-        "run.json, requests, summary, report, xlsx, prompts, itl"
+        checked >= 10,
+        "run.json, requests, summary, report, xlsx, prompts, itl, server metrics and raw"
     );
     for stream in [&output.stdout, &output.stderr] {
         let text = String::from_utf8_lossy(stream);

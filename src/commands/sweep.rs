@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::commands::replay;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::plan::SweepPlan;
 use crate::report::{self, html};
 use crate::stats::Summary;
@@ -49,6 +49,8 @@ pub struct Sweep {
     pub passed_scale: Option<f64>,
     /// The lowest scale that failed.
     pub failed_scale: Option<f64>,
+    /// A signal stopped the sweep during its last step (left out of the steps).
+    pub stopped: bool,
 }
 
 pub fn run(plan: &SweepPlan) -> Result<Sweep> {
@@ -69,13 +71,22 @@ pub fn run(plan: &SweepPlan) -> Result<Sweep> {
         steps: Vec::new(),
         passed_scale: None,
         failed_scale: None,
+        stopped: false,
     };
+    // Whatever ends the steps (a signal, an error), the steps done are written.
+    let result = steps(plan, &mut sweep);
+    write_outputs(plan, &sweep)?;
+    result.map(|()| sweep)
+}
+
+fn steps(plan: &SweepPlan, sweep: &mut Sweep) -> Result<()> {
     // Growing (or, when the first step fails, shrinking) until the outcome changes.
     let mut scale = plan.start_scale;
     for _ in 0..plan.max_steps {
-        let passed = step(plan, &mut sweep, scale)?;
-        let (lo, hi) = (sweep.passed_scale, sweep.failed_scale);
-        if lo.is_some() && hi.is_some() {
+        let Some(passed) = step(plan, sweep, scale)? else {
+            return Ok(());
+        };
+        if sweep.passed_scale.is_some() && sweep.failed_scale.is_some() {
             break;
         }
         scale = match passed {
@@ -83,18 +94,20 @@ pub fn run(plan: &SweepPlan) -> Result<Sweep> {
             false => scale / plan.step_factor,
         };
     }
-    if let (Some(_), Some(_)) = (sweep.passed_scale, sweep.failed_scale) {
-        for _ in 0..plan.bisect {
-            let (lo, hi) = (sweep.passed_scale.unwrap(), sweep.failed_scale.unwrap());
-            step(plan, &mut sweep, (lo * hi).sqrt())?;
+    for _ in 0..plan.bisect {
+        let (Some(lo), Some(hi)) = (sweep.passed_scale, sweep.failed_scale) else {
+            break;
+        };
+        if step(plan, sweep, (lo * hi).sqrt())?.is_none() {
+            break;
         }
     }
-    write_outputs(plan, &sweep)?;
-    Ok(sweep)
+    Ok(())
 }
 
-/// Runs one scale and narrows the bracket with its outcome.
-fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<bool> {
+/// Runs one scale and narrows the bracket with its outcome: whether it passed, None when a
+/// signal stopped it (its run directory holds what it measured).
+fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>> {
     let n = sweep.steps.len() + 1;
     let dir = plan.dir.join(format!("step-{n:02}-x{scale:.3}"));
     let mut run = plan.base.clone();
@@ -104,10 +117,9 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<bool> {
     run.quiet = true;
     let outcome = replay::run(&run)?;
     if outcome.stopped {
-        return Err(Error::Run(format!(
-            "the sweep was stopped during step {n} (its run is in {})",
-            dir.display()
-        )));
+        eprintln!("stopped during step {n} (its run is in {})", dir.display());
+        sweep.stopped = true;
+        return Ok(None);
     }
     let s = &outcome.summary;
     let goodput_share = match s.total {
@@ -138,7 +150,7 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<bool> {
         false => sweep.failed_scale = Some(sweep.failed_scale.map_or(scale, |f| f.min(scale))),
     }
     sweep.steps.push(step);
-    Ok(passed)
+    Ok(Some(passed))
 }
 
 /// Whether any scraped server's waiting queue grew over the run: its mean over the second
@@ -208,7 +220,13 @@ impl Sweep {
         for s in steps {
             writeln!(out, "{}", step_line(s)).ok();
         }
+        if self.stopped {
+            out.push_str("stopped by a signal before the sweep ended; ");
+        }
         out.push_str(&match (self.passed_scale, self.failed_scale) {
+            (Some(p), None) if self.stopped => {
+                format!("every step run met the SLOs, up to x{p:.3}\n")
+            }
             (Some(p), Some(f)) => format!(
                 "highest scale meeting every SLO: x{p:.3} (the knee lies between x{p:.3} and x{f:.3})\n"
             ),

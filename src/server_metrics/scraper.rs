@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::json;
@@ -32,6 +32,9 @@ pub struct ScrapeTarget {
     pub tls: Option<TlsTarget>,
     pub host: String,
     pub path: String,
+    /// Header lines sent with each scrape: the endpoints' (an API key among them, never
+    /// written anywhere) for a target on an endpoint's host and port, else none.
+    pub headers: String,
 }
 
 /// What to scrape and how often.
@@ -40,8 +43,6 @@ pub struct ScrapeConfig {
     pub interval: Duration,
     /// `--metric` series kept beside the common names.
     pub extra: Vec<String>,
-    /// Header lines sent with each scrape (an API key among them: never written anywhere).
-    pub headers: String,
 }
 
 /// The running scrape threads.
@@ -117,6 +118,8 @@ impl Job {
         let mut last_raw: Option<String> = None;
         let mut first = true;
         let mut ending = false;
+        // Scrapes keep to the interval's grid, whatever each one took.
+        let mut next = Instant::now();
         loop {
             let t_s = self.time.seconds();
             let line = match self.scrape(target, timeout) {
@@ -141,11 +144,12 @@ impl Job {
             if ending {
                 break;
             }
+            let now = Instant::now();
+            while next <= now {
+                next += self.config.interval;
+            }
             // The run ended: one more scrape, the last.
-            ending = !matches!(
-                stopped.recv_timeout(self.config.interval),
-                Err(RecvTimeoutError::Timeout)
-            );
+            ending = !matches!(stopped.recv_deadline(next), Err(RecvTimeoutError::Timeout));
         }
         if let Some(text) = last_raw {
             self.save_raw("last", &text);
@@ -160,7 +164,7 @@ impl Job {
             &target.host,
             &target.path,
             probe::Accept::Text,
-            &self.config.headers,
+            &target.headers,
             timeout,
         )?;
         if status != 200 {

@@ -561,6 +561,13 @@ pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Opti
     }
     let refs: Vec<&Endpoint> = urls.iter().collect();
     let tls = tls_targets(&refs, &plan.tls)?;
+    // The API key goes where requests go already, to no other host.
+    let serves = |u: &Endpoint| {
+        fleet
+            .specs
+            .iter()
+            .any(|s| (&s.endpoint.host, s.endpoint.port) == (&u.host, u.port))
+    };
     let targets = urls
         .iter()
         .zip(tls)
@@ -573,6 +580,10 @@ pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Opti
                 path: match u.base_path.as_str() {
                     "" => "/metrics".to_string(),
                     p => p.to_string(),
+                },
+                headers: match serves(u) {
+                    true => fleet.headers.clone(),
+                    false => String::new(),
                 },
             })
         })
@@ -591,7 +602,6 @@ pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Opti
         targets,
         interval: Duration::from_secs_f64(scrape.interval_s),
         extra: scrape.extra.clone(),
-        headers: fleet.headers.clone(),
     }))
 }
 
