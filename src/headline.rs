@@ -122,7 +122,7 @@ pub const FIGURES: &[Figure] = &[
         key: "prefix_cache_observed_pct",
         label: "Prefix-cache hits, server (%)",
         decimals: 2,
-        value: |s| pct(s.prefix.observed_share().or(s.server_counter_hit_share())),
+        value: |s| pct(s.observed_prefix_share().map(|o| o.0)),
     },
     Figure {
         key: "prefix_cache_expected_pct",

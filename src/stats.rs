@@ -637,15 +637,24 @@ pub struct Summary {
 impl Summary {
     /// The prefix-cache hit share of all scraped targets together, from their counters.
     pub fn server_counter_hit_share(&self) -> Option<f64> {
-        let (mut hits, mut queries) = (0.0, 0.0);
-        for t in self.server.iter().flatten() {
-            let inc = |name| t.series(name).and_then(|s| s.increase);
-            if let (Some(h), Some(q)) = (inc("prefix_cache_hits"), inc("prefix_cache_queries")) {
-                hits += h;
-                queries += q;
-            }
-        }
+        let (hits, queries) = self
+            .server
+            .iter()
+            .flatten()
+            .filter_map(TargetSummary::prefix_counters)
+            .fold((0.0, 0.0), |(h, q), (dh, dq)| (h + dh, q + dq));
         (queries > 0.0).then(|| hits / queries)
+    }
+
+    /// The observed prefix-cache hit share and where it comes from: the requests'
+    /// `cached_tokens`, else the servers' counters.
+    pub fn observed_prefix_share(&self) -> Option<(f64, &'static str)> {
+        match self.prefix.observed_share() {
+            Some(share) => Some((share, "cached_tokens")),
+            None => self
+                .server_counter_hit_share()
+                .map(|s| (s, "server_counters")),
+        }
     }
 
     pub fn metrics(&self) -> [(&'static str, &'static str, &Option<Distribution>); 7] {
@@ -726,15 +735,9 @@ impl Summary {
         let counters = self.server_counter_hit_share();
         if self.prefix.any() || counters.is_some() {
             let mut p = self.prefix.to_json();
-            // The observed share from the servers' own counters, when no request said.
-            if self.prefix.observed.1 == 0 && counters.is_some() {
-                p["observed_hit_share"] = json!(counters);
-            }
-            p["observed_from"] = json!(match (self.prefix.observed.1 > 0, counters) {
-                (true, _) => Some("cached_tokens"),
-                (false, Some(_)) => Some("server_counters"),
-                (false, None) => None,
-            });
+            let observed = self.observed_prefix_share();
+            p["observed_hit_share"] = json!(observed.map(|o| o.0));
+            p["observed_from"] = json!(observed.map(|o| o.1));
             p["server_counter_hit_share"] = json!(counters);
             m.insert("prefix_cache".into(), p);
         }

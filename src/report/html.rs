@@ -265,7 +265,15 @@ pub fn summary_tables(s: &Summary) -> String {
     t
 }
 
-fn per_second(series: &[f64]) -> Vec<(f64, f64)> {
+/// Plot points of (run seconds, ms) pairs.
+pub(super) fn scatter(v: &[(f32, f32)]) -> Vec<(f64, f64)> {
+    v.iter()
+        .map(|&(x, y)| (f64::from(x), f64::from(y)))
+        .collect()
+}
+
+/// (run seconds, value) of per-second buckets.
+pub(super) fn per_second(series: &[f64]) -> Vec<(f64, f64)> {
     series
         .iter()
         .enumerate()
@@ -325,11 +333,6 @@ pub fn report(
             cdf_chart("E2EL", cdf(&mut e2el, CDF_POINTS)),
         ],
     );
-    let scatter = |v: &[(f32, f32)]| -> Vec<(f64, f64)> {
-        v.iter()
-            .map(|&(x, y)| (f64::from(x), f64::from(y)))
-            .collect()
-    };
     section(
         &mut out,
         "latency-over-time",

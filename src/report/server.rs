@@ -3,7 +3,7 @@
 //! and TTFT, all on the run's time axis.
 
 use super::data::RunData;
-use super::html::{chart, section, Series};
+use super::html::{chart, per_second, scatter, section, Series};
 use crate::server_metrics::summary::TargetSummary;
 
 pub fn section_of(out: &mut String, targets: &[TargetSummary], data: &RunData) {
@@ -25,18 +25,6 @@ pub fn section_of(out: &mut String, targets: &[TargetSummary], data: &RunData) {
         s.name = format!("{} running", s.name);
         waiting.push(s);
     }
-    let sent: Vec<(f64, f64)> = data
-        .per_second
-        .sent
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (i as f64, v))
-        .collect();
-    let ttft: Vec<(f64, f64)> = data
-        .ttft
-        .iter()
-        .map(|&(x, y)| (f64::from(x), f64::from(y)))
-        .collect();
     let failed: Vec<String> = targets
         .iter()
         .filter(|t| t.failed > 0)
@@ -84,13 +72,13 @@ pub fn section_of(out: &mut String, targets: &[TargetSummary], data: &RunData) {
                 "Requests sent per second",
                 "run time (s)",
                 "req/s",
-                &[Series::line("sent", sent)],
+                &[Series::line("sent", per_second(&data.per_second.sent))],
             ),
             chart(
                 "TTFT over the run",
                 "run time (s)",
                 "ms",
-                &[Series::dots("TTFT", ttft)],
+                &[Series::dots("TTFT", scatter(&data.ttft))],
             ),
         ],
     );

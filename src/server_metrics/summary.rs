@@ -56,11 +56,18 @@ impl TargetSummary {
         })
     }
 
-    /// The server's prefix-cache hit share over the run, from its counters (hits over
-    /// queries, both in tokens), when it has them and was asked anything.
-    pub fn prefix_hit_share(&self) -> Option<f64> {
+    /// The increase of the server's prefix-cache counters over the run: (hits, queries), in
+    /// tokens, when it has both.
+    pub fn prefix_counters(&self) -> Option<(f64, f64)> {
         let hits = self.series("prefix_cache_hits")?.increase?;
         let queries = self.series("prefix_cache_queries")?.increase?;
+        Some((hits, queries))
+    }
+
+    /// The server's prefix-cache hit share over the run, from its counters, when it was
+    /// asked anything.
+    pub fn prefix_hit_share(&self) -> Option<f64> {
+        let (hits, queries) = self.prefix_counters()?;
         (queries > 0.0).then(|| hits / queries)
     }
 

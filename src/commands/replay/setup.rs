@@ -229,7 +229,9 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     let mut warnings = Vec::new();
     if plan.route == crate::fleet::Route::LeastInflight && stats.unique_hash_ids > 0 {
         warnings.push(
-            "no expected prefix-cache hits with --route least-inflight: a request's instance              is chosen when it is due, so the hits its hash ids predict cannot be counted per              instance (--route session or round-robin compares them)"
+            "no expected prefix-cache hits with --route least-inflight: a request's instance \
+             is chosen when it is due, so the hits its hash ids predict cannot be counted per \
+             instance (--route session or round-robin compares them)"
                 .into(),
         );
     }
@@ -537,9 +539,6 @@ fn discover_model(
     )))
 }
 
-/// Where the results go: the run directory, always (`--output`, or a dated one), and with
-/// `--output-path FILE` a second copy of the per-request JSONL there, for trace-replayer's
-/// users. Both are created before anything is sent.
 /// The `/metrics` URLs to scrape: `--server-metrics` as given, then with `--scrape-server`
 /// each endpoint's (at its server's root). None when nothing is scraped.
 pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Option<ScrapeConfig>> {
@@ -605,6 +604,9 @@ pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Opti
     }))
 }
 
+/// Where the results go: the run directory, always (`--output`, or a dated one), and with
+/// `--output-path FILE` a second copy of the per-request JSONL there, for trace-replayer's
+/// users. Both are created before anything is sent.
 pub struct Output {
     pub dir: PathBuf,
     pub requests_path: PathBuf,
