@@ -438,8 +438,6 @@ impl PromptLog {
     }
 }
 
-/// The trace reader shared by the producers, with the router: records are routed in trace
-/// order (a conversation's turns in turn), under the same short lock.
 /// `--loop`: how the trace is read again for the next pass.
 pub struct Passes {
     /// Passes after the current one.
@@ -464,6 +462,8 @@ impl Passes {
     }
 }
 
+/// The trace reader shared by the producers, with the router: records are routed in trace
+/// order (a conversation's turns in turn), under the same short lock.
 struct SharedReader {
     reader: OrderedReader,
     passes: Passes,
