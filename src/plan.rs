@@ -562,6 +562,14 @@ impl SweepPlan {
                     .into(),
             ));
         }
+        if let crate::load::Pace::Closed { .. } = base.load.pace {
+            // Every step would be the same run: a closed loop has no time to scale.
+            return Err(Error::Usage(
+                "a closed loop (--concurrency) does not follow --time-scale, so every sweep \
+                 step would be the same run: sweep a trace's timing or a --rate"
+                    .into(),
+            ));
+        }
         if !(a.step_factor > 1.0 && a.step_factor.is_finite()) {
             return Err(Error::Usage(format!(
                 "--step-factor {}: give a factor above 1",

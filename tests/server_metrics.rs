@@ -116,17 +116,22 @@ fn a_replay_scrapes_each_target_and_survives_a_dead_one() {
     let dead_url = format!("http://{}/metrics", dead.local_addr().unwrap());
     drop(dead);
     let out = dir.join("run");
-    let status = common::replay_against(&mock, &trace, &out)
+    let output = common::replay_against(&mock, &trace, &out)
         .args([
             "--scrape-server",
             "--scrape-interval",
             "0.1",
             "--server-metrics",
             &dead_url,
+            "--metric",
+            "vllm:no_such_series",
         ])
-        .status()
+        .output()
         .unwrap();
-    assert!(status.success());
+    assert!(output.status.success());
+    // A --metric series the target does not have is said, not silently absent.
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("has no series vllm:no_such_series"), "{err}");
 
     let lines = read_jsonl(&out.join("server_metrics.jsonl"));
     let mock_url = format!("{}/metrics", mock.url());

@@ -56,7 +56,7 @@ fn sweep_finds_the_knee_of_a_mock_with_max_running() {
 }
 
 #[test]
-fn sweep_needs_slos_and_owns_the_time_scale() {
+fn sweep_needs_slos_and_a_time_scale_that_matters() {
     let dir = temp_dir("sweep-usage");
     let trace = text_trace(&dir, 3, 100, 2);
     for (extra, says) in [
@@ -64,6 +64,11 @@ fn sweep_needs_slos_and_owns_the_time_scale() {
         (
             &["--goodput", "ttft:50", "--time-scale", "2"][..],
             "--start-scale",
+        ),
+        // A closed loop has no time to scale: every step would be the same run.
+        (
+            &["--goodput", "ttft:50", "--concurrency", "4"][..],
+            "closed loop",
         ),
     ] {
         let out = bin()

@@ -125,8 +125,13 @@ impl Job {
             let line = match self.scrape(target, timeout) {
                 Ok(text) => {
                     let line = match families::select(&text, &self.config.extra) {
-                        Ok(sel) => json!({"t_s": t_s, "target": target.url,
-                                          "server": sel.server, "metrics": sel.values}),
+                        Ok(sel) => {
+                            if first {
+                                self.warn_missing(&sel);
+                            }
+                            json!({"t_s": t_s, "target": target.url,
+                                   "server": sel.server, "metrics": sel.values})
+                        }
                         Err(e) => json!({"t_s": t_s, "target": target.url, "error": e}),
                     };
                     if first {
@@ -171,6 +176,20 @@ impl Job {
             return Err(format!("HTTP status {status}"));
         }
         String::from_utf8(body).map_err(|_| "the exposition is not UTF-8".to_string())
+    }
+
+    /// A `--metric` series this target does not have would be missing without a word: said
+    /// once, at its first scrape.
+    fn warn_missing(&self, sel: &families::Selected) {
+        let url = &self.config.targets[self.index].url;
+        for name in self
+            .config
+            .extra
+            .iter()
+            .filter(|n| !sel.values.contains_key(*n))
+        {
+            eprintln!("warning: {url} has no series {name} (--metric)");
+        }
     }
 
     fn save_raw(&self, which: &str, text: &str) {
