@@ -38,8 +38,10 @@ impl Error {
     /// The process exit status this error maps to.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Usage(_) | Error::Trace { .. } | Error::Tokenizer { .. } => 1,
-            Error::Io { .. } | Error::Run(_) => 2,
+            Error::Usage(_) | Error::Trace { .. } | Error::Tokenizer { .. } => {
+                crate::ending::USAGE_EXIT_CODE
+            }
+            Error::Io { .. } | Error::Run(_) => crate::ending::RUN_ERROR_EXIT_CODE,
         }
     }
 

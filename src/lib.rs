@@ -12,6 +12,7 @@ pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod commands;
+pub mod ending;
 pub mod error;
 pub mod expected_cache;
 pub mod fleet;
@@ -28,6 +29,7 @@ pub mod prompt;
 pub mod record;
 pub mod report;
 pub mod rng;
+pub mod schedule;
 pub mod sender;
 pub mod server_metrics;
 pub mod session;
@@ -42,12 +44,11 @@ use std::io::Write;
 
 use cli::{Cli, Command};
 use commands::report::Reported;
+use ending::Ending;
 pub use error::{Error, Result};
 use plan::{CalibratePlan, OutputFormat, PromptsPlan, ReplayPlan};
 
-/// Exit status of a run that completed without one successful request, or that
-/// `--max-error-rate` stopped (CONTRACT §2).
-pub const NO_SUCCESS_EXIT_CODE: i32 = 3;
+pub use ending::{NO_SUCCESS_EXIT_CODE, STOPPED_EXIT_CODE};
 
 /// Runs one command line and returns the exit status; the binary's `main` maps an error to
 /// its own status (CONTRACT §2).
@@ -73,27 +74,22 @@ pub fn run(cli: Cli) -> Result<i32> {
                     copy.display()
                 ),
             };
-            if outcome.stopped {
-                eprintln!("stopped early by a signal; {place}");
-                return Ok(stop::STOPPED_EXIT_CODE);
+            let ending = &outcome.ending;
+            match ending {
+                Ending::Completed => eprintln!("{place}"),
+                Ending::Signal => eprintln!("stopped early by a signal; {place}"),
+                Ending::MaxErrorRate { reason } => eprintln!("{place}\nerror: {reason}"),
+                Ending::NoSuccess { failed } => {
+                    let first = outcome.summary.first_error_by_kind.iter().next();
+                    eprintln!(
+                        "{place}\nerror: no request succeeded ({failed} failed){}",
+                        first.map_or(String::new(), |(kind, m)| format!(
+                            "; first {kind} error: {m}"
+                        ))
+                    );
+                }
             }
-            eprintln!("{place}");
-            if let Some(reason) = &outcome.stopped_early {
-                eprintln!("error: {reason}");
-                return Ok(NO_SUCCESS_EXIT_CODE);
-            }
-            if outcome.summary.ok == 0 {
-                let first = outcome.summary.first_error_by_kind.iter().next();
-                eprintln!(
-                    "error: no request succeeded ({} failed){}",
-                    outcome.summary.failed,
-                    first.map_or(String::new(), |(kind, m)| format!(
-                        "; first {kind} error: {m}"
-                    ))
-                );
-                return Ok(NO_SUCCESS_EXIT_CODE);
-            }
-            Ok(0)
+            Ok(ending.exit_code())
         }
         Command::Sweep(args) => {
             let plan = plan::SweepPlan::from_args(&args)?;
@@ -102,7 +98,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             print!("{}", sweep.table());
             eprintln!("sweep results in {}", plan.dir.display());
             Ok(match (sweep.stopped, sweep.passed_scale) {
-                (true, _) => stop::STOPPED_EXIT_CODE,
+                (true, _) => STOPPED_EXIT_CODE,
                 (false, Some(_)) => 0,
                 (false, None) => NO_SUCCESS_EXIT_CODE,
             })

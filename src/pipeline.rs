@@ -20,9 +20,9 @@ use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
 use crate::expected_cache::ExpectedPrefixHits;
 use crate::fleet::Router;
-use crate::load::Timeline;
 use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{BlockCache, PromptSynth};
+use crate::schedule::{Shaper, Slot};
 use crate::session::{SessionLink, SessionTracker, SessionTurn};
 use crate::stop::StopRequest;
 use crate::trace::{Input, OrderedReader, TraceIds, TraceRecord};
@@ -75,34 +75,6 @@ impl PartialEq for PreparedRequest {
     }
 }
 impl Eq for PreparedRequest {}
-
-/// When each record is sent (`--max-requests` is applied by the trace reader).
-#[derive(Clone, Debug)]
-pub struct Schedule {
-    /// The earliest timestamp of the trace: trace time 0.
-    pub origin_ms: f64,
-    /// Replay this many times faster.
-    pub time_scale: f64,
-    /// Stop at this trace time (ms after the origin), unscaled.
-    pub duration_ms: Option<f64>,
-    /// Stop at this wall time after the start (`--time-in-secs`), in ns.
-    pub wall_limit_ns: Option<u64>,
-}
-
-impl Schedule {
-    /// Planned send time in nanoseconds after the run start; `None` once past `--duration`.
-    pub fn plan(&self, timestamp_ms: f64) -> Option<u64> {
-        let trace_ms = (timestamp_ms - self.origin_ms).max(0.0);
-        if self.duration_ms.is_some_and(|d| trace_ms > d) {
-            return None;
-        }
-        let at = (trace_ms / self.time_scale * 1e6).round() as u64;
-        if self.wall_limit_ns.is_some_and(|limit| at > limit) {
-            return None;
-        }
-        Some(at)
-    }
-}
 
 /// Request buffers on their way back from the senders to the producers.
 ///
@@ -444,8 +416,6 @@ pub struct Passes {
     pub left: u64,
     /// Opens the trace anew.
     pub reopen: Box<dyn FnMut() -> Result<OrderedReader> + Send>,
-    /// Each pass starts this much later than the previous one (trace ms).
-    pub shift_ms: f64,
     /// Records in one pass: pass k's indices start at k x this.
     pub per_pass: u64,
 }
@@ -456,7 +426,6 @@ impl Passes {
         Passes {
             left: 0,
             reopen: Box::new(|| Err(Error::Run("no further pass".into()))),
-            shift_ms: 0.0,
             per_pass: 0,
         }
     }
@@ -469,11 +438,10 @@ struct SharedReader {
     passes: Passes,
     /// The pass being read (0 first).
     pass: u64,
-    timeline: Timeline,
+    /// The effective schedule ([`crate::schedule`]): the plan line ran the same.
+    shaper: Shaper,
     router: Router,
     sessions: SessionTracker,
-    /// Records still to be marked as warmup (`--warmup-requests`), in trace order.
-    warmup_left: u64,
     /// The prefix-cache hits each endpoint's requests should see (None: not computed).
     expected: Option<ExpectedPrefixHits>,
     finished: bool,
@@ -486,12 +454,10 @@ pub fn spawn_producers(
     n: usize,
     reader: OrderedReader,
     passes: Passes,
-    timeline: Timeline,
+    shaper: Shaper,
     router: Router,
     sessions: SessionTracker,
-    warmup_left: u64,
     expected: Option<ExpectedPrefixHits>,
-    schedule: Schedule,
     builder: Arc<RequestBuilder>,
     out: ToSenders,
     cores: Vec<core_affinity::CoreId>,
@@ -501,17 +467,15 @@ pub fn spawn_producers(
         reader,
         passes,
         pass: 0,
-        timeline,
+        shaper,
         router,
         sessions,
-        warmup_left,
         expected,
         finished: false,
     }));
     (0..n.max(1))
         .map(|i| {
             let shared = Arc::clone(&shared);
-            let schedule = schedule.clone();
             let builder = Arc::clone(&builder);
             let out = out.clone();
             let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
@@ -522,7 +486,7 @@ pub fn spawn_producers(
                     if let Some(core) = core {
                         core_affinity::set_for_current(core);
                     }
-                    produce(&shared, &schedule, &builder, &out, &stop)
+                    produce(&shared, &builder, &out, &stop)
                 })
                 .expect("spawn producer thread")
         })
@@ -541,17 +505,13 @@ struct Planned {
 
 impl SharedReader {
     /// The next record to send and its plan, or None at the end (of the trace, the last
-    /// `--loop` pass, or `--duration`/`--time-in-secs`).
-    fn next_planned(
-        &mut self,
-        schedule: &Schedule,
-        builder: &RequestBuilder,
-    ) -> Result<Option<Planned>> {
+    /// `--loop` pass, or the cut of `--max-requests`/`--duration`/`--time-in-secs`).
+    fn next_planned(&mut self, builder: &RequestBuilder) -> Result<Option<Planned>> {
         if self.finished {
             return Ok(None);
         }
         // Records before --start-offset are skipped.
-        let (record, ts) = loop {
+        let (record, scheduled_ns, warmup) = loop {
             let Some((mut record, ts)) = self.reader.next_record()? else {
                 if self.passes.left == 0 {
                     self.finished = true;
@@ -564,19 +524,20 @@ impl SharedReader {
                 continue;
             };
             record.index += self.pass * self.passes.per_pass;
-            let ts = ts + self.pass as f64 * self.passes.shift_ms;
-            if let Some(ts) = self.timeline.place(ts) {
-                break (record, ts);
+            match self.shaper.place(self.pass, ts) {
+                Slot::Skip => {}
+                Slot::End(_) => {
+                    self.finished = true;
+                    return Ok(None);
+                }
+                Slot::Send {
+                    scheduled_ns,
+                    warmup,
+                } => break (record, scheduled_ns, warmup),
             }
-        };
-        let Some(scheduled_ns) = schedule.plan(ts) else {
-            self.finished = true;
-            return Ok(None);
         };
         let endpoint = self.router.pick(&record);
         let link = self.sessions.link(&record, scheduled_ns);
-        let warmup = self.warmup_left > 0;
-        self.warmup_left = self.warmup_left.saturating_sub(1);
         let expected_cached_tokens = match (
             &mut self.expected,
             builder.content_blocks(endpoint, &record),
@@ -599,7 +560,6 @@ impl SharedReader {
 
 fn produce(
     shared: &Mutex<SharedReader>,
-    schedule: &Schedule,
     builder: &RequestBuilder,
     out: &ToSenders,
     stop: &StopRequest,
@@ -612,7 +572,7 @@ fn produce(
             .map_err(|_| Error::Run("a producer thread panicked".into()))
     };
     while stop.requested_at().is_none() {
-        let Some(mut p) = lock()?.next_planned(schedule, builder)? else {
+        let Some(mut p) = lock()?.next_planned(builder)? else {
             break;
         };
         if let Some(dataset) = &builder.dataset {
@@ -655,33 +615,6 @@ fn produce(
 mod tests {
     use super::*;
     use crate::trace::Input;
-
-    #[test]
-    fn schedule_scales_and_stops() {
-        let s = Schedule {
-            origin_ms: 1000.0,
-            time_scale: 2.0,
-            duration_ms: Some(4000.0),
-            wall_limit_ns: None,
-        };
-        assert_eq!(s.plan(1000.0), Some(0));
-        assert_eq!(s.plan(3000.0), Some(1_000_000_000));
-        assert_eq!(
-            s.plan(500.0),
-            Some(0),
-            "earlier than the origin is sent at once"
-        );
-        assert_eq!(s.plan(5000.0), Some(2_000_000_000));
-        assert_eq!(s.plan(5000.1), None);
-        // --time-in-secs counts wall time: 1.5 s of replay is 3 s of trace at 2x.
-        let wall = Schedule {
-            duration_ms: None,
-            wall_limit_ns: Some(1_500_000_000),
-            ..s
-        };
-        assert_eq!(wall.plan(4000.0), Some(1_500_000_000));
-        assert_eq!(wall.plan(4000.1), None);
-    }
 
     #[test]
     fn channel_budget_holds_producers_until_senders_take() {

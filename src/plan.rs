@@ -368,7 +368,10 @@ impl ReplayPlan {
             },
             read: ReadOptions {
                 skip_invalid: a.input.skip_invalid,
-                max_records: a.max_requests,
+                max_records: match a.max_requests {
+                    Some(0) => return Err(Error::Usage("--max-requests 0 sends nothing".into())),
+                    n => n,
+                },
             },
             strict: a.input.strict,
             targets,

@@ -36,11 +36,12 @@ pub struct Snapshot {
 }
 
 impl LiveProgress {
-    pub fn new(span_s: f64, time_scale: f64, enabled: bool) -> Self {
+    /// `schedule_s`: wall seconds from the start to the last planned send.
+    pub fn new(schedule_s: f64, enabled: bool) -> Self {
         LiveProgress {
             enabled,
             terminal: std::io::stderr().is_terminal(),
-            schedule_s: span_s / time_scale,
+            schedule_s,
             done: 0,
             done_sent: 0,
             failed: 0,
@@ -161,7 +162,7 @@ mod tests {
 
     #[test]
     fn line_shows_position_counts_rates_drift_and_eta() {
-        let mut p = LiveProgress::new(100.0, 10.0, true);
+        let mut p = LiveProgress::new(10.0, true);
         for (i, drift_ns) in [(0, 100_000u64), (1, 3_000_000)] {
             p.add(&RequestRecord {
                 index: i,
@@ -184,7 +185,7 @@ mod tests {
             "0:03 sent 4 fly 2 err 0 2r/s 10tok/s p99 3.00ms ETA 0:07"
         );
         // A large run still fits 80 columns.
-        let mut big = LiveProgress::new(40_000.0, 1.0, false);
+        let mut big = LiveProgress::new(40_000.0, false);
         big.done = 1_234_000;
         big.done_sent = 1_234_000;
         big.failed = 12_345;

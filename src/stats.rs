@@ -579,7 +579,7 @@ impl SummaryBuilder {
                     prefix: b.prefix,
                 })
                 .collect(),
-            stopped_early: None,
+            ended: None,
         }
     }
 }
@@ -630,8 +630,9 @@ pub struct Summary {
     pub prefix: PrefixHits,
     /// The scraped server metrics, per target (None when nothing was scraped).
     pub server: Option<Vec<TargetSummary>>,
-    /// Why the run stopped before its schedule ended (from run.json), if it did.
-    pub stopped_early: Option<String>,
+    /// How the run ended (run.json's `ended`: how, detail, exit_code); None for a records
+    /// file alone, or a run written before runs said so.
+    pub ended: Option<Value>,
 }
 
 impl Summary {
@@ -720,8 +721,8 @@ impl Summary {
             self.output_length_match.to_json(),
         );
         m.insert("late_sends".into(), json!(self.late_sends));
-        if let Some(reason) = &self.stopped_early {
-            m.insert("stopped_early".into(), json!(reason));
+        if let Some(ended) = &self.ended {
+            m.insert("ended".into(), ended.clone());
         }
         if let Some(sessions) = &self.sessions {
             m.insert("sessions".into(), sessions.to_json());
@@ -812,8 +813,8 @@ impl Summary {
                 line("Session delay p50 / p99 (ms):", p50_p99(d));
             }
         }
-        if let Some(reason) = &self.stopped_early {
-            line(reason, String::new());
+        if let Some(detail) = self.ended.as_ref().and_then(|e| e["detail"].as_str()) {
+            line("Ended:", detail.to_string());
         }
         let mut out = format!("{:=^50}\n", " Serving Benchmark Result ");
         out.push_str(&s);

@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::clock::monotonic_ns;
 
-/// Exit status of a run stopped by a signal (128 + SIGINT, as shells report Ctrl-C).
-pub const STOPPED_EXIT_CODE: i32 = 130;
+pub use crate::ending::STOPPED_EXIT_CODE;
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 /// CLOCK_MONOTONIC time of the first signal, in ns.

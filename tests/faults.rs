@@ -285,13 +285,15 @@ fn max_error_rate_stops_the_run_and_says_so() {
     );
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["ended"]["how"], "stopped-by-max-error-rate");
+    assert_eq!(summary["ended"]["exit_code"], 3);
     assert!(
-        summary["stopped_early"]
+        summary["ended"]["detail"]
             .as_str()
             .unwrap()
             .contains("max-error-rate"),
         "{summary}"
     );
     let page = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(page.contains("Stopped early"));
+    assert!(page.contains("Ended") && page.contains("--max-error-rate 0.2"));
 }

@@ -135,6 +135,16 @@ fn first_sigint_drains_cancels_and_writes_everything() {
     for file in ["run.json", "report.html", "results.xlsx", "itl.json"] {
         assert!(out.join(file).is_file(), "{file} written");
     }
+    // The stop is said in all three outputs, with the exit status it gave.
+    assert_eq!(summary["ended"]["how"], "stopped-by-signal");
+    assert_eq!(summary["ended"]["exit_code"], 130);
+    let text = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(
+        text.contains("Ended:") && text.contains("stopped by a signal"),
+        "{text}"
+    );
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("stopped by a signal"));
 }
 
 #[test]

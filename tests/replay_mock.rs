@@ -481,9 +481,10 @@ fn dry_run_says_the_plan_and_warns_about_a_millisecond_scale_factor() {
     let text = String::from_utf8_lossy(&out.stdout);
     // 3537 s of trace (the last record is at 3,537,000 ms) in 3.54 s.
     assert!(
-        text.contains("3537.0 s of trace time replayed in 3.5 s"),
+        text.contains("plan: 12031 records over 3.5 s at the trace's timing"),
         "{text}"
     );
+    assert!(text.contains("3537 s of trace are replayed"), "{text}");
     assert!(
         text.contains("replayed in 3.54 s") && text.contains("trace-replayer"),
         "{text}"

@@ -50,10 +50,10 @@ fn bailian_records_in_seconds_and_gzip() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// How a trace opens (what a replay opens connections for before its start): records within
-/// a window of trace time after the first one, the first one being trace time 0.
+/// The scan keeps every timestamp in reading order: the effective schedule (and so the
+/// connections opened before the start) is computed from them.
 #[test]
-fn opening_counts_records_within_the_window_after_the_first() {
+fn the_scan_keeps_every_timestamp_in_reading_order() {
     let dir = std::env::temp_dir().join(format!("llmreplay-opening-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("trace.jsonl");
@@ -67,9 +67,11 @@ fn opening_counts_records_within_the_window_after_the_first() {
         .collect();
     std::fs::write(&path, lines.join("\n")).unwrap();
     let stats = inspect::scan(&path, Format::Mooncake, 512, Default::default()).unwrap();
-    assert_eq!(stats.opening_count(1000.0), 3);
-    assert_eq!(stats.opening_count(4000.5), 5);
-    assert_eq!(stats.opening_count(0.0), 0);
+    assert_eq!(
+        stats.timestamps_ms,
+        [5000.0, 5500.0, 5999.0, 6000.0, 9000.0]
+    );
+    assert_eq!(stats.first_timestamp_ms, 5000.0);
 }
 
 /// A format forced on the other kind of trace is refused at its first record, naming the

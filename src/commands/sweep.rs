@@ -116,7 +116,7 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
     run.force = false;
     run.quiet = true;
     let outcome = replay::run(&run)?;
-    if outcome.stopped {
+    if outcome.ending == crate::ending::Ending::Signal {
         eprintln!("stopped during step {n} (its run is in {})", dir.display());
         sweep.stopped = true;
         return Ok(None);

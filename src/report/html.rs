@@ -511,8 +511,8 @@ fn configuration(run: &serde_json::Value) -> String {
     );
     row("Time scale", text(&run["time_scale"]));
     row("Exact output lengths asked", text(&run["exact_output"]));
-    if let Some(reason) = run["stopped_early"].as_str() {
-        row("Stopped early", reason.to_string());
+    if let Some(detail) = run["ended"]["detail"].as_str() {
+        row("Ended", detail.to_string());
     }
     if run["tls"]["verify_certificates"] == false {
         row(

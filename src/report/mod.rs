@@ -257,10 +257,10 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
     let mut book = ResultsBook::new()?;
     let mut run = load_run(dir, requests, opts, Some(&mut book))?;
     let config = run_config(dir);
-    run.summary.stopped_early = config
+    run.summary.ended = config
         .as_ref()
-        .and_then(|c| c["stopped_early"].as_str())
-        .map(str::to_string);
+        .map(|c| c["ended"].clone())
+        .filter(|e| e.is_object());
     write_summary(dir, &run.summary)?;
     let title = format!("llmreplay report: {}", run_title(dir, config.as_ref()));
     let page = html::report(

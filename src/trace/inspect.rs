@@ -39,30 +39,25 @@ pub struct TraceStats {
     pub order: OrderStats,
     /// Invalid lines skipped under `--skip-invalid`.
     pub skipped: Skipped,
-    /// Trace time (ms after the first record) of the first [`OPENING_RECORDS`] records, in
-    /// reading order: how the trace opens (see [`TraceStats::opening_count`]).
+    /// Every record's timestamp (ms), in reading order, while the trace has at most
+    /// [`KEPT_TIMESTAMPS`] records (else empty): what [`crate::schedule`] shapes into the
+    /// effective schedule before the run; a longer trace is read again for it.
     #[serde(skip)]
-    pub opening_ms: Vec<f64>,
+    pub timestamps_ms: Vec<f64>,
     /// Requests over trace time, for the busiest stretch of a run.
     #[serde(skip)]
     pub arrivals: super::arrivals::Arrivals,
 }
 
-/// Records whose times [`TraceStats::opening_ms`] keeps: more than any run opens connections
-/// for ahead of its start.
-pub const OPENING_RECORDS: usize = 65_536;
+/// Timestamps the scan keeps (8 MB): past this the preview streams the trace again, so that
+/// memory does not grow with the trace.
+pub const KEPT_TIMESTAMPS: u64 = 1 << 20;
 
 /// Distinct hash ids remembered for the prefix statistics (~20 MB at most), so that memory
 /// does not grow with the trace.
 pub const MAX_TRACKED_HASH_IDS: usize = 1_000_000;
 
 impl TraceStats {
-    /// Records due within `window_ms` of trace time after the first one (counted among the
-    /// first [`OPENING_RECORDS`]): a replay opens their connections before it starts.
-    pub fn opening_count(&self, window_ms: f64) -> usize {
-        self.opening_ms.iter().filter(|&&t| t < window_ms).count()
-    }
-
     pub fn mean_rate(&self) -> f64 {
         if self.span_ms > 0.0 {
             self.records as f64 / (self.span_ms / 1000.0)
@@ -146,8 +141,10 @@ pub fn scan(
     while let Some((rec, ts)) = reader.next_record()? {
         stats.records += 1;
         let since_first = ts - *first_ts.get_or_insert(ts);
-        if stats.opening_ms.len() < OPENING_RECORDS {
-            stats.opening_ms.push(since_first);
+        if stats.records <= KEPT_TIMESTAMPS {
+            stats.timestamps_ms.push(ts);
+        } else if !stats.timestamps_ms.is_empty() {
+            stats.timestamps_ms = Vec::new();
         }
         stats.arrivals.add(since_first);
         min_ts = min_ts.min(ts);

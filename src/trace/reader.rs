@@ -53,7 +53,9 @@ pub struct TraceReader {
 impl TraceReader {
     /// Opens `path`; a `.gz` suffix is decompressed transparently.
     pub fn open(path: &Path, format: Format) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        // A trace that cannot be opened is an input error (exit 1), as a bad line is.
+        let file = File::open(path)
+            .map_err(|e| Error::Usage(format!("cannot open the trace {}: {e}", path.display())))?;
         let name = path.to_string_lossy();
         let input: Box<dyn BufRead + Send> = if name.ends_with(".gz") {
             Box::new(BufReader::with_capacity(

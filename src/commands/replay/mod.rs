@@ -19,14 +19,15 @@ use serde_json::json;
 use crate::affinity;
 use crate::api::BodyOptions;
 use crate::clock::RunClock;
+use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::expected_cache::ExpectedPrefixHits;
 use crate::fleet::{Load, Route, Router};
 use crate::limits;
-use crate::load::{Pace, Timeline};
+use crate::load::Pace;
 use crate::pipeline::{
     spawn_producers, BodyStyle, BufferPool, ChannelBudget, Passes, PromptLog, RequestBuilder,
-    Schedule, ToSenders,
+    ToSenders,
 };
 use crate::plan::ReplayPlan;
 use crate::progress::{LiveProgress, Snapshot};
@@ -38,15 +39,14 @@ use crate::server_metrics::{RunTime, ScrapeConfig, Scraper};
 use crate::session::SessionTracker;
 use crate::stats::{latency_histogram, Summary};
 use crate::stop::{signals_received, StopRequest};
-use crate::trace::{OrderedReader, TraceReader};
+use crate::trace::{OrderedReader, ReadOptions, TraceReader};
 use setup::{Fleet, Output, Prompts, Say, TraceInput};
 
 /// Time between the senders' connections being open and the first possible deadline:
 /// producers have been filling the channel since before the connections, and go on.
 const START_LEAD_NS: u64 = 500_000_000;
-/// Connections for the requests due in the run's first second are opened before the start...
-const WARM_WINDOW_MS: f64 = 1000.0;
-/// ...up to this many per sender and endpoint: a bound on what is opened in one go.
+/// Connections for the requests due in the run's first second are opened before the start,
+/// up to this many per sender and endpoint: a bound on what is opened in one go.
 const WARM_MAX_PER_POOL: usize = 16_384;
 /// `--max-error-rate` is judged once this many requests are recorded.
 const MIN_RECORDS_FOR_ERROR_RATE: u64 = 10;
@@ -62,17 +62,21 @@ pub struct RunOutcome {
     pub sender_cpu_s: f64,
     /// Successful read(2) calls of all senders (tokens per read shows how reads batch).
     pub sender_reads: u64,
-    /// The run was stopped early by a signal (the outputs hold what was measured until then).
-    pub stopped: bool,
     /// Connections open when the clock started (spare ones and the trace opening's).
     pub connections_at_start: usize,
-    /// Why the run stopped before its schedule ended (`--max-error-rate`), if it did.
-    pub stopped_early: Option<String>,
+    /// How it ended (completed, stopped by a signal or by `--max-error-rate`, ...): the
+    /// exit status, and what run.json, the summary and report.html say.
+    pub ending: Ending,
 }
 
 /// `--dry-run`: reads the trace and says what the run would do, sending nothing.
 pub fn dry_run(plan: &ReplayPlan) -> Result<()> {
-    let trace = setup::scan_trace(plan, &Say(false))?;
+    let synthetic = setup::write_synthetic(plan)?;
+    let trace = setup::scan_trace(plan, &Say(false));
+    if let Some(temp) = synthetic {
+        std::fs::remove_file(&temp).ok();
+    }
+    let trace = trace?;
     let (line, warnings) = setup::describe(plan, &trace);
     println!("{line}");
     for w in warnings {
@@ -161,10 +165,7 @@ fn start(
     let fd_limit = setup::check_fd_limit(plan.connections * pools, say)?;
     // The requests of the opening moments, which get connections before the start.
     let opening = match plan.load.pace {
-        Pace::Trace => trace.stats.opening_count(WARM_WINDOW_MS * plan.time_scale),
-        Pace::Rate { per_s, .. } => {
-            (per_s * plan.time_scale * WARM_WINDOW_MS / 1000.0).ceil() as usize
-        }
+        Pace::Trace | Pace::Rate { .. } => trace.preview.first_second as usize,
         Pace::Closed { concurrency } => concurrency,
     };
     let warm = warm_connections(opening, pools, plan.connections, fd_limit);
@@ -220,18 +221,17 @@ fn start(
         .map(|_| crossbeam_channel::bounded(plan.channel_capacity))
         .unzip();
     let (rec_tx, records) = crossbeam_channel::unbounded::<RequestRecord>();
-    let schedule = Schedule {
-        origin_ms: trace.stats.first_timestamp_ms,
-        time_scale: plan.time_scale,
-        duration_ms: plan.duration_s.map(|d| d * 1000.0),
-        wall_limit_ns: plan.wall_limit_s.map(|s| (s * 1e9) as u64),
+    // The shaper ends the records (--max-requests among its cuts), not the reader.
+    let read = ReadOptions {
+        max_records: None,
+        ..plan.read
     };
     let reader =
-        OrderedReader::new(TraceReader::open(&plan.trace, trace.format)?.with_options(plan.read));
+        OrderedReader::new(TraceReader::open(&plan.trace, trace.format)?.with_options(read));
     let passes = match plan.passes {
         1 => Passes::once(),
         n => {
-            let (path, format, read) = (plan.trace.clone(), trace.format, plan.read);
+            let (path, format) = (plan.trace.clone(), trace.format);
             Passes {
                 left: n - 1,
                 reopen: Box::new(move || {
@@ -239,7 +239,6 @@ fn start(
                         TraceReader::open(&path, format)?.with_options(read),
                     ))
                 }),
-                shift_ms: setup::pass_shift_ms(&trace.stats),
                 per_pass: trace.stats.records,
             }
         }
@@ -248,19 +247,17 @@ fn start(
         num_producer,
         reader,
         passes,
-        Timeline::new(plan.load, trace.stats.first_timestamp_ms),
+        trace.shaping.shaper(),
         router,
         SessionTracker::new(
             plan.session_mode,
             plan.think_time_s.map(|s| (s * 1e9) as u64),
             plan.time_scale,
         ),
-        plan.warmup_requests,
         // least-inflight picks the instance when a request is due: which instance's cache a
         // request meets is not known here.
         (plan.route != Route::LeastInflight)
             .then(|| ExpectedPrefixHits::new(plan.expected_cache_blocks)),
-        schedule,
         Arc::clone(&builder),
         ToSenders {
             tx,
@@ -443,6 +440,9 @@ struct Collected {
     copy_path: Option<PathBuf>,
     stopped: bool,
     stopped_early: Option<String>,
+    /// Measured (not warmup) requests that succeeded, and that failed.
+    measured_ok: u64,
+    measured_failed: u64,
 }
 
 /// Writes records as they complete (flushed per batch), feeds the progress line, and on a signal stops sending and drains.
@@ -461,11 +461,11 @@ fn collect(
         None => (None, None),
     };
     let copy_err = |e| Error::io(copy_path.as_ref().expect("a copy"), e);
-    let span_s = setup::trace_span_s(plan, &trace.stats);
-    let mut live = LiveProgress::new(span_s, plan.time_scale, !plan.quiet);
+    let mut live = LiveProgress::new(trace.preview.last_ns as f64 / 1e9, !plan.quiet);
     let write_err = |e| Error::io(&out.requests_path, e);
     let mut stopped = false;
     let (mut recorded, mut failed) = (0u64, 0u64);
+    let (mut measured_ok, mut measured_failed) = (0u64, 0u64);
     let mut stopped_early = None;
     loop {
         if !stopped && signals_received() > 0 {
@@ -488,6 +488,10 @@ fn collect(
                     live.add(&r);
                     recorded += 1;
                     failed += u64::from(!r.ok());
+                    if !r.warmup {
+                        measured_ok += u64::from(r.ok());
+                        measured_failed += u64::from(!r.ok());
+                    }
                 }
                 if let (None, Some(limit)) = (&stopped_early, plan.max_error_rate) {
                     if recorded >= MIN_RECORDS_FOR_ERROR_RATE
@@ -528,6 +532,8 @@ fn collect(
         copy_path,
         stopped,
         stopped_early,
+        measured_ok,
+        measured_failed,
     })
 }
 
@@ -576,9 +582,17 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     }
     // Said in run.json, which report renders read with the records.
     let mut run = report::run_config(&c.dir).unwrap_or_default();
-    if let Some(reason) = &c.stopped_early {
-        run["stopped_early"] = json!(reason);
-    }
+    let ending = match (c.stopped, &c.stopped_early) {
+        (true, _) => Ending::Signal,
+        (false, Some(reason)) => Ending::MaxErrorRate {
+            reason: reason.clone(),
+        },
+        (false, None) if c.measured_ok == 0 => Ending::NoSuccess {
+            failed: c.measured_failed,
+        },
+        (false, None) => Ending::Completed,
+    };
+    run["ended"] = ending.to_json();
     let end_ns = stages.clock.now_ns();
     run["clock"]["end"] = json!({
         "run_ns": end_ns.saturating_sub(stages.t0_ns),
@@ -598,9 +612,8 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         copy_path: c.copy_path,
         sender_cpu_s: sender_cpu_ns as f64 / 1e9,
         sender_reads,
-        stopped: c.stopped,
         connections_at_start: stages.connections_at_start,
-        stopped_early: c.stopped_early,
+        ending,
     })
 }
 

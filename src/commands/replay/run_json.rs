@@ -105,6 +105,23 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
         }))),
     );
     put("max_requests", json!(plan.read.max_records));
+    put("time_in_secs", json!(plan.wall_limit_s));
+    put("loop", json!(plan.passes));
+    // The effective schedule the plan line announced and the producers followed.
+    let p = &r.trace.preview;
+    put(
+        "schedule",
+        json!({
+            "records": p.records,
+            "warmup": p.warmup,
+            "skipped_by_offset": p.skipped_by_offset,
+            "cut_by": p.cut_by.map(|c| c.option()),
+            "cut_records": p.cut_records,
+            "first_send_ms": p.first_ns as f64 / 1e6,
+            "last_send_ms": p.last_ns as f64 / 1e6,
+            "busiest_second": p.busiest_second,
+        }),
+    );
     put("num_producer", json!(r.num_producer));
     put("num_sender", json!(plan.num_sender));
     put("channel_capacity", json!(plan.channel_capacity));

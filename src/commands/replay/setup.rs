@@ -20,10 +20,11 @@ use crate::plan::{ReplayPlan, Targets};
 use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{self, PromptSynth, Wrapping};
 use crate::report;
+use crate::schedule::{Preview, PreviewBuilder, Shaping};
 use crate::server_metrics::{self, ScrapeConfig, ScrapeTarget};
 use crate::session::SessionMode;
 use crate::trace::inspect::TraceStats;
-use crate::trace::Format;
+use crate::trace::{Format, OrderedReader, ReadOptions, TraceReader};
 use crate::transport::{ClientTls, TlsOptions, TlsTarget};
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -39,11 +40,15 @@ impl Say {
     }
 }
 
-/// The trace, read once in full and checked.
+/// The trace, read once in full and checked, and the effective schedule made of it.
 pub struct TraceInput {
     pub format: Format,
     pub block_size: u32,
     pub stats: TraceStats,
+    /// Every shaping option: the producers run this very shaping.
+    pub shaping: Shaping,
+    /// What the shaping sends: the plan line, `--dry-run` and run.json read it.
+    pub preview: Preview,
 }
 
 /// `--synthetic`: writes the generated records where the plan's trace is; returns that path
@@ -59,11 +64,20 @@ pub fn write_synthetic(plan: &ReplayPlan) -> Result<Option<PathBuf>> {
 }
 
 pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
+    // `--max-requests` keeps the first N records after `--start-offset`, over all `--loop`
+    // passes: only without either can the scan stop at N.
+    let read = ReadOptions {
+        max_records: plan
+            .read
+            .max_records
+            .filter(|_| plan.passes == 1 && plan.load.start_offset_ms == 0.0),
+        ..plan.read
+    };
     let (format, stats) = crate::commands::inspect(
         &plan.trace,
         plan.format,
         plan.prompt.block_size,
-        plan.read,
+        read,
         plan.strict,
     )?;
     let block_size = stats.block_size;
@@ -105,24 +119,58 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
             stats.hash_length_mismatches
         ));
     }
+    let shaping = shaping(plan, &stats);
+    let preview = if stats.timestamps_ms.len() as u64 == stats.records {
+        Preview::compute(&shaping, &stats.timestamps_ms)
+    } else {
+        preview_streamed(plan, format, &shaping)?
+    };
+    if let Some(why) = preview.refusal(&shaping, stats.span_ms) {
+        return Err(Error::Usage(why));
+    }
     Ok(TraceInput {
         format,
         block_size,
         stats,
+        shaping,
+        preview,
     })
 }
 
-/// Trace seconds the run will cover: the whole span, or less with --duration and
-/// --time-in-secs.
-pub fn trace_span_s(plan: &ReplayPlan, stats: &TraceStats) -> f64 {
-    let mut s = (stats.span_ms + (plan.passes - 1) as f64 * pass_shift_ms(stats)) / 1000.0;
-    if let Some(d) = plan.duration_s {
-        s = s.min(d);
+/// The preview of a trace too long to keep its timestamps: each pass read again, as the
+/// producers will read it.
+fn preview_streamed(plan: &ReplayPlan, format: Format, shaping: &Shaping) -> Result<Preview> {
+    let mut b = PreviewBuilder::new(shaping);
+    for pass in 0..shaping.passes {
+        let read = ReadOptions {
+            max_records: None,
+            ..plan.read
+        };
+        let mut reader =
+            OrderedReader::new(TraceReader::open(&plan.trace, format)?.with_options(read));
+        while let Some((_, ts)) = reader.next_record()? {
+            if !b.add(pass, ts) {
+                return Ok(b.finish());
+            }
+        }
     }
-    if let Some(w) = plan.wall_limit_s {
-        s = s.min(w * plan.time_scale);
+    Ok(b.finish())
+}
+
+/// The plan's shaping options with the trace facts they need.
+fn shaping(plan: &ReplayPlan, stats: &TraceStats) -> Shaping {
+    Shaping {
+        origin_ms: stats.first_timestamp_ms,
+        load: plan.load,
+        passes: plan.passes,
+        pass_shift_ms: pass_shift_ms(stats),
+        per_pass: stats.records,
+        max_requests: plan.read.max_records,
+        duration_ms: plan.duration_s.map(|d| d * 1000.0),
+        time_scale: plan.time_scale,
+        wall_limit_ns: plan.wall_limit_s.map(|s| (s * 1e9) as u64),
+        warmup: plan.warmup_requests,
     }
-    s
 }
 
 /// A rate with three significant digits (0.0370, 3.40, 1000).
@@ -147,11 +195,11 @@ const SUSPICIOUS_SCALE: f64 = 100.0;
 const CHECK_RATE_PER_SENDER: f64 = 2000.0;
 
 /// What the run will do, said before it does it, and the settings that are likely mistakes.
+/// Every count, span and rate is the effective schedule's ([`Preview`]): what is sent.
 pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) {
-    let stats = &trace.stats;
-    let trace_s = trace_span_s(plan, stats);
-    let wall_s = trace_s / plan.time_scale;
-    let busiest = stats.arrivals.peak(1000.0 * plan.time_scale);
+    let p = &trace.preview;
+    let span_s = p.span_s();
+    let busiest = p.busiest_second;
     let endpoints = match &plan.targets {
         Targets::Mock { .. } => "the in-process mock".to_string(),
         Targets::Servers(specs) => {
@@ -159,14 +207,12 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
             format!("{} (--route {})", urls.join(", "), plan.route.name())
         }
     };
+    let mean = three_digits(p.records as f64 / span_s.max(1e-3));
     let mut line = match plan.load.pace {
         Pace::Trace => format!(
-            "plan: {} records, {trace_s:.1} s of trace time replayed in {wall_s:.1} s \
-             (--time-scale {}), mean {} req/s, busiest second {busiest} requests; to \
-             {endpoints}",
-            stats.records * plan.passes,
-            plan.time_scale,
-            three_digits((stats.records * plan.passes) as f64 / wall_s.max(1e-3)),
+            "plan: {} records over {span_s:.1} s at the trace's timing (--time-scale {}), mean \
+             {mean} req/s, busiest second {busiest} requests; to {endpoints}",
+            p.records, plan.time_scale,
         ),
         Pace::Rate {
             per_s,
@@ -178,34 +224,45 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
                 Arrival::Poisson => "Poisson arrivals".into(),
                 Arrival::Constant => "constant gaps".into(),
             };
-            let rate = per_s * plan.time_scale;
             format!(
-                "plan: {} records in trace order at {rate} req/s ({law}, --seed {}), about \
-                 {:.1} s; the trace's timestamps are not used; to {endpoints}",
-                stats.records,
+                "plan: {} records in trace order at {} req/s ({law}, --seed {}) over \
+                 {span_s:.1} s, busiest second {busiest} requests; the trace's timestamps are \
+                 not used; to {endpoints}",
+                p.records,
+                per_s * plan.time_scale,
                 plan.load.seed,
-                stats.records as f64 / rate,
             )
         }
         Pace::Closed { concurrency } => format!(
             "plan: {} records in trace order, closed loop with {concurrency} in flight (the \
              trace's timestamps are not used); to {endpoints}",
-            stats.records,
+            p.records,
         ),
     };
-    if plan.load.start_offset_ms > 0.0 || plan.load.max_idle_gap_ms.is_some() {
+    if p.skipped_by_offset > 0 || plan.load.start_offset_ms > 0.0 {
         line.push_str(&format!(
-            "; trace shaped: --start-offset {} s, --max-idle-gap {}",
+            "; --start-offset {} s skips {} records",
             plan.load.start_offset_ms / 1000.0,
-            plan.load
-                .max_idle_gap_ms
-                .map_or("none".into(), |g| format!("{} s", g / 1000.0)),
+            p.skipped_by_offset
+        ));
+    }
+    if let Some(g) = plan.load.max_idle_gap_ms {
+        line.push_str(&format!(
+            "; silences cut to {} s (--max-idle-gap)",
+            g / 1000.0
+        ));
+    }
+    if let Some(cut) = p.cut_by {
+        line.push_str(&format!(
+            "; {} ends it ({} records of the trace not sent)",
+            cut.option(),
+            p.cut_records
         ));
     }
     if plan.passes > 1 {
         line.push_str(&format!("; the trace {} times (--loop)", plan.passes));
     }
-    match (stats.turns_with_parent, plan.session_mode) {
+    match (trace.stats.turns_with_parent, plan.session_mode) {
         (0, _) => {}
         (n, SessionMode::AfterParent) => line.push_str(&format!(
             "; {n} turns wait for their parent's end (--session-mode after-parent)"
@@ -220,14 +277,14 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
             d.display()
         ));
     }
-    if plan.warmup_requests > 0 {
+    if p.warmup > 0 {
         line.push_str(&format!(
             "; the first {} are warmup, in no statistic",
-            plan.warmup_requests
+            p.warmup
         ));
     }
     let mut warnings = Vec::new();
-    if plan.route == crate::fleet::Route::LeastInflight && stats.unique_hash_ids > 0 {
+    if plan.route == crate::fleet::Route::LeastInflight && trace.stats.unique_hash_ids > 0 {
         warnings.push(
             "no expected prefix-cache hits with --route least-inflight: a request's instance \
              is chosen when it is due, so the hits its hash ids predict cannot be counted per \
@@ -241,13 +298,14 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     {
         warnings.push(format!(
             "--time-scale (--scale-factor) {} on a trace whose timestamps are milliseconds: \
-             {trace_s:.0} s of trace are replayed in {wall_s:.2} s. trace-replayer reads Mooncake \
+             {:.0} s of trace are replayed in {span_s:.2} s. trace-replayer reads Mooncake \
              milliseconds as seconds, so its users type --scale-factor 1000 for real time; here \
              1 is real time",
-            plan.time_scale
+            plan.time_scale,
+            trace.stats.span_ms / 1000.0,
         ));
     }
-    if plan.load.pace == Pace::Trace
+    if matches!(plan.load.pace, Pace::Trace | Pace::Rate { .. })
         && busiest as f64 > CHECK_RATE_PER_SENDER * plan.num_sender as f64
     {
         warnings.push(format!(

@@ -1,0 +1,106 @@
+//! How a run ended, and the exit status that says so: one table (CONTRACT §2, the README's
+//! "Exit status" table) that the binary, run.json, summary.json, summary.txt and report.html
+//! all read.
+
+use serde_json::{json, Value};
+
+/// Exit status of a run that completed: failed requests are recorded, not fatal.
+pub const COMPLETED_EXIT_CODE: i32 = 0;
+/// A usage or input error: the message names the option, or the file, line and field.
+pub const USAGE_EXIT_CODE: i32 = 1;
+/// The run could not be carried out (no endpoint reachable, a certificate refused, ...).
+pub const RUN_ERROR_EXIT_CODE: i32 = 2;
+/// The run completed but no request succeeded, or `--max-error-rate` stopped it.
+pub const NO_SUCCESS_EXIT_CODE: i32 = 3;
+/// A signal stopped the run (128 + SIGINT, as shells report Ctrl-C); outputs are written.
+pub const STOPPED_EXIT_CODE: i32 = 130;
+
+/// Every exit status with what it means, in the order the README's table gives them.
+pub const EXIT_CODES: [(i32, &str); 5] = [
+    (
+        COMPLETED_EXIT_CODE,
+        "the run completed (failed requests are recorded, not fatal)",
+    ),
+    (USAGE_EXIT_CODE, "a usage or input error: nothing was sent"),
+    (RUN_ERROR_EXIT_CODE, "the run could not be carried out"),
+    (
+        NO_SUCCESS_EXIT_CODE,
+        "no request succeeded, or --max-error-rate stopped the run",
+    ),
+    (
+        STOPPED_EXIT_CODE,
+        "a signal stopped the run; outputs are written",
+    ),
+];
+
+/// How a replay that ran ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Every scheduled request was sent and recorded.
+    Completed,
+    /// Completed, but no measured request succeeded.
+    NoSuccess { failed: u64 },
+    /// `--max-error-rate` stopped sending; the reason says the counts.
+    MaxErrorRate { reason: String },
+    /// SIGINT or SIGTERM stopped sending; requests in flight drained.
+    Signal,
+}
+
+impl Ending {
+    /// The name in run.json and summary.json (`ended.how`).
+    pub fn key(&self) -> &'static str {
+        match self {
+            Ending::Completed => "completed",
+            Ending::NoSuccess { .. } => "no-success",
+            Ending::MaxErrorRate { .. } => "stopped-by-max-error-rate",
+            Ending::Signal => "stopped-by-signal",
+        }
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Ending::Completed => COMPLETED_EXIT_CODE,
+            Ending::NoSuccess { .. } | Ending::MaxErrorRate { .. } => NO_SUCCESS_EXIT_CODE,
+            Ending::Signal => STOPPED_EXIT_CODE,
+        }
+    }
+
+    /// One sentence for people.
+    pub fn describe(&self) -> String {
+        match self {
+            Ending::Completed => "completed: every scheduled request was sent".into(),
+            Ending::NoSuccess { failed } => {
+                format!("completed, but no request succeeded ({failed} failed)")
+            }
+            Ending::MaxErrorRate { reason } => reason.clone(),
+            Ending::Signal => {
+                "stopped by a signal: nothing new was sent after it, requests in flight drained \
+                 or were cancelled"
+                    .into()
+            }
+        }
+    }
+
+    /// `ended` in run.json and summary.json.
+    pub fn to_json(&self) -> Value {
+        json!({"how": self.key(), "detail": self.describe(), "exit_code": self.exit_code()})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_ending_has_its_exit_code_in_the_table() {
+        for e in [
+            Ending::Completed,
+            Ending::NoSuccess { failed: 3 },
+            Ending::MaxErrorRate { reason: "x".into() },
+            Ending::Signal,
+        ] {
+            assert!(EXIT_CODES.iter().any(|(c, _)| *c == e.exit_code()), "{e:?}");
+            assert_eq!(e.to_json()["how"], e.key());
+        }
+    }
+}
