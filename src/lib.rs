@@ -14,6 +14,7 @@ pub mod clock;
 pub mod commands;
 pub mod ending;
 pub mod error;
+pub mod error_rate;
 pub mod expected_cache;
 pub mod fleet;
 pub mod headline;

@@ -463,7 +463,17 @@ impl ReplayPlan {
             force: a.force,
             save_prompts: a.save_prompts,
             record_itl: a.record_itl,
-            render: render_options(&a.results)?,
+            render: match render_options(&a.results)? {
+                r if a.no_stream && r.slo.as_ref().is_some_and(|s| s.tpot_ms.is_some()) => {
+                    return Err(Error::Usage(
+                        "--goodput tpot:MS needs streaming: with --no-stream the whole answer \
+                         comes at once, so no request has a TPOT and every one would count as \
+                         meeting it (drop --no-stream, or the tpot SLO)"
+                            .into(),
+                    ))
+                }
+                r => r,
+            },
             output_format: a.results.output_format,
             quiet: a.quiet,
         })
@@ -754,6 +764,11 @@ mod tests {
             (&["--mock", "--extra-body", "[1]"], "--extra-body"),
             (&["--mock", "-H", "no colon"], "-H"),
             (&["--mock", "--percentiles", "101"], "--percentiles"),
+            (
+                &["--mock", "--no-stream", "--goodput", "tpot:50"],
+                "--goodput tpot",
+            ),
+            (&["--mock", "--max-requests", "0"], "--max-requests"),
             (&["--mock", "--block-size", "0"], "--block-size"),
             (&["--endpoint", "ftp://x"], "ftp://x"),
             (&[], "--endpoint"),

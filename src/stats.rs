@@ -343,6 +343,9 @@ struct EndpointBuilder {
     total: u64,
     ok: u64,
     output_tokens: u64,
+    /// Its own active span: first send (or due time) to last end.
+    first_send_ns: Option<u64>,
+    last_end_ns: u64,
     ttft: Vec<f64>,
     e2el: Vec<f64>,
     prefix: PrefixHits,
@@ -357,8 +360,11 @@ pub struct EndpointSummary {
     pub failed: u64,
     pub ttft: Option<Distribution>,
     pub e2el: Option<Distribution>,
-    /// Output tokens per second of the whole run's duration.
+    /// Output tokens per second of its own active span (first send to last end): an
+    /// instance 4x slower than the rest shows a quarter of their rate.
     pub output_throughput: f64,
+    /// That span, in seconds.
+    pub duration_s: f64,
     pub prefix: PrefixHits,
 }
 
@@ -371,6 +377,7 @@ impl EndpointSummary {
             "ttft_ms": {"p50": p(&self.ttft, 50.0), "p99": p(&self.ttft, 99.0)},
             "e2el_ms": {"p50": p(&self.e2el, 50.0), "p99": p(&self.e2el, 99.0)},
             "output_throughput": self.output_throughput,
+            "duration_s": self.duration_s,
             "prefix_cache": self.prefix.any().then(|| self.prefix.to_json()),
         })
     }
@@ -456,6 +463,9 @@ impl SummaryBuilder {
         }
         let mine = self.per_endpoint.entry(r.endpoint.clone()).or_default();
         mine.total += 1;
+        let s = r.sent_ns.unwrap_or(r.scheduled_ns);
+        mine.first_send_ns = Some(mine.first_send_ns.map_or(s, |f| f.min(s)));
+        mine.last_end_ns = mine.last_end_ns.max(r.end_ns.unwrap_or(0));
         if r.ok() {
             mine.ok += 1;
             mine.output_tokens += r.output_tokens.unwrap_or(0);
@@ -568,15 +578,24 @@ impl SummaryBuilder {
             per_endpoint: self
                 .per_endpoint
                 .into_iter()
-                .map(|(endpoint, mut b)| EndpointSummary {
-                    endpoint,
-                    requests: b.total,
-                    ok: b.ok,
-                    failed: b.total - b.ok,
-                    ttft: Distribution::of(&mut b.ttft, &[]),
-                    e2el: Distribution::of(&mut b.e2el, &[]),
-                    output_throughput: per_s(b.output_tokens as f64),
-                    prefix: b.prefix,
+                .map(|(endpoint, mut b)| {
+                    let span_s = b
+                        .first_send_ns
+                        .map_or(0.0, |f| b.last_end_ns.saturating_sub(f) as f64 / 1e9);
+                    EndpointSummary {
+                        endpoint,
+                        requests: b.total,
+                        ok: b.ok,
+                        failed: b.total - b.ok,
+                        ttft: Distribution::of(&mut b.ttft, &[]),
+                        e2el: Distribution::of(&mut b.e2el, &[]),
+                        output_throughput: match span_s > 0.0 {
+                            true => b.output_tokens as f64 / span_s,
+                            false => 0.0,
+                        },
+                        duration_s: span_s,
+                        prefix: b.prefix,
+                    }
                 })
                 .collect(),
             ended: None,
@@ -923,5 +942,38 @@ mod tests {
         b.add(&record(0, 1000, None));
         let s = b.finish(&hist, &hist, &[]);
         assert!(!s.prefix.any() && s.to_json().get("prefix_cache").is_none());
+    }
+
+    /// Each endpoint's output rate is over its own active span: an instance 4x slower than
+    /// its peer shows a quarter of the peer's tok/s (over the whole run both showed the same).
+    #[test]
+    fn per_endpoint_throughput_is_over_its_own_span() {
+        let record = |endpoint: &str, index, end_s: u64| RequestRecord {
+            index,
+            endpoint: endpoint.into(),
+            status: Some(200),
+            sent_ns: Some(0),
+            first_token_ns: Some(1),
+            end_ns: Some(end_s * 1_000_000_000),
+            output_tokens: Some(100),
+            ..RequestRecord::default()
+        };
+        let hist = latency_histogram();
+        let mut b = SummaryBuilder::new(None);
+        for i in 0..10 {
+            b.add(&record("fast", i, 1));
+            b.add(&record("slow", 10 + i, 4));
+        }
+        let s = b.finish(&hist, &hist, &[]);
+        let rate = |name: &str| {
+            let e = s.per_endpoint.iter().find(|e| e.endpoint == name).unwrap();
+            (e.output_throughput, e.duration_s)
+        };
+        assert_eq!(rate("fast"), (1000.0, 1.0));
+        assert_eq!(rate("slow"), (250.0, 4.0));
+        assert_eq!(
+            s.output_throughput, 500.0,
+            "the run's: 2000 tokens over 4 s"
+        );
     }
 }

@@ -297,3 +297,47 @@ fn max_error_rate_stops_the_run_and_says_so() {
     let page = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(page.contains("Ended") && page.contains("--max-error-rate 0.2"));
 }
+
+/// `--max-error-rate` judges requests in schedule order: fast 503s do not count before the
+/// slower successes scheduled earlier. At a 20 % failure share a limit of 0.5 never stops a
+/// run (10 seeds of 10); at 60 % it does.
+#[test]
+fn max_error_rate_is_judged_in_schedule_order() {
+    let dir = temp_dir("max-error-rate-order");
+    // 200 requests 4 ms apart; a success streams 20 tokens 10 ms apart (~0.25 s), a failure
+    // is answered at once.
+    let trace = text_trace(&dir, 200, 4, 20);
+    let run = |rate: &str, seed: u64| {
+        let fault = format!("status:503:{rate}");
+        let seed = seed.to_string();
+        let mock = MockProcess::start(&[
+            "--fault",
+            &fault,
+            "--seed",
+            &seed,
+            "--ttft-ms",
+            "50",
+            "--itl-ms",
+            "10",
+        ]);
+        let out = dir.join(format!("run-{rate}-{seed}"));
+        let status = replay_against(&mock, &trace, &out)
+            .args(["--max-error-rate", "0.5"])
+            .output()
+            .unwrap();
+        let records = read_jsonl(&out.join("requests.jsonl"));
+        let failed = records.iter().filter(|r| !r["error"].is_null()).count();
+        (status.status.code(), records.len(), failed)
+    };
+    for seed in 1..=10 {
+        let (code, n, failed) = run("0.2", seed);
+        assert_eq!(
+            (code, n),
+            (Some(0), 200),
+            "seed {seed}: {failed} of {n} failed, and the run was stopped"
+        );
+    }
+    let (code, n, _) = run("0.6", 1);
+    assert_eq!(code, Some(3));
+    assert!(n < 200, "stopped early: {n} sent");
+}

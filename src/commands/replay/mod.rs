@@ -21,6 +21,7 @@ use crate::api::BodyOptions;
 use crate::clock::RunClock;
 use crate::ending::Ending;
 use crate::error::{Error, Result};
+use crate::error_rate::ErrorRateJudge;
 use crate::expected_cache::ExpectedPrefixHits;
 use crate::fleet::{Load, Route, Router};
 use crate::limits;
@@ -48,8 +49,6 @@ const START_LEAD_NS: u64 = 500_000_000;
 /// Connections for the requests due in the run's first second are opened before the start,
 /// up to this many per sender and endpoint: a bound on what is opened in one go.
 const WARM_MAX_PER_POOL: usize = 16_384;
-/// `--max-error-rate` is judged once this many requests are recorded.
-const MIN_RECORDS_FOR_ERROR_RATE: u64 = 10;
 
 /// What a finished replay leaves behind.
 pub struct RunOutcome {
@@ -464,8 +463,10 @@ fn collect(
     let mut live = LiveProgress::new(trace.preview.last_ns as f64 / 1e9, !plan.quiet);
     let write_err = |e| Error::io(&out.requests_path, e);
     let mut stopped = false;
-    let (mut recorded, mut failed) = (0u64, 0u64);
     let (mut measured_ok, mut measured_failed) = (0u64, 0u64);
+    let mut judge = plan
+        .max_error_rate
+        .map(|limit| ErrorRateJudge::new(limit, trace.preview.skipped_by_offset));
     let mut stopped_early = None;
     loop {
         if !stopped && signals_received() > 0 {
@@ -486,21 +487,14 @@ fn collect(
                         c.write(&r).map_err(copy_err)?;
                     }
                     live.add(&r);
-                    recorded += 1;
-                    failed += u64::from(!r.ok());
                     if !r.warmup {
                         measured_ok += u64::from(r.ok());
                         measured_failed += u64::from(!r.ok());
                     }
-                }
-                if let (None, Some(limit)) = (&stopped_early, plan.max_error_rate) {
-                    if recorded >= MIN_RECORDS_FOR_ERROR_RATE
-                        && failed as f64 > limit * recorded as f64
-                    {
-                        let reason = format!(
-                            "stopped early: {failed} of {recorded} requests failed, more than \
-                             --max-error-rate {limit}"
-                        );
+                    let verdict = judge
+                        .as_mut()
+                        .and_then(|j| j.record(r.index, !r.ok(), r.warmup));
+                    if let (None, Some(reason)) = (&stopped_early, verdict) {
                         live.finish();
                         eprintln!("{reason}; nothing new is sent, requests in flight drain");
                         stages.stop.request(stages.clock.now_ns());
