@@ -113,6 +113,13 @@ pub struct SweepArgs {
     #[arg(long, value_name = "SHARE", default_value_t = 0.9)]
     pub min_goodput: f64,
 
+    /// Replay the very same prompts at every step. By default each step's prompts are new to
+    /// the servers (the prompt seed differs per step; reuse within a step is the trace's), so
+    /// a step measures capacity, not the cache the steps before it filled; with this flag,
+    /// from the second step on the prefix caches hold every prompt (sweep.txt says so).
+    #[arg(long)]
+    pub warm_cache: bool,
+
     /// Every replay option; --output is the sweep's directory, --goodput is required.
     #[command(flatten)]
     pub replay: ReplayArgs,
@@ -702,6 +709,12 @@ pub struct MockArgs {
     #[arg(long, value_name = "N")]
     pub max_running: Option<usize>,
 
+    /// Prefill time per prompt token the prefix cache did not serve (with --cache-blocks;
+    /// every prompt word without), added to the time to first token: the work a real
+    /// server's cache saves, so a warm cache raises its capacity as a real one does.
+    #[arg(long, value_name = "US", default_value_t = 0.0)]
+    pub prefill_us_per_token: f64,
+
     /// `tokenizer_config.json` with the chat template (default: the one beside the tokenizer).
     #[arg(long, value_name = "PATH", requires = "tokenizer")]
     pub tokenizer_config: Option<PathBuf>,
@@ -829,6 +842,7 @@ impl MockArgs {
             count_threads: self.count_threads.clamp(1, 256),
             prefix_cache: self.cache_blocks.map(|n| (n, self.cache_block_size.max(1))),
             max_running: self.max_running.map(|n| n.max(1)),
+            prefill_ns_per_token: ms_to_ns(self.prefill_us_per_token / 1000.0),
             keep_alive_ns: ms_to_ns(self.keep_alive_s * 1000.0),
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(

@@ -553,6 +553,8 @@ pub struct SweepPlan {
     pub max_steps: u32,
     pub bisect: u32,
     pub min_goodput: f64,
+    /// `--warm-cache`: every step sends the same prompts (else each step's are new).
+    pub warm_cache: bool,
 }
 
 impl SweepPlan {
@@ -608,6 +610,7 @@ impl SweepPlan {
             max_steps: a.max_steps,
             bisect: a.bisect,
             min_goodput: a.min_goodput,
+            warm_cache: a.warm_cache,
             base,
         })
     }

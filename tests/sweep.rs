@@ -82,3 +82,200 @@ fn sweep_needs_slos_and_a_time_scale_that_matters() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+/// `n` records `every_ms` apart of `blocks` blocks of 16 tokens; with `shared`, every record
+/// starts with the same 2 blocks (reuse within the trace), the rest unique.
+fn hash_id_trace(
+    dir: &std::path::Path,
+    n: u64,
+    every_ms: u64,
+    blocks: u64,
+    shared: bool,
+) -> std::path::PathBuf {
+    let trace = dir.join("hash.jsonl");
+    let mut unique = 1000u64;
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            let mut ids: Vec<u64> = if shared { vec![1, 2] } else { Vec::new() };
+            while (ids.len() as u64) < blocks {
+                unique += 1;
+                ids.push(unique);
+            }
+            format!(
+                r#"{{"timestamp": {}, "input_length": {}, "output_length": 5, "hash_ids": {ids:?}}}"#,
+                i * every_ms,
+                blocks * 16
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    trace
+}
+
+fn sweep(
+    mock: &MockProcess,
+    trace: &std::path::Path,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> Value {
+    let status = bin()
+        .arg("sweep")
+        .args(extra)
+        .args([
+            "--model",
+            "m",
+            "--endpoint",
+            &mock.url(),
+            "--block-size",
+            "16",
+            "--tokenizer",
+        ])
+        .arg(common::tokenizer("qwen3"))
+        .arg("--trace")
+        .arg(trace)
+        .arg("--output")
+        .arg(out)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c == 0 || c == 3), "{status}");
+    serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap()
+}
+
+/// Each step's prompts are new to the servers: against a cache larger than the trace, every
+/// step's observed prefix share is its expected one (the trace's own reuse). With
+/// `--warm-cache` the later steps hit everything, and the sweep says so.
+#[test]
+fn sweep_steps_measure_their_own_reuse_not_the_cache_before_them() {
+    let dir = temp_dir("sweep-cache");
+    let trace = hash_id_trace(&dir, 40, 20, 6, true);
+    let mock = MockProcess::start(&[
+        "--cache-blocks",
+        "100000",
+        "--cache-block-size",
+        "16",
+        "--ttft-ms",
+        "1",
+        "--itl-ms",
+        "1",
+    ]);
+    let args = [
+        "--start-scale",
+        "4",
+        "--max-steps",
+        "3",
+        "--bisect",
+        "0",
+        "--goodput",
+        "ttft:10000",
+    ];
+    let fresh = sweep(&mock, &trace, &dir.join("fresh"), &args);
+    let steps = fresh["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3, "{fresh}");
+    for s in steps {
+        let (e, o) = (
+            s["prefix_expected_share"].as_f64().unwrap(),
+            s["prefix_observed_share"].as_f64().unwrap(),
+        );
+        assert!(e > 0.2, "the trace's own reuse is expected: {s}");
+        assert!(
+            (o - e).abs() <= 0.005,
+            "observed {o} against expected {e}: {s}"
+        );
+        assert!(s["cache_warning"].is_null(), "{s}");
+    }
+    let text = std::fs::read_to_string(dir.join("fresh/sweep.txt")).unwrap();
+    assert!(
+        text.contains("prompts: new to the servers at each step"),
+        "{text}"
+    );
+
+    let warm = sweep(
+        &mock,
+        &trace,
+        &dir.join("warm"),
+        &[&args[..], &["--warm-cache"]].concat(),
+    );
+    let later = &warm["steps"].as_array().unwrap()[1..];
+    for s in later {
+        let (e, o) = (
+            s["prefix_expected_share"].as_f64().unwrap(),
+            s["prefix_observed_share"].as_f64().unwrap(),
+        );
+        // Every whole block was cached by the steps before (a prompt's last, partial block
+        // never is).
+        assert!(o > e + 0.3, "observed {o} against expected {e}: {s}");
+        assert!(
+            s["cache_warning"]
+                .as_str()
+                .unwrap()
+                .contains("--warm-cache"),
+            "{s}"
+        );
+    }
+    let text = std::fs::read_to_string(dir.join("warm/sweep.txt")).unwrap();
+    assert!(
+        text.contains("--warm-cache") && text.contains("warning: step 2"),
+        "{text}"
+    );
+    let page = std::fs::read_to_string(dir.join("warm/sweep.html")).unwrap();
+    assert!(page.contains("TTFT SLO") && page.contains("prompts: the same at every step"));
+}
+
+/// A server whose cache saves prefill (the mock with --prefill-us-per-token), 8 requests at
+/// once: with new prompts at each step the knee is the same with and without a cache; with
+/// --warm-cache the later steps skip prefill and the "capacity" found is higher.
+///
+/// 60 records 50 ms apart (20 req/s at scale 1) of 256 unique tokens: ~50 ms of prefill
+/// (about 200 words at 250 µs) + 5 ms + 4 tokens at 1 ms is ~60 ms a request, 8 at once: about
+/// 130 req/s, scale 6.5. Scale 4 (80 req/s) passes a TTFT SLO of 100 ms with room, scale 8
+/// (160 req/s) queues past it.
+#[test]
+fn the_knee_does_not_move_with_a_cache_unless_the_cache_is_warmed() {
+    let dir = temp_dir("sweep-knee-cache");
+    let trace = hash_id_trace(&dir, 60, 50, 16, false);
+    let args = [
+        "--start-scale",
+        "2",
+        "--max-steps",
+        "4",
+        "--bisect",
+        "0",
+        "--goodput",
+        "ttft:100",
+    ];
+    let knee = |cache: bool, extra: &[&str], name: &str| {
+        let mut mock_args = vec![
+            "--max-running",
+            "8",
+            "--prefill-us-per-token",
+            "250",
+            "--ttft-ms",
+            "5",
+            "--itl-ms",
+            "1",
+        ];
+        if cache {
+            mock_args.extend(["--cache-blocks", "100000", "--cache-block-size", "16"]);
+        }
+        let mock = MockProcess::start(&mock_args);
+        let s = sweep(&mock, &trace, &dir.join(name), &[&args[..], extra].concat());
+        (s["passed_scale"].as_f64(), s["failed_scale"].as_f64())
+    };
+    let without = knee(false, &[], "no-cache");
+    assert_eq!(
+        without,
+        (Some(4.0), Some(8.0)),
+        "the knee lies between x4 and x8"
+    );
+    assert_eq!(
+        knee(true, &[], "cache"),
+        without,
+        "a cache the steps cannot share moves nothing"
+    );
+    let (passed, _) = knee(true, &["--warm-cache"], "warm");
+    assert!(
+        passed.unwrap() > 4.0,
+        "a warmed cache skips prefill: {passed:?}"
+    );
+}

@@ -37,7 +37,26 @@ pub struct Step {
     pub e2el_p99_ms: Option<f64>,
     /// A scraped server's queue kept growing (None when nothing was scraped).
     pub queue_grew: Option<bool>,
+    /// The prefix-cache hit share the trace predicts for the step, and the servers' own.
+    pub prefix_expected_share: Option<f64>,
+    pub prefix_observed_share: Option<f64>,
+    /// The servers hit more than the step's own reuse explains (a cache warmed before it).
+    pub cache_warning: Option<String>,
     pub passed: bool,
+}
+
+/// Observed prefix hits above the expected by more than this (percentage points) are warned
+/// about: the step measured a cache that something before it filled.
+const PREFIX_EXCESS_POINTS: f64 = 2.0;
+
+/// The prompt seed of step `n` (1-based): the first step's is the plan's own (an ordinary
+/// replay with `--seed` sends the same prompts); each later one differs, so no block of one
+/// step equals a block of another, while reuse within a step is the trace's.
+fn step_seed(seed: u64, n: usize) -> u64 {
+    match n {
+        0 | 1 => seed,
+        n => seed ^ crate::rng::SplitMix64(n as u64).next_u64(),
+    }
 }
 
 /// The sweep's answer.
@@ -51,6 +70,34 @@ pub struct Sweep {
     pub failed_scale: Option<f64>,
     /// A signal stopped the sweep during its last step (left out of the steps).
     pub stopped: bool,
+    /// What every step did: the SLOs, the pass rule, whether prompts were new each step.
+    pub configuration: Vec<String>,
+    #[serde(skip)]
+    slo: crate::stats::Slo,
+}
+
+/// The sweep's settings, said at its top (sweep.txt, sweep.html, stdout).
+fn configuration(plan: &SweepPlan, slo: &crate::stats::Slo) -> Vec<String> {
+    vec![
+        format!(
+            "a step passes when at least {:.0} % of its requests meet {}{}",
+            plan.min_goodput * 100.0,
+            describe_slo(slo),
+            match plan.base.scrape {
+                Some(_) => " and no scraped server's queue kept growing",
+                None => "",
+            }
+        ),
+        match plan.warm_cache {
+            false => "prompts: new to the servers at each step (the prompt seed differs per \
+                      step; reuse within a step is the trace's), so a step measures capacity, \
+                      not a cache filled by the step before"
+                .into(),
+            true => "prompts: the same at every step (--warm-cache): from the second step on, \
+                     the servers' prefix caches hold them"
+                .into(),
+        },
+    ]
 }
 
 pub fn run(plan: &SweepPlan) -> Result<Sweep> {
@@ -72,6 +119,8 @@ pub fn run(plan: &SweepPlan) -> Result<Sweep> {
         passed_scale: None,
         failed_scale: None,
         stopped: false,
+        configuration: configuration(plan, slo),
+        slo: slo.clone(),
     };
     // Whatever ends the steps (a signal, an error), the steps done are written.
     let result = steps(plan, &mut sweep);
@@ -112,6 +161,10 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
     let dir = plan.dir.join(format!("step-{n:02}-x{scale:.3}"));
     let mut run = plan.base.clone();
     run.time_scale = scale;
+    if !plan.warm_cache {
+        // The arrivals (--rate's gaps) keep their own seed: only the prompts change.
+        run.prompt.seed = step_seed(plan.base.prompt.seed, n);
+    }
     run.output = Some(dir.clone());
     run.force = false;
     run.quiet = true;
@@ -129,6 +182,25 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
     let queue_grew = queue_grew(s);
     let passed = goodput_share >= plan.min_goodput && queue_grew != Some(true);
     let p = |d: &Option<crate::stats::Distribution>, q| d.as_ref().and_then(|d| d.percentile(q));
+    let expected = s.prefix.expected_share();
+    let observed = s.observed_prefix_share().map(|(share, _)| share);
+    let cache_warning = match (expected, observed) {
+        (Some(e), Some(o)) if (o - e) * 100.0 > PREFIX_EXCESS_POINTS => Some(format!(
+            "step {n} (x{scale:.3}): the servers hit {:.1} % of prompt tokens in their prefix \
+             caches where the step's own reuse explains {:.1} %: it measured a cache filled \
+             before it{}",
+            o * 100.0,
+            e * 100.0,
+            match plan.warm_cache {
+                true => " (--warm-cache)",
+                false => " (by an earlier run, or by another client)",
+            }
+        )),
+        _ => None,
+    };
+    if let Some(w) = &cache_warning {
+        eprintln!("warning: {w}");
+    }
     let step = Step {
         scale,
         dir,
@@ -142,6 +214,9 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
         ttft_p99_ms: p(&s.ttft, 99.0),
         e2el_p99_ms: p(&s.e2el, 99.0),
         queue_grew,
+        prefix_expected_share: expected,
+        prefix_observed_share: observed,
+        cache_warning,
         passed,
     };
     eprintln!("{}", step_line(&step));
@@ -217,8 +292,14 @@ impl Sweep {
         let mut steps: Vec<&Step> = self.steps.iter().collect();
         steps.sort_by(|a, b| a.scale.total_cmp(&b.scale));
         let mut out = String::new();
-        for s in steps {
+        for c in &self.configuration {
+            writeln!(out, "{c}").ok();
+        }
+        for s in &steps {
             writeln!(out, "{}", step_line(s)).ok();
+        }
+        for w in steps.iter().filter_map(|s| s.cache_warning.as_ref()) {
+            writeln!(out, "warning: {w}").ok();
         }
         if self.stopped {
             out.push_str("stopped by a signal before the sweep ended; ");
@@ -250,6 +331,8 @@ fn write_outputs(plan: &SweepPlan, sweep: &Sweep) -> Result<()> {
         "steps": sweep.steps,
         "passed_scale": sweep.passed_scale,
         "failed_scale": sweep.failed_scale,
+        "warm_cache": plan.warm_cache,
+        "configuration": sweep.configuration,
     });
     report::write_json(&plan.dir.join("sweep.json"), &value)?;
     report::write_atomic(&plan.dir.join("sweep.txt"), sweep.table().as_bytes())?;
@@ -265,9 +348,32 @@ fn page(sweep: &Sweep) -> String {
             .filter_map(|s| Some((s.request_throughput, f(s)?)))
             .collect()
     };
+    // An SLO as a horizontal line across the throughputs measured.
+    let (x0, x1) = steps.iter().fold((f64::MAX, f64::MIN), |(a, b), s| {
+        (a.min(s.request_throughput), b.max(s.request_throughput))
+    });
+    let slo_line = |name: &str, v: Option<f64>| {
+        v.filter(|_| x0 <= x1)
+            .map(|v| html::Series::line(name, vec![(x0, v), (x1, v)]))
+    };
+    let ttft: Vec<html::Series> = [
+        Some(html::Series::line("TTFT p50", line(&|s| s.ttft_p50_ms))),
+        Some(html::Series::line("TTFT p99", line(&|s| s.ttft_p99_ms))),
+        slo_line("TTFT SLO", sweep.slo.ttft_ms),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let e2el: Vec<html::Series> = [
+        Some(html::Series::line("E2EL p99", line(&|s| s.e2el_p99_ms))),
+        slo_line("E2EL SLO", sweep.slo.e2el_ms),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let mut out = html::page_start(
         "llmreplay sweep",
-        "Each step replays the same trace at its own time scale.",
+        "Each step replays the same trace at its own time scale; its settings head the table.",
     );
     writeln!(out, "<pre>{}</pre>", html::escape(&sweep.table())).ok();
     html::section(
@@ -276,21 +382,8 @@ fn page(sweep: &Sweep) -> String {
         "Latency against throughput",
         "One point per step (its achieved request throughput); the knee is where latency turns up.",
         &[
-            html::chart(
-                "TTFT",
-                "requests/s",
-                "ms",
-                &[
-                    html::Series::line("TTFT p50", line(&|s| s.ttft_p50_ms)),
-                    html::Series::line("TTFT p99", line(&|s| s.ttft_p99_ms)),
-                ],
-            ),
-            html::chart(
-                "E2EL p99",
-                "requests/s",
-                "ms",
-                &[html::Series::line("E2EL p99", line(&|s| s.e2el_p99_ms))],
-            ),
+            html::chart("TTFT", "requests/s", "ms", &ttft),
+            html::chart("E2EL p99", "requests/s", "ms", &e2el),
             html::chart(
                 "Goodput share by time scale",
                 "time scale",

@@ -43,6 +43,9 @@ pub struct MockConfig {
     /// `--max-running N`: at most N requests generate at once; the rest wait in arrival
     /// order, and their time to first token starts when they are admitted.
     pub max_running: Option<usize>,
+    /// `--prefill-us-per-token`: time to first token added per prompt token not served by
+    /// the prefix cache.
+    pub prefill_ns_per_token: u64,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
@@ -157,6 +160,7 @@ impl Default for MockConfig {
             count_threads: 2,
             prefix_cache: None,
             max_running: None,
+            prefill_ns_per_token: 0,
         }
     }
 }
@@ -186,6 +190,8 @@ pub struct Generation {
     pub count_job: Option<CountJob>,
     /// Prompt tokens the prefix cache served (with `--cache-blocks`).
     pub cached_tokens: Option<u64>,
+    /// Prefill of the prompt tokens the cache did not serve (`--prefill-us-per-token`).
+    pub prefill_ns: u64,
     /// `--timing-log`: this request's times on CLOCK_MONOTONIC.
     pub timing: Option<Box<Timing>>,
     include_usage: bool,
@@ -300,6 +306,7 @@ impl Generation {
             count_pending: count_job.is_some(),
             count_job,
             cached_tokens: None,
+            prefill_ns: 0,
             timing: None,
             include_usage: flag("include_usage"),
             continuous_usage: flag("continuous_usage_stats"),
@@ -344,7 +351,7 @@ impl Generation {
 
     /// When chunk `k` (0-based) is due.
     pub fn chunk_due(&self, cfg: &MockConfig, k: u64) -> u64 {
-        self.arrival_ns + cfg.ttft_ns + k * cfg.itl_ns
+        self.arrival_ns + cfg.ttft_ns + self.prefill_ns + k * cfg.itl_ns
     }
 
     pub fn done(&self) -> bool {

@@ -597,12 +597,17 @@ impl MockLoop {
             .map_err(|e| format!("invalid JSON body: {e}"))
             .and_then(|v| {
                 let mut g = Generation::from_request(dialect, &v, id, now, &cfg.counting)?;
-                if let Some(cache) = cache.as_mut() {
-                    let (hits, queries) = cache.serve_request(dialect, &v);
-                    stats.prefix_hits += hits;
-                    stats.prefix_queries += queries;
-                    g.cached_tokens = Some(hits);
-                }
+                let uncached = match cache.as_mut() {
+                    Some(cache) => {
+                        let (hits, queries) = cache.serve_request(dialect, &v);
+                        stats.prefix_hits += hits;
+                        stats.prefix_queries += queries;
+                        g.cached_tokens = Some(hits);
+                        queries - hits
+                    }
+                    None => g.prompt_tokens,
+                };
+                g.prefill_ns = uncached * cfg.prefill_ns_per_token;
                 Ok(g)
             });
         let generation_state = match parsed {
