@@ -1,0 +1,375 @@
+//! Every `llmreplay` command in the README's `sh` blocks runs, read from the README itself
+//! (a new example is tested the day it is written), with these substitutions, which the
+//! README states under "Every command here runs":
+//!
+//! - `cargo run --release --` is the built binary; `cargo test --release` is this suite.
+//! - A server URL (`http://10.0.0.5:8000`, `https://gw.internal`, ...) is a mock started for
+//!   it on 127.0.0.1 (TLS with a certificate made here for `https`), its path and `,key=`
+//!   options kept; `ca.pem`, `cert.pem` and `key.pem` are that certificate and key.
+//! - `trace.jsonl` is the bundled 500-record sample and `/models/Qwen3-8B` the bundled Qwen3
+//!   tokenizer; replays of `trace.jsonl` get `--max-requests 40 --time-scale 100` (the
+//!   sample lasts 165 s at its own pace).
+//! - `replay ...` is the replay command above it, with what follows added.
+//! - `mock --listen ADDR` listens on a free port; a mock line ending in `&` serves the
+//!   commands after it (their `127.0.0.1:PORT` is its address), any other gets one short
+//!   replay to show that it answers.
+//! - `calibrate --seconds 5` runs 0.2 s per rate; `report run2` reads a second run of the
+//!   `run1` command; `report client.jsonl` reads a copy of run1's records.
+//!
+//! Each command must exit 0; a replay must have sent every request it planned, with some
+//! answered, to every endpoint it names.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{bin, read_jsonl, temp_dir, MockProcess};
+use serde_json::Value;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+/// No command may run longer than this.
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// The commands of the README's `sh` blocks, continuation lines joined, comments dropped.
+fn readme_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(Path::new(REPO).join("README.md")).unwrap();
+    let mut commands = Vec::new();
+    let mut in_block = false;
+    let mut current = String::new();
+    for line in readme.lines() {
+        match (in_block, line.trim_start().starts_with("```")) {
+            (false, true) => in_block = line.trim() == "```sh",
+            (true, true) => in_block = false,
+            (true, false) if !line.trim().is_empty() && !line.starts_with('#') => {
+                match line.strip_suffix('\\') {
+                    Some(part) => current.push_str(part),
+                    None => {
+                        current.push_str(line);
+                        commands.push(std::mem::take(&mut current));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    commands
+}
+
+/// Splits a command line as sh would for these lines: words, with '...' quoting.
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !word.is_empty() {
+                    out.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+/// The mocks standing for the README's servers, by the URL's scheme and authority.
+struct Servers {
+    mocks: HashMap<String, MockProcess>,
+    cert: (PathBuf, PathBuf),
+}
+
+impl Servers {
+    /// `url` with its scheme and host replaced by a mock's (one per distinct host).
+    fn substitute(&mut self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let cut = rest.find(['/', ',']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(cut);
+        let key = format!("{scheme}://{authority}");
+        let cert = &self.cert;
+        let mock = self.mocks.entry(key).or_insert_with(|| match scheme {
+            "https" => MockProcess::start(&[
+                "--tls-cert",
+                cert.0.to_str().unwrap(),
+                "--tls-key",
+                cert.1.to_str().unwrap(),
+            ]),
+            _ => MockProcess::start(&[]),
+        });
+        format!("{scheme}://{}{tail}", mock.addr)
+    }
+}
+
+/// The README's words made runnable (the substitutions above).
+fn substitute(w: &[String], servers: &mut Servers, previous_replay: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut replays_sample = false;
+    for (i, word) in w.iter().enumerate() {
+        let prev = i.checked_sub(1).map(|p| w[p].as_str());
+        let word = word.as_str();
+        match word {
+            "..." => out.extend(previous_replay.iter().cloned()),
+            "trace.jsonl" => {
+                replays_sample = true;
+                out.push(format!(
+                    "{REPO}/assets/traces/mooncake_conversation_500.jsonl"
+                ));
+            }
+            "/models/Qwen3-8B" => out.push(format!("{REPO}/assets/tokenizers/qwen3")),
+            "ca.pem" | "cert.pem" => out.push(servers.cert.0.display().to_string()),
+            "key.pem" => out.push(servers.cert.1.display().to_string()),
+            "5" if prev == Some("--seconds") => out.push("0.2".into()),
+            _ if prev == Some("--listen") => out.push("127.0.0.1:0".into()),
+            // Loopback URLs are the README's own mocks (a line with `&`).
+            w if (w.starts_with("http://") || w.starts_with("https://"))
+                && !w.contains("://127.0.0.1") =>
+            {
+                out.push(servers.substitute(w))
+            }
+            w if w.starts_with("assets/") || w.starts_with("tests/") => {
+                out.push(format!("{REPO}/{w}"))
+            }
+            w => out.push(w.to_string()),
+        }
+    }
+    if replays_sample && out.first().is_some_and(|c| c == "replay") {
+        out.extend(["--max-requests", "40", "--time-scale", "100"].map(String::from));
+    }
+    out
+}
+
+/// Runs `args` in `cwd`, killed past [`LIMIT`]; returns the exit status and stderr.
+fn run(cwd: &Path, args: &[String]) -> (i32, String) {
+    let mut child = bin()
+        .args(args)
+        .current_dir(cwd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).ok();
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > LIMIT {
+            child.kill().ok();
+            panic!("{args:?} ran past {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status.code().unwrap_or(-1), reader.join().unwrap())
+}
+
+/// The run directories in `cwd` (those holding requests.jsonl).
+fn run_dirs(cwd: &Path) -> BTreeSet<PathBuf> {
+    let mut dirs = BTreeSet::new();
+    let mut stack = vec![cwd.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if p.join("requests.jsonl").is_file() {
+                    dirs.insert(p.clone());
+                }
+                stack.push(p);
+            }
+        }
+    }
+    dirs
+}
+
+/// A replay's run: it sent what it planned, some were answered, and every endpoint it was
+/// given got requests.
+fn check_run(dir: &Path, args: &[String]) {
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let records = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(
+        records.len() as u64,
+        run["schedule"]["records"].as_u64().unwrap(),
+        "{args:?}: every planned request was sent"
+    );
+    assert!(
+        records.iter().any(|r| r["error"].is_null()),
+        "{args:?}: none answered"
+    );
+    let hosts: BTreeSet<String> = records
+        .iter()
+        .filter_map(|r| r["endpoint"].as_str())
+        .map(|e| e.split('/').take(3).collect::<Vec<_>>().join("/"))
+        .collect();
+    // Round-robin (the default) reaches every endpoint; session and least-inflight routing
+    // may rightly keep a short run on fewer.
+    if args.iter().any(|a| a == "--route") {
+        return;
+    }
+    for (i, w) in args.iter().enumerate() {
+        if i > 0 && args[i - 1] == "--endpoint" {
+            let host = w
+                .split([','])
+                .next()
+                .unwrap()
+                .split('/')
+                .take(3)
+                .collect::<Vec<_>>()
+                .join("/");
+            assert!(
+                hosts.contains(&host),
+                "{args:?}: nothing sent to {host} ({hosts:?})"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_readme_command_runs_against_the_mock() {
+    let cwd = temp_dir("readme");
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = (cwd.join("cert.pem"), cwd.join("key.pem"));
+    std::fs::write(&cert.0, made.cert.pem()).unwrap();
+    std::fs::write(&cert.1, made.signing_key.serialize_pem()).unwrap();
+    let mut servers = Servers {
+        mocks: HashMap::new(),
+        cert,
+    };
+    // Mocks a README line started with `&`, by the port the README gave them.
+    let mut background: HashMap<String, MockProcess> = HashMap::new();
+    let mut previous_replay: Vec<String> = Vec::new();
+    let mut ran = 0;
+    for line in readme_commands() {
+        let line = line.trim().to_string();
+        if line == "cargo test --release" {
+            continue;
+        }
+        let line = line.replace("cargo run --release -- ", "llmreplay ");
+        let mut w = words(&line);
+        assert_eq!(w.remove(0), "llmreplay", "a README command: {line}");
+        let is_background = w.last().is_some_and(|l| l == "&");
+        if is_background {
+            w.pop();
+        }
+        // A server of a mock line with `&` is that mock, by its README port.
+        let mut args: Vec<String> = Vec::new();
+        for word in &w {
+            let local = background
+                .iter()
+                .find(|(port, _)| word.contains(&format!("127.0.0.1:{port}")));
+            match local {
+                Some((port, mock)) => {
+                    args.push(word.replace(&format!("127.0.0.1:{port}"), &mock.addr))
+                }
+                None => args.push(word.clone()),
+            }
+        }
+        let args = match args[0].as_str() {
+            "mock" => {
+                let port = w
+                    .iter()
+                    .position(|x| x == "--listen")
+                    .map(|i| w[i + 1].rsplit(':').next().unwrap().to_string())
+                    .unwrap();
+                let mock_args: Vec<String> = substitute(&args[1..], &mut servers, &[]);
+                let refs: Vec<&str> = mock_args
+                    .iter()
+                    .map(String::as_str)
+                    .skip_while(|a| *a != "--listen")
+                    .skip(2)
+                    .chain(
+                        mock_args
+                            .iter()
+                            .map(String::as_str)
+                            .take_while(|a| *a != "--listen"),
+                    )
+                    .collect();
+                let mock = MockProcess::start(&refs);
+                if is_background {
+                    background.insert(port, mock);
+                } else {
+                    // It answers: one short replay against it.
+                    let scheme = if refs.contains(&"--tls-cert") {
+                        "https"
+                    } else {
+                        "http"
+                    };
+                    let url = format!("{scheme}://{}", mock.addr);
+                    let out = cwd.join(format!("mock-check-{ran}"));
+                    let mut check: Vec<String> = [
+                        "replay",
+                        "--quiet",
+                        "--model",
+                        "m",
+                        "--endpoint",
+                        &url,
+                        "--max-requests",
+                        "5",
+                        "--time-scale",
+                        "100",
+                        "--tokenizer",
+                    ]
+                    .map(String::from)
+                    .to_vec();
+                    check.push(format!("{REPO}/assets/tokenizers/qwen3"));
+                    check.extend([
+                        "--trace".into(),
+                        format!("{REPO}/assets/traces/mooncake_conversation_500.jsonl"),
+                    ]);
+                    check.extend(["--output".into(), out.display().to_string()]);
+                    if scheme == "https" {
+                        check.extend(["--ca-cert".into(), servers.cert.0.display().to_string()]);
+                    }
+                    let (code, err) = run(&cwd, &check);
+                    assert_eq!(code, 0, "{line}: a replay against it: {err}");
+                    check_run(&out, &check);
+                }
+                ran += 1;
+                continue;
+            }
+            _ => substitute(&args, &mut servers, &previous_replay),
+        };
+        if args[0] == "replay" && !w.contains(&"...".to_string()) {
+            // The command above, less its --output (a `...` line writes a run of its own).
+            previous_replay = args[1..].to_vec();
+            if let Some(i) = previous_replay.iter().position(|a| a == "--output") {
+                previous_replay.drain(i..i + 2);
+            }
+        }
+        // What `report` reads: a second run1, and a records file alone.
+        if args[0] == "report" && args.contains(&"run2".to_string()) && !cwd.join("run2").exists() {
+            std::fs::create_dir_all(cwd.join("run2")).unwrap();
+            for f in ["requests.jsonl", "run.json"] {
+                std::fs::copy(cwd.join("run1").join(f), cwd.join("run2").join(f)).unwrap();
+            }
+        }
+        if args.contains(&"client.jsonl".to_string()) {
+            std::fs::copy(cwd.join("run1/requests.jsonl"), cwd.join("client.jsonl")).unwrap();
+        }
+        let before = run_dirs(&cwd);
+        let started = Instant::now();
+        let (code, err) = run(&cwd, &args);
+        eprintln!("{:>6.1} s  {line}", started.elapsed().as_secs_f64());
+        assert_eq!(code, 0, "{line}\n  ran as {args:?}\n{err}");
+        if args[0] == "replay" {
+            let new: Vec<PathBuf> = run_dirs(&cwd).difference(&before).cloned().collect();
+            // run1 again (--output run1) is not new: then the run is run1.
+            let dir = new.first().cloned().unwrap_or_else(|| cwd.join("run1"));
+            check_run(&dir, &args);
+        }
+        ran += 1;
+    }
+    assert!(ran >= 30, "{ran} commands ran");
+    std::fs::remove_dir_all(&cwd).ok();
+}
