@@ -10,7 +10,8 @@
 //!   tokenizer; replays of `trace.jsonl` get `--max-requests 40 --time-scale 100` (the
 //!   sample lasts 165 s at its own pace).
 //! - `replay ...` is the replay command above it, with what follows added.
-//! - `mock --listen ADDR` listens on a free port; a mock line ending in `&` serves the
+//! - `mock --listen ADDR` listens on a free port (its `--*-log` files go to the scratch
+//!   directory); a mock line ending in `&` serves the
 //!   commands after it (their `127.0.0.1:PORT` is its address), any other gets one short
 //!   replay to show that it answers.
 //! - `calibrate --seconds 5` runs 0.2 s per rate; `report run2` reads a second run of the
@@ -282,7 +283,13 @@ fn every_readme_command_runs_against_the_mock() {
                     .position(|x| x == "--listen")
                     .map(|i| w[i + 1].rsplit(':').next().unwrap().to_string())
                     .unwrap();
-                let mock_args: Vec<String> = substitute(&args[1..], &mut servers, &[]);
+                let mut mock_args: Vec<String> = substitute(&args[1..], &mut servers, &[]);
+                // The mock runs in the test's directory: its log files go to the scratch one.
+                for i in 1..mock_args.len() {
+                    if mock_args[i - 1].ends_with("-log") {
+                        mock_args[i] = cwd.join(&mock_args[i]).display().to_string();
+                    }
+                }
                 let refs: Vec<&str> = mock_args
                     .iter()
                     .map(String::as_str)
