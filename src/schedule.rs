@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 
-use crate::load::{LoadPlan, Pace, Timeline};
+use crate::load::{LoadPlan, Timeline};
 
 /// Every shaping option, as plain values, and the trace facts they need.
 #[derive(Clone, Debug)]
@@ -44,8 +44,7 @@ pub struct Shaping {
 }
 
 /// Why the schedule ends before the trace does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cut {
     MaxRequests,
     Duration,
@@ -127,7 +126,7 @@ impl Shaper {
 }
 
 /// The whole schedule, computed before the start from the trace's timestamps.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Preview {
     /// Records sent, warmup included.
     pub records: u64,
@@ -253,17 +252,12 @@ impl Preview {
         }
         None
     }
-
-    /// Whether closed-loop pacing makes send times meaningless before the run.
-    pub fn timed(shaping: &Shaping) -> bool {
-        !matches!(shaping.load.pace, Pace::Closed { .. })
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::Arrival;
+    use crate::load::{Arrival, Pace};
 
     fn shaping(n: u64) -> Shaping {
         Shaping {

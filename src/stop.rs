@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::clock::monotonic_ns;
 
-pub use crate::ending::STOPPED_EXIT_CODE;
+use crate::ending::STOPPED_EXIT_CODE;
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 /// CLOCK_MONOTONIC time of the first signal, in ns.

@@ -127,7 +127,6 @@ fn substitute(w: &[String], servers: &mut Servers, previous_replay: &[String]) -
             "ca.pem" | "cert.pem" => out.push(servers.cert.0.display().to_string()),
             "key.pem" => out.push(servers.cert.1.display().to_string()),
             "5" if prev == Some("--seconds") => out.push("0.2".into()),
-            _ if prev == Some("--listen") => out.push("127.0.0.1:0".into()),
             // Loopback URLs are the README's own mocks (a line with `&`).
             w if (w.starts_with("http://") || w.starts_with("https://"))
                 && !w.contains("://127.0.0.1") =>
@@ -278,30 +277,20 @@ fn every_readme_command_runs_against_the_mock() {
         }
         let args = match args[0].as_str() {
             "mock" => {
-                let port = w
-                    .iter()
-                    .position(|x| x == "--listen")
-                    .map(|i| w[i + 1].rsplit(':').next().unwrap().to_string())
-                    .unwrap();
-                let mut mock_args: Vec<String> = substitute(&args[1..], &mut servers, &[]);
+                // MockProcess listens on a free port: the README's `--listen ADDR` is dropped,
+                // its port kept to find this mock by.
+                let mut mock_args = args[1..].to_vec();
+                let at = mock_args.iter().position(|x| x == "--listen").unwrap();
+                let addr: Vec<String> = mock_args.drain(at..at + 2).collect();
+                let port = addr[1].rsplit(':').next().unwrap().to_string();
+                let mut mock_args = substitute(&mock_args, &mut servers, &[]);
                 // The mock runs in the test's directory: its log files go to the scratch one.
                 for i in 1..mock_args.len() {
                     if mock_args[i - 1].ends_with("-log") {
                         mock_args[i] = cwd.join(&mock_args[i]).display().to_string();
                     }
                 }
-                let refs: Vec<&str> = mock_args
-                    .iter()
-                    .map(String::as_str)
-                    .skip_while(|a| *a != "--listen")
-                    .skip(2)
-                    .chain(
-                        mock_args
-                            .iter()
-                            .map(String::as_str)
-                            .take_while(|a| *a != "--listen"),
-                    )
-                    .collect();
+                let refs: Vec<&str> = mock_args.iter().map(String::as_str).collect();
                 let mock = MockProcess::start(&refs);
                 if is_background {
                     background.insert(port, mock);

@@ -72,8 +72,6 @@ pub struct Sweep {
     pub stopped: bool,
     /// What every step did: the SLOs, the pass rule, whether prompts were new each step.
     pub configuration: Vec<String>,
-    #[serde(skip)]
-    slo: crate::stats::Slo,
 }
 
 /// The sweep's settings, said at its top (sweep.txt, sweep.html, stdout).
@@ -120,7 +118,6 @@ pub fn run(plan: &SweepPlan) -> Result<Sweep> {
         failed_scale: None,
         stopped: false,
         configuration: configuration(plan, slo),
-        slo: slo.clone(),
     };
     // Whatever ends the steps (a signal, an error), the steps done are written.
     let result = steps(plan, &mut sweep);
@@ -336,10 +333,11 @@ fn write_outputs(plan: &SweepPlan, sweep: &Sweep) -> Result<()> {
     });
     report::write_json(&plan.dir.join("sweep.json"), &value)?;
     report::write_atomic(&plan.dir.join("sweep.txt"), sweep.table().as_bytes())?;
-    report::write_atomic(&plan.dir.join("sweep.html"), page(sweep).as_bytes())
+    report::write_atomic(&plan.dir.join("sweep.html"), page(plan, sweep).as_bytes())
 }
 
-fn page(sweep: &Sweep) -> String {
+fn page(plan: &SweepPlan, sweep: &Sweep) -> String {
+    let slo = plan.base.render.slo.clone().unwrap_or_default();
     let mut steps: Vec<&Step> = sweep.steps.iter().collect();
     steps.sort_by(|a, b| a.scale.total_cmp(&b.scale));
     let line = |f: &dyn Fn(&Step) -> Option<f64>| -> Vec<(f64, f64)> {
@@ -359,14 +357,14 @@ fn page(sweep: &Sweep) -> String {
     let ttft: Vec<html::Series> = [
         Some(html::Series::line("TTFT p50", line(&|s| s.ttft_p50_ms))),
         Some(html::Series::line("TTFT p99", line(&|s| s.ttft_p99_ms))),
-        slo_line("TTFT SLO", sweep.slo.ttft_ms),
+        slo_line("TTFT SLO", slo.ttft_ms),
     ]
     .into_iter()
     .flatten()
     .collect();
     let e2el: Vec<html::Series> = [
         Some(html::Series::line("E2EL p99", line(&|s| s.e2el_p99_ms))),
-        slo_line("E2EL SLO", sweep.slo.e2el_ms),
+        slo_line("E2EL SLO", slo.e2el_ms),
     ]
     .into_iter()
     .flatten()

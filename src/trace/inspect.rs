@@ -44,9 +44,6 @@ pub struct TraceStats {
     /// effective schedule before the run; a longer trace is read again for it.
     #[serde(skip)]
     pub timestamps_ms: Vec<f64>,
-    /// Requests over trace time, for the busiest stretch of a run.
-    #[serde(skip)]
-    pub arrivals: super::arrivals::Arrivals,
 }
 
 /// Timestamps the scan keeps (8 MB): past this the preview streams the trace again, so that
@@ -133,20 +130,17 @@ pub fn scan(
         ..TraceStats::default()
     };
     let mut seen: HashSet<u64> = HashSet::new();
-    let mut first_ts = None;
     let mut min_ts = f64::INFINITY;
     let mut max_ts = f64::NEG_INFINITY;
     let b = u64::from(block_size.max(1));
     let mut sessions = std::collections::HashSet::new();
     while let Some((rec, ts)) = reader.next_record()? {
         stats.records += 1;
-        let since_first = ts - *first_ts.get_or_insert(ts);
         if stats.records <= KEPT_TIMESTAMPS {
             stats.timestamps_ms.push(ts);
         } else if !stats.timestamps_ms.is_empty() {
             stats.timestamps_ms = Vec::new();
         }
-        stats.arrivals.add(since_first);
         min_ts = min_ts.min(ts);
         max_ts = max_ts.max(ts);
         let input = rec.input_length().unwrap_or(0);

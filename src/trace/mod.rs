@@ -3,7 +3,6 @@
 //! A trace is turned into [`TraceRecord`]s, one per non-blank line, numbered from 0 (`index`).
 //! Every parse error names the file, the 1-based line and the field.
 
-mod arrivals;
 mod csv;
 pub mod inspect;
 mod order;

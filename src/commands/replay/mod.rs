@@ -40,7 +40,6 @@ use crate::server_metrics::{RunTime, ScrapeConfig, Scraper};
 use crate::session::SessionTracker;
 use crate::stats::{latency_histogram, Summary};
 use crate::stop::{signals_received, StopRequest};
-use crate::trace::{OrderedReader, ReadOptions, TraceReader};
 use setup::{Fleet, Output, Prompts, Say, TraceInput};
 
 /// Time between the senders' connections being open and the first possible deadline:
@@ -220,24 +219,14 @@ fn start(
         .map(|_| crossbeam_channel::bounded(plan.channel_capacity))
         .unzip();
     let (rec_tx, records) = crossbeam_channel::unbounded::<RequestRecord>();
-    // The shaper ends the records (--max-requests among its cuts), not the reader.
-    let read = ReadOptions {
-        max_records: None,
-        ..plan.read
-    };
-    let reader =
-        OrderedReader::new(TraceReader::open(&plan.trace, trace.format)?.with_options(read));
+    let reader = setup::replay_reader(&plan.trace, trace.format, plan.read)?;
     let passes = match plan.passes {
         1 => Passes::once(),
         n => {
-            let (path, format) = (plan.trace.clone(), trace.format);
+            let (path, format, read) = (plan.trace.clone(), trace.format, plan.read);
             Passes {
                 left: n - 1,
-                reopen: Box::new(move || {
-                    Ok(OrderedReader::new(
-                        TraceReader::open(&path, format)?.with_options(read),
-                    ))
-                }),
+                reopen: Box::new(move || setup::replay_reader(&path, format, read)),
                 per_pass: trace.stats.records,
             }
         }

@@ -142,12 +142,7 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
 fn preview_streamed(plan: &ReplayPlan, format: Format, shaping: &Shaping) -> Result<Preview> {
     let mut b = PreviewBuilder::new(shaping);
     for pass in 0..shaping.passes {
-        let read = ReadOptions {
-            max_records: None,
-            ..plan.read
-        };
-        let mut reader =
-            OrderedReader::new(TraceReader::open(&plan.trace, format)?.with_options(read));
+        let mut reader = replay_reader(&plan.trace, format, plan.read)?;
         while let Some((_, ts)) = reader.next_record()? {
             if !b.add(pass, ts) {
                 return Ok(b.finish());
@@ -155,6 +150,18 @@ fn preview_streamed(plan: &ReplayPlan, format: Format, shaping: &Shaping) -> Res
         }
     }
     Ok(b.finish())
+}
+
+/// The trace read as a replay reads it, for the producers and the preview alike: the shaper
+/// ends the records (`--max-requests` among its cuts), never the reader.
+pub fn replay_reader(trace: &Path, format: Format, read: ReadOptions) -> Result<OrderedReader> {
+    let read = ReadOptions {
+        max_records: None,
+        ..read
+    };
+    Ok(OrderedReader::new(
+        TraceReader::open(trace, format)?.with_options(read),
+    ))
 }
 
 /// The plan's shaping options with the trace facts they need.
