@@ -366,8 +366,9 @@ pub struct ReplayArgs {
     )]
     pub time_scale: f64,
 
-    /// Stop scheduling at this trace time, in seconds after the first record (before
-    /// --time-scale: with --time-scale 10, --duration 60 is 6 s of replay).
+    /// Stop scheduling at this trace time, in seconds after the first record sent (after
+    /// --start-offset and --max-idle-gap or --rate's gaps, before --time-scale: with
+    /// --time-scale 10, --duration 60 is 6 s of replay).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
 
@@ -381,7 +382,8 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Replay only the first N records.
+    /// Replay only the first N records left after --start-offset (over every --loop pass;
+    /// the plan line and --dry-run give the schedule that results).
     #[arg(long, value_name = "N")]
     pub max_requests: Option<u64>,
 
@@ -538,9 +540,11 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS")]
     pub think_time: Option<f64>,
 
-    /// Stop the run early once more than this share of the requests recorded so far failed
-    /// (after the first 10), as trace-replayer's early-stop threshold: nothing new is sent,
-    /// requests in flight drain, summary.json and report.html say why, and the exit status is 3.
+    /// Stop the run early once more than this share of the requests failed, as
+    /// trace-replayer's early-stop threshold, judged in schedule order (a request counts once
+    /// every request scheduled before it is recorded, after the first 20), so fast failures
+    /// do not count before slower successes: nothing new is sent, requests in flight drain,
+    /// summary.json and report.html say why, and the exit status is 3.
     #[arg(long, value_name = "R")]
     pub max_error_rate: Option<f64>,
 
