@@ -683,10 +683,12 @@ pub struct MockArgs {
     #[arg(long, value_name = "PATH")]
     pub tokenizer: Option<PathBuf>,
 
-    /// Threads counting prompts with --tokenizer, at the lowest CPU priority (SCHED_IDLE).
-    /// One counts about 0.3M tokens/s (Qwen3): it kept up with the bundled Mooncake trace's
-    /// 12k-token prompts at 30 req/s. When they fall behind, tokens still stream on time and
-    /// only the closing usage event (and a whole non-streamed answer) comes late.
+    /// Threads counting prompts ahead with --tokenizer, at the lowest CPU priority
+    /// (SCHED_IDLE). One counts about 0.3M tokens/s (Qwen3): it kept up with the bundled
+    /// Mooncake trace's 12k-token prompts at 30 req/s. When they fall behind (or a busy
+    /// machine leaves them no core), tokens still stream on time; a request whose closing
+    /// usage event (or whole non-streamed answer) waits for its count has it counted by one
+    /// more thread at normal priority.
     #[arg(long, value_name = "N", default_value_t = 2, requires = "tokenizer")]
     pub count_threads: usize,
 

@@ -113,7 +113,8 @@ pub fn run(cli: Cli) -> Result<i32> {
                     mock::APPROXIMATE_COUNT_HEADER
                 ),
                 _ => eprintln!(
-                    "mock: counting prompts with the tokenizer on {} threads",
+                    "mock: counting prompts with the tokenizer on {} background threads, and one \
+                     for requests that wait on their count",
                     cfg.count_threads
                 ),
             }

@@ -293,6 +293,63 @@ fn mock_with_tokenizer_reports_exact_prompt_tokens_for_500_records() {
     }
 }
 
+/// A busy machine leaves the mock's background counting threads (SCHED_IDLE) no core at all;
+/// a request whose usage waits for its count is then counted at normal priority. With no
+/// background thread, every count goes that way: streamed (usage after the last token) and
+/// whole answers alike still report the exact prompt length.
+#[test]
+fn a_request_held_by_its_count_is_counted_without_the_background_threads() {
+    let dir = tokenizer("qwen3");
+    let (tok, file) = llmreplay::prompt::load_tokenizer(&dir).unwrap();
+    let counter = llmreplay::prompt::PromptCounter::new(tok, &file, None).unwrap();
+    let cfg = llmreplay::mock::MockConfig {
+        counting: llmreplay::mock::PromptCounting::Tokenizer(std::sync::Arc::new(counter)),
+        count_threads: 0,
+        ..Default::default()
+    };
+    let mock = llmreplay::mock::MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let out_dir = temp_dir("mock-hurried-count");
+    for stream in ["--stream", "--no-stream"] {
+        let out = out_dir.join(&stream[2..]);
+        let cli = Cli::parse_from([
+            "llmreplay",
+            "replay",
+            "--quiet",
+            stream,
+            "--endpoint",
+            &format!("http://{}", mock.addr()),
+            "--trace",
+            path(&mooncake("conversation_trace.jsonl")),
+            "--tokenizer",
+            path(&dir),
+            "--max-requests",
+            "20",
+            "--time-scale",
+            "100",
+            "--output",
+            path(&out),
+        ]);
+        let Command::Replay(args) = cli.command else {
+            panic!("replay")
+        };
+        let outcome = llmreplay::commands::replay::run(
+            &llmreplay::plan::ReplayPlan::from_args(&args).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(outcome.summary.ok, 20, "{stream}");
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let m = &summary["input_length_match"];
+        assert_eq!(
+            (&m["checked"], &m["exact"]),
+            (&json!(20), &json!(20)),
+            "{stream}: {m}"
+        );
+    }
+    mock.stop().unwrap();
+}
+
 /// A stand-alone mock without a tokenizer only estimates prompt tokens and says so: the run
 /// reports the input length as not checked, not as a mismatch.
 #[test]

@@ -2,7 +2,16 @@
 //! takes tens of milliseconds (about 0.2M tokens/s per thread), longer than the TTFT a mock
 //! is asked to keep, so the event loop never does it: a request's answer starts streaming at
 //! once and only the events that carry `usage` wait for the count.
+//!
+//! Two kinds of thread count. The background ones run at `SCHED_IDLE`, so counting ahead
+//! never takes a core from the event loop, whose timing is what the mock promises. But an
+//! idle thread gets nothing while anything else wants the core (a busy machine), and a
+//! stream whose last event waits for its count would then wait without end. So when the
+//! event loop finds a request held by its count it *hurries* it: the same job goes to one
+//! thread at normal priority, which counts it unless a background thread already has. Only
+//! a request that is waiting anyway is counted at the loop's own priority.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -15,72 +24,114 @@ use crate::prompt::PromptCounter;
 /// Which generation a count belongs to: (connection slot, slot generation, request id).
 pub type CountFor = (usize, u32, u64);
 
+/// A job shared by the background queue and, once hurried, the urgent one.
+#[derive(Debug)]
+pub struct PendingCount {
+    job: CountJob,
+    /// A thread has finished counting it: the other one skips it.
+    done: AtomicBool,
+}
+
+impl PendingCount {
+    pub fn new(job: CountJob) -> Arc<PendingCount> {
+        Arc::new(PendingCount {
+            job,
+            done: AtomicBool::new(false),
+        })
+    }
+
+    pub fn count(&self, counter: &PromptCounter) -> Result<u64, String> {
+        self.job.count(counter)
+    }
+}
+
 pub struct Counted {
     pub of: CountFor,
-    pub prompt_tokens: Result<u64, String>,
+    /// `None`: the other thread had counted it first.
+    pub prompt_tokens: Option<Result<u64, String>>,
     /// The job comes back to be freed by the event loop that allocated it: a counting thread
     /// freeing it would take the loop's malloc arena lock, and a counting thread preempted
-    /// while holding it (they run at SCHED_IDLE) stalls the loop for as long as it waits.
+    /// while holding it (the background ones run at SCHED_IDLE) stalls the loop for as long
+    /// as it waits.
     #[allow(dead_code)] // held only to be dropped here
-    pub job: CountJob,
+    pub job: Arc<PendingCount>,
 }
 
 /// Jobs waiting at most (the channels are arrays, so passing a job allocates nothing); a
 /// mock this far behind blocks on the next one.
 const QUEUE: usize = 4096;
 
+type Job = (CountFor, Arc<PendingCount>);
+
 pub struct CountPool {
-    jobs: Option<Sender<(CountFor, CountJob)>>,
+    jobs: Option<Sender<Job>>,
+    urgent: Option<Sender<Job>>,
     results: Receiver<Counted>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl CountPool {
-    /// Starts `threads` counting threads; each result wakes the event loop through `waker`.
+    /// Starts `threads` background counting threads and the urgent one; each result wakes
+    /// the event loop through `waker`.
     pub fn start(
         counter: Arc<PromptCounter>,
         threads: usize,
         waker: Arc<Waker>,
     ) -> std::io::Result<CountPool> {
-        let (jobs, job_rx) = crossbeam_channel::bounded::<(CountFor, CountJob)>(QUEUE);
-        let (result_tx, results) = crossbeam_channel::bounded(QUEUE);
-        let threads = (0..threads.max(1))
-            .map(|i| {
-                let (jobs, results, counter, waker) = (
-                    job_rx.clone(),
-                    result_tx.clone(),
-                    counter.clone(),
-                    waker.clone(),
-                );
-                std::thread::Builder::new()
-                    .name(format!("mock-count-{i}"))
-                    .spawn(move || {
-                        lower_priority();
-                        for (of, job) in jobs {
-                            let prompt_tokens = job.count(&counter);
-                            let counted = Counted {
-                                of,
-                                prompt_tokens,
-                                job,
-                            };
-                            if results.send(counted).is_err() {
-                                return;
-                            }
-                            waker.wake().ok();
-                        }
-                    })
+        let (jobs, job_rx) = crossbeam_channel::bounded::<Job>(QUEUE);
+        let (urgent, urgent_rx) = crossbeam_channel::bounded::<Job>(QUEUE);
+        let (result_tx, results) = crossbeam_channel::bounded(2 * QUEUE);
+        let spawn = |name: String, jobs: Receiver<Job>, background: bool| {
+            let (results, counter, waker) = (result_tx.clone(), counter.clone(), waker.clone());
+            std::thread::Builder::new().name(name).spawn(move || {
+                if background {
+                    lower_priority();
+                }
+                for (of, job) in jobs {
+                    let prompt_tokens = (!job.done.load(Ordering::Acquire)).then(|| {
+                        let n = job.count(&counter);
+                        job.done.store(true, Ordering::Release);
+                        n
+                    });
+                    if results
+                        .send(Counted {
+                            of,
+                            prompt_tokens,
+                            job,
+                        })
+                        .is_err()
+                    {
+                        return;
+                    }
+                    waker.wake().ok();
+                }
             })
-            .collect::<std::io::Result<_>>()?;
+        };
+        let mut handles = (0..threads)
+            .map(|i| spawn(format!("mock-count-{i}"), job_rx.clone(), true))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        handles.push(spawn("mock-count-urgent".into(), urgent_rx, false)?);
         Ok(CountPool {
             jobs: Some(jobs),
+            urgent: Some(urgent),
             results,
-            threads,
+            threads: handles,
         })
     }
 
-    pub fn submit(&self, of: CountFor, job: CountJob) {
+    pub fn submit(&self, of: CountFor, job: Arc<PendingCount>) {
         if let Some(jobs) = &self.jobs {
             jobs.send((of, job)).ok();
+        }
+    }
+
+    /// A request waits for this count: count it at normal priority unless it is done.
+    pub fn hurry(&self, of: CountFor, job: Arc<PendingCount>) {
+        if job.done.load(Ordering::Acquire) {
+            return; // its result is on the way
+        }
+        if let Some(urgent) = &self.urgent {
+            urgent.send((of, job)).ok();
         }
     }
 
@@ -90,9 +141,9 @@ impl CountPool {
     }
 }
 
-/// Counting is background work: the event loop, whose timing is what the mock promises, must
-/// win every core it wants. SCHED_IDLE threads run only where nothing else would (Linux; a
-/// thread may always lower its own policy).
+/// Counting ahead is background work: the event loop must win every core it wants.
+/// SCHED_IDLE threads run only where nothing else would (Linux; a thread may always lower its
+/// own policy, but not raise it again: hence the separate urgent thread).
 fn lower_priority() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sets the calling thread's policy (pid 0); failure leaves it as it was.
@@ -101,7 +152,8 @@ fn lower_priority() {
 
 impl Drop for CountPool {
     fn drop(&mut self) {
-        self.jobs.take(); // the threads end when the queue closes
+        self.jobs.take(); // the threads end when their queues close
+        self.urgent.take();
         for t in self.threads.drain(..) {
             t.join().ok();
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::counting::PendingCount;
 use super::faults::FaultPlan;
 use crate::prompt::PromptCounter;
 
@@ -186,8 +187,11 @@ pub struct Generation {
     /// The prompt is being counted on the tokenizer threads: the events that carry usage
     /// wait for it (see [`Generation::held`]).
     pub count_pending: bool,
-    /// The count to hand to those threads (taken by the event loop).
-    pub count_job: Option<CountJob>,
+    /// The count handed to those threads, kept until it is in so that a request held by it
+    /// can hurry it (see [`super::counting`]).
+    pub count_job: Option<Arc<PendingCount>>,
+    /// The count was hurried.
+    pub count_hurried: bool,
     /// Prompt tokens the prefix cache served (with `--cache-blocks`).
     pub cached_tokens: Option<u64>,
     /// Prefill of the prompt tokens the cache did not serve (`--prefill-us-per-token`).
@@ -281,7 +285,7 @@ impl Generation {
         };
         let (prompt_tokens, count_job) = match counting.count(dialect, obj)? {
             Count::Known(n) => (n, None),
-            Count::Deferred(job) => (0, Some(job)),
+            Count::Deferred(job) => (0, Some(PendingCount::new(job))),
         };
         let stream = match dialect {
             Dialect::Tgi { stream } => stream,
@@ -305,6 +309,7 @@ impl Generation {
             prompt_tokens,
             count_pending: count_job.is_some(),
             count_job,
+            count_hurried: false,
             cached_tokens: None,
             prefill_ns: 0,
             timing: None,
@@ -382,6 +387,7 @@ impl Generation {
     pub fn counted(&mut self, prompt_tokens: u64) {
         self.prompt_tokens = prompt_tokens;
         self.count_pending = false;
+        self.count_job = None;
     }
 
     /// Appends the SSE events of every chunk due by `now` (and the closing events after the

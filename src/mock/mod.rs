@@ -189,6 +189,14 @@ struct MockLoop {
     waiting: VecDeque<(usize, u32, u64)>,
 }
 
+/// A request is held by its prompt count: have it counted at normal priority, once.
+fn hurry(pool: &Option<counting::CountPool>, of: counting::CountFor, g: &mut Generation) {
+    if let (Some(pool), Some(job), false) = (pool, &g.count_job, g.count_hurried) {
+        g.count_hurried = true;
+        pool.hurry(of, job.clone());
+    }
+}
+
 /// How often idle connections are checked against the keep-alive timeout.
 const IDLE_CHECK: Duration = Duration::from_millis(50);
 
@@ -671,8 +679,8 @@ impl MockLoop {
                 conn.output.extend_from_slice(&head);
             }
         }
-        if let (Some(pool), Some(job)) = (&self.counting, generation_state.count_job.take()) {
-            pool.submit((slot, generation, generation_state.id()), job);
+        if let (Some(pool), Some(job)) = (&self.counting, &generation_state.count_job) {
+            pool.submit((slot, generation, generation_state.id()), job.clone());
         }
         if let Some(f) = fault {
             self.log_fault(index, f);
@@ -779,6 +787,7 @@ impl MockLoop {
                 continue;
             };
             if !g.stream && g.held() {
+                hurry(&self.counting, (slot, generation, g.id()), g);
                 continue; // answered when the count arrives (take_counts)
             }
             let mut finished = false;
@@ -813,6 +822,7 @@ impl MockLoop {
                     finished = true;
                 } else if g.held() {
                     // The rest waits for the prompt count (take_counts).
+                    hurry(&self.counting, (slot, generation, g.id()), g);
                 } else {
                     let per = u64::from(cfg.tokens_per_chunk.max(1));
                     self.due
@@ -862,7 +872,13 @@ impl MockLoop {
             else {
                 continue; // the connection closed meanwhile
             };
-            match counted.prompt_tokens {
+            let Some(prompt_tokens) = counted.prompt_tokens else {
+                continue; // the other thread counted it
+            };
+            if !g.count_pending {
+                continue; // both threads counted it
+            }
+            match prompt_tokens {
                 Ok(n) => g.counted(n),
                 Err(e) => {
                     eprintln!(
