@@ -2,7 +2,7 @@
 # Timing truth: how far llmreplay's TTFT, ITL and E2EL are from what the server itself did.
 # STREAMS requests start within SPREAD_MS and stream TOKENS tokens each (ITL_MS apart), so
 # they are all open at once. The mock (its own process, on MOCK_CORES) logs, per request, the
-# kernel's receive time of the request's first byte, the time each write of events returned
+# kernel's receive time of the request's first byte, the time each write of events began
 # and its last byte, on CLOCK_MONOTONIC (--timing-log); run.json gives the client's time 0 on
 # the same clock. Printed: client minus server, per request (TTFT, E2EL) and per token gap
 # (ITL), as p50 / p99 / max in ms. The client's span also holds loopback transit both ways:

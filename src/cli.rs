@@ -774,7 +774,7 @@ pub struct MockArgs {
 
     /// Log each answered request's own timing, one JSON line each, on CLOCK_MONOTONIC (the
     /// clock of run.json's `clock.t0_monotonic_ns`): `index`, `received_ns` (the kernel's
-    /// receive time of its first byte), `chunks_ns` (when each write of events returned; the
+    /// receive time of its first byte), `chunks_ns` (when each write of events began; the
     /// first holds the first token), `chunks_tokens` (tokens sent by each) and `last_byte_ns`. scripts/bench-timing-truth.sh compares
     /// the client's TTFT, ITL and E2EL with them.
     #[arg(long, value_name = "FILE")]

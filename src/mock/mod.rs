@@ -736,10 +736,9 @@ impl MockLoop {
         }
     }
 
-    /// `--timing-log`: notes when this write of events returned; an ended request's line is
-    /// written (its last write's time is its last byte's).
-    fn log_timing(&mut self, slot: usize, generation: u32, ended: Option<Generation>) {
-        let now = crate::clock::monotonic_ns();
+    /// `--timing-log`: notes when this write of events began (`now`); an ended request's line
+    /// is written (its last write's time is its last byte's).
+    fn log_timing(&mut self, slot: usize, generation: u32, ended: Option<Generation>, now: u64) {
         match ended {
             Some(mut g) => {
                 let Some(mut t) = g.timing.take() else { return };
@@ -848,9 +847,15 @@ impl MockLoop {
                 ended = conn.generation.take();
                 self.release();
             }
+            // Read before the write: a write's time is then at or before the client's read of
+            // it even when this thread is preempted as the write returns.
+            let write_ns = self
+                .timing_log
+                .as_ref()
+                .map(|_| crate::clock::monotonic_ns());
             self.flush(slot, generation);
-            if self.timing_log.is_some() && wrote {
-                self.log_timing(slot, generation, ended);
+            if let (Some(write_ns), true) = (write_ns, wrote) {
+                self.log_timing(slot, generation, ended, write_ns);
             }
             if finished {
                 // A request may already be waiting on this connection.

@@ -601,9 +601,25 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
 }
 
 /// A time of the run's clock on CLOCK_MONOTONIC (the two read back to back).
+/// The run clock's `at_ns` on CLOCK_MONOTONIC. The two clocks are read between two monotonic
+/// reads, the tightest of a few tries kept: a preemption between the reads (a busy machine)
+/// would otherwise shift every mapped time by a scheduling slice.
 fn on_monotonic(clock: &RunClock, at_ns: u64) -> u64 {
-    let (now, mono) = (clock.now_ns(), crate::clock::monotonic_ns());
-    (mono as i64 + (at_ns as i64 - now as i64)) as u64
+    let (mut best_width, mut best) = (u64::MAX, 0i64);
+    for _ in 0..16 {
+        let before = crate::clock::monotonic_ns();
+        let now = clock.now_ns();
+        let after = crate::clock::monotonic_ns();
+        let width = after.saturating_sub(before);
+        if width < best_width {
+            let mid = before + width / 2;
+            (best_width, best) = (width, mid as i64 - now as i64);
+        }
+        if width < 2_000 {
+            break;
+        }
+    }
+    (at_ns as i64 + best) as u64
 }
 
 /// Request bodies of large prompts (100 KB and more) would each be an mmap/munmap pair in
