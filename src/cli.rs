@@ -640,8 +640,11 @@ pub struct ScrapeArgs {
     #[arg(long)]
     pub scrape_server: bool,
 
-    /// Seconds between scrapes; each target is scraped once before the first send and once
-    /// after the last answer too.
+    /// Seconds between scrapes; each target is scraped once before the load's connections
+    /// open (the baseline) and once after the last answer too, all over one connection opened
+    /// first and kept, so scrapes never queue behind the load on a server whose HTTP workers
+    /// each hold a connection (llama.cpp's). A failed baseline is said, and the counters'
+    /// increases are marked as starting late.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub scrape_interval: f64,
 

@@ -44,6 +44,8 @@ fn each_servers_families_get_the_common_names() {
                 ("waiting", 7.0),
                 ("kv_cache_usage", 0.44),
                 ("prefix_cache_hit_rate", 0.71),
+                ("prefix_cache_queries", 8.8e6),
+                ("prefix_cache_hits", 6.2e6),
                 ("prompt_tokens", 8.8e6),
                 ("generation_tokens", 1.1e6),
             ],
@@ -54,7 +56,7 @@ fn each_servers_families_get_the_common_names() {
             &[
                 ("running", 2.0),
                 ("waiting", 5.0),
-                ("prompt_tokens", 33065.0),
+                ("prompt_tokens_computed", 33065.0),
                 ("generation_tokens", 7801.0),
             ],
         ),
@@ -163,13 +165,15 @@ fn a_replay_scrapes_each_target_and_survives_a_dead_one() {
     let target = |url: &str| targets.iter().find(|t| t["target"] == url).unwrap();
     let dead_summary = target(&dead_url);
     assert_eq!(dead_summary["failed_scrapes"], dead_summary["scrapes"]);
+    // Typed: what failed, not an OS error number; the missing baseline is marked.
+    assert_eq!(dead_summary["first_error"], "connection refused");
+    assert_eq!(dead_summary["baseline_error"], "connection refused");
     assert!(
-        dead_summary["first_error"]
-            .as_str()
-            .unwrap()
-            .contains("refused"),
-        "{dead_summary}"
+        err.contains("the baseline scrape failed (connection refused)"),
+        "{err}"
     );
+    assert!(live[0]["baseline"] == true && gone[0]["baseline"] == true);
+    assert!(target(&mock_url)["baseline_error"].is_null());
 
     let series = &target(&mock_url)["series"];
     let sum = |key: &str| records.iter().filter_map(|r| r[key].as_u64()).sum::<u64>() as f64;
@@ -203,4 +207,39 @@ fn a_replay_scrapes_each_target_and_survives_a_dead_one() {
     assert!(table.contains("Server queue, max (any target):"), "{table}");
     let page = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(page.contains("id=\"server-metrics\"") && page.contains("Queue and running requests"));
+}
+
+/// A server whose HTTP workers each hold one connection (llama.cpp's, `mock --http-workers`)
+/// serves the first connections it accepts. The scraper's connection is opened, and its
+/// baseline taken, before any load connection, and kept: no scrape queues behind the load,
+/// though the run holds more connections than the server has workers.
+#[test]
+fn scrapes_keep_their_worker_on_a_thread_per_connection_server() {
+    let dir = temp_dir("scrape-workers");
+    // 20 requests in the first second: the client opens a connection for each before the
+    // start, far more than the mock's 3 workers.
+    let trace = text_trace(&dir, 40, 50, 4);
+    let mock = MockProcess::start(&[
+        "--http-workers",
+        "3",
+        "--keep-alive-s",
+        "30",
+        "--ttft-ms",
+        "5",
+        "--itl-ms",
+        "5",
+    ]);
+    let out = dir.join("run");
+    let status = common::replay_against(&mock, &trace, &out)
+        .args(["--scrape-server", "--scrape-interval", "0.1"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let lines = read_jsonl(&out.join("server_metrics.jsonl"));
+    assert!(lines.len() >= 3, "{}", lines.len());
+    let failed: Vec<&Value> = lines.iter().filter(|l| !l["error"].is_null()).collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(lines[0]["baseline"], true);
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(records.iter().filter(|r| r["error"].is_null()).count(), 40);
 }

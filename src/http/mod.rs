@@ -2,6 +2,7 @@
 //! transfer decoding and SSE line scanning. Every decoder is a state machine over `&[u8]`
 //! that accepts its input split at any byte, and none allocates per event.
 
+pub mod blocking;
 pub mod chunked;
 pub mod endpoint;
 pub mod probe;

@@ -37,11 +37,21 @@ pub fn section_of(out: &mut String, targets: &[TargetSummary], data: &RunData) {
                 t.first_error.as_deref().unwrap_or("")
             )
         })
+        .chain(
+            targets
+                .iter()
+                .filter_map(|t| Some(format!("{}: {}", t.target, t.baseline_note()?))),
+        )
+        .chain(
+            targets
+                .iter()
+                .filter_map(|t| Some(format!("{}: {}", t.target, t.no_cache_counters()?))),
+        )
         .collect();
     let note = format!(
         "From each target's /metrics, scraped during the run (server_metrics.jsonl); the hit \
-         rate is each interval's prefix-cache hits over its queries (vLLM's counters), or \
-         SGLang's own rate. {}",
+         rate is each interval's prefix-cache hits over its queries (vLLM's and SGLang's \
+         counters), or SGLang's own rate. {}",
         failed.join("; ")
     );
     section(

@@ -101,6 +101,8 @@ pub const COMMON: &[Common] = &[
         families: &[
             (Vllm, "vllm:prefix_cache_queries_total"),
             (Vllm, "vllm:gpu_prefix_cache_queries_total"),
+            // Every prompt token is looked up; its hits are `cached_tokens_total`.
+            (Sglang, "sglang:prompt_tokens_total"),
         ],
     },
     Common {
@@ -111,6 +113,7 @@ pub const COMMON: &[Common] = &[
         families: &[
             (Vllm, "vllm:prefix_cache_hits_total"),
             (Vllm, "vllm:gpu_prefix_cache_hits_total"),
+            (Sglang, "sglang:cached_tokens_total"),
         ],
     },
     Common {
@@ -131,12 +134,21 @@ pub const COMMON: &[Common] = &[
         name: "prompt_tokens",
         kind: Kind::Counter,
         combine: Combine::Sum,
-        what: "prompt tokens processed",
+        what: "prompt tokens of the requests, the cached ones included",
         families: &[
             (Vllm, "vllm:prompt_tokens_total"),
             (Sglang, "sglang:prompt_tokens_total"),
-            (LlamaCpp, "llamacpp:prompt_tokens_total"),
         ],
+    },
+    Common {
+        name: "prompt_tokens_computed",
+        kind: Kind::Counter,
+        combine: Combine::Sum,
+        what: "prompt tokens computed: the prefix cache's hits left out",
+        // llama.cpp's `prompt_tokens_total` counts only the tokens it evaluated, so under
+        // `prompt_tokens` it would read as fewer tokens sent; its /metrics has no cache
+        // counter (the answers' `cached_tokens` give its hits).
+        families: &[(LlamaCpp, "llamacpp:prompt_tokens_total")],
     },
     Common {
         name: "generation_tokens",

@@ -6,4 +6,4 @@ pub mod families;
 pub mod scraper;
 pub mod summary;
 
-pub use scraper::{RunTime, ScrapeConfig, ScrapeTarget, Scraper, METRICS_FILE};
+pub use scraper::{ScrapeConfig, ScrapeTarget, Scraper, METRICS_FILE};

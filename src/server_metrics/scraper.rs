@@ -1,7 +1,8 @@
-//! Polls each server's `/metrics` during a run, one thread per target on the producers'
-//! cores (never a sender's), and writes one line per scrape to `server_metrics.jsonl`,
-//! flushed as it is written. A target that fails is recorded and tried again next time,
-//! never fatal.
+//! Polls each server's `/metrics` during a run, one thread per target over one connection
+//! kept from before the load, and writes one line per scrape to `server_metrics.jsonl`,
+//! flushed as it is written. The first line of each target is its baseline (`"baseline":
+//! true`), taken before the run's load connections open, at a negative `t_s`. A target that
+//! fails is recorded and tried again next time, never fatal.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -16,7 +17,7 @@ use serde_json::json;
 
 use super::families;
 use crate::clock::RunClock;
-use crate::http::probe;
+use crate::http::blocking::{Accept, KeptConnection};
 use crate::transport::TlsTarget;
 
 /// The per-scrape lines.
@@ -45,56 +46,71 @@ pub struct ScrapeConfig {
     pub extra: Vec<String>,
 }
 
-/// The running scrape threads.
+/// The scrape threads, each with its target's connection.
 pub struct Scraper {
+    begin: Sender<u64>,
     stop: Sender<()>,
     threads: Vec<JoinHandle<()>>,
 }
 
-/// The run's clock, as the records count it.
-#[derive(Clone)]
-pub struct RunTime {
-    pub clock: RunClock,
-    pub t0_ns: u64,
-}
-
-impl RunTime {
-    fn seconds(&self) -> f64 {
-        (self.clock.now_ns() as f64 - self.t0_ns as f64) / 1e9
-    }
-}
-
 impl Scraper {
-    /// Starts one thread per target; each scrapes at once (the baseline), then every interval.
-    pub fn start(config: ScrapeConfig, time: RunTime, dir: &Path) -> std::io::Result<Scraper> {
+    /// Starts one thread per target, each of which opens its connection and takes the
+    /// baseline scrape at once; returns when every baseline is in (or failed). Called before
+    /// any load connection is opened: a server whose HTTP workers each hold one connection
+    /// would otherwise queue the scrapes behind the load, and a connection kept from here
+    /// keeps its worker for the run.
+    pub fn start(config: ScrapeConfig, clock: RunClock, dir: &Path) -> std::io::Result<Scraper> {
         let file = File::create(dir.join(METRICS_FILE))?;
         let raw_dir = dir.join(RAW_DIR);
         std::fs::create_dir_all(&raw_dir)?;
         let out = Arc::new(Mutex::new(BufWriter::new(file)));
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let (begin, begun) = crossbeam_channel::unbounded::<u64>();
+        let (ready_tx, ready) = crossbeam_channel::unbounded::<()>();
         let config = Arc::new(config);
         let threads = (0..config.targets.len())
             .map(|i| {
                 let job = Job {
                     index: i,
                     config: Arc::clone(&config),
-                    time: time.clone(),
+                    clock: clock.clone(),
                     out: Arc::clone(&out),
                     raw_dir: raw_dir.clone(),
                 };
-                let stopped = stopped.clone();
+                let (stopped, begun, ready_tx) = (stopped.clone(), begun.clone(), ready_tx.clone());
                 std::thread::Builder::new()
                     .name(format!("scrape-{i}"))
-                    .spawn(move || job.run(&stopped))
+                    .spawn(move || job.run(&ready_tx, &begun, &stopped))
             })
-            .collect::<std::io::Result<_>>()?;
-        Ok(Scraper { stop, threads })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        for _ in &threads {
+            ready.recv().ok(); // each thread says so once, its baseline taken
+        }
+        Ok(Scraper {
+            begin,
+            stop,
+            threads,
+        })
     }
 
-    /// Takes a last scrape of every target and waits for the threads.
+    /// The run's clock starts at `t0_ns`: the baselines are written and the scrapes go on
+    /// every interval.
+    pub fn begin(&self, t0_ns: u64) {
+        for _ in &self.threads {
+            self.begin.send(t0_ns).ok();
+        }
+    }
+
+    /// Takes a last scrape of every target and waits for the threads (a scraper dropped
+    /// before [`Scraper::begin`] writes nothing more).
     pub fn finish(self) {
-        drop(self.stop);
-        for t in self.threads {
+        let Scraper {
+            begin,
+            stop,
+            threads,
+        } = self;
+        drop((begin, stop));
+        for t in threads {
             t.join().ok();
         }
     }
@@ -103,26 +119,41 @@ impl Scraper {
 struct Job {
     index: usize,
     config: Arc<ScrapeConfig>,
-    time: RunTime,
+    clock: RunClock,
     out: Arc<Mutex<BufWriter<File>>>,
     raw_dir: PathBuf,
 }
 
+/// One scrape, parsed or not.
+struct Scraped {
+    at_ns: u64,
+    result: Result<String, String>,
+}
+
 impl Job {
-    fn run(self, stopped: &Receiver<()>) {
+    fn run(self, ready: &Sender<()>, begun: &Receiver<u64>, stopped: &Receiver<()>) {
         let target = &self.config.targets[self.index];
+        // Generous beside the interval: a scrape that times out loses the kept connection,
+        // and a new one may queue behind the load; a slow scrape only skips grid points.
         let timeout = self
             .config
             .interval
-            .clamp(Duration::from_millis(200), Duration::from_secs(5));
+            .clamp(Duration::from_secs(2), Duration::from_secs(10));
+        let mut conn = KeptConnection::new(target.addr, target.tls.clone(), timeout);
+        let baseline = self.scrape(&mut conn);
+        ready.send(()).ok();
+        let Ok(t0_ns) = begun.recv() else {
+            return; // the run did not start
+        };
         let mut last_raw: Option<String> = None;
         let mut first = true;
+        let mut scraped = baseline;
         let mut ending = false;
         // Scrapes keep to the interval's grid, whatever each one took.
         let mut next = Instant::now();
         loop {
-            let t_s = self.time.seconds();
-            let line = match self.scrape(target, timeout) {
+            let t_s = (scraped.at_ns as f64 - t0_ns as f64) / 1e9;
+            let mut line = match scraped.result {
                 Ok(text) => {
                     let line = match families::select(&text, &self.config.extra) {
                         Ok(sel) => {
@@ -136,13 +167,23 @@ impl Job {
                     };
                     if first {
                         self.save_raw("first", &text);
-                        first = false;
                     }
                     last_raw = Some(text);
                     line
                 }
                 Err(e) => json!({"t_s": t_s, "target": target.url, "error": e}),
             };
+            if first {
+                line["baseline"] = json!(true);
+                if let Some(e) = line["error"].as_str() {
+                    eprintln!(
+                        "warning: {}: the baseline scrape failed ({e}); its counters' increases \
+                         will start at its first answered scrape and miss what came before",
+                        target.url
+                    );
+                }
+                first = false;
+            }
             if let Ok(mut out) = self.out.lock() {
                 writeln!(out, "{line}").and_then(|()| out.flush()).ok();
             }
@@ -155,27 +196,27 @@ impl Job {
             }
             // The run ended: one more scrape, the last.
             ending = !matches!(stopped.recv_deadline(next), Err(RecvTimeoutError::Timeout));
+            scraped = self.scrape(&mut conn);
         }
         if let Some(text) = last_raw {
             self.save_raw("last", &text);
         }
     }
 
-    /// One scrape's body; an error names what failed (a status, a timeout, a refused connect).
-    fn scrape(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String, String> {
-        let (status, body) = probe::get(
-            target.addr,
-            target.tls.as_ref(),
-            &target.host,
-            &target.path,
-            probe::Accept::Text,
-            &target.headers,
-            timeout,
-        )?;
-        if status != 200 {
-            return Err(format!("HTTP status {status}"));
-        }
-        String::from_utf8(body).map_err(|_| "the exposition is not UTF-8".to_string())
+    /// One scrape's body, over the kept connection; an error names what failed (a status, a
+    /// timeout, a refused or closed connection).
+    fn scrape(&self, conn: &mut KeptConnection) -> Scraped {
+        let target = &self.config.targets[self.index];
+        let at_ns = self.clock.now_ns();
+        let result =
+            conn.get(&target.host, &target.path, Accept::Text, &target.headers)
+                .map_err(|e| e.to_string())
+                .and_then(|(status, body)| match status {
+                    200 => String::from_utf8(body)
+                        .map_err(|_| "the exposition is not UTF-8".to_string()),
+                    _ => Err(format!("HTTP status {status}")),
+                });
+        Scraped { at_ns, result }
     }
 
     /// A `--metric` series this target does not have would be missing without a word: said

@@ -19,6 +19,9 @@ pub struct TargetSummary {
     pub scrapes: u64,
     pub failed: u64,
     pub first_error: Option<String>,
+    /// The baseline scrape (before the load) failed, with this error: a counter's increase
+    /// then starts at the first answered scrape and misses what came before it.
+    pub baseline_error: Option<String>,
     /// Each series' points: (run seconds, value).
     pub points: BTreeMap<String, Vec<(f64, f64)>>,
 }
@@ -95,10 +98,41 @@ impl TargetSummary {
         if let Some(n) = self.series("preemptions").and_then(|s| s.increase) {
             parts.push(format!("{n} preemptions"));
         }
-        if let (0, Some(e)) = (self.scrapes - self.failed, &self.first_error) {
-            parts.push(format!("every scrape failed: {e}"));
+        if let Some(note) = self.no_cache_counters() {
+            parts.push(note.to_string());
+        }
+        match (self.scrapes - self.failed, &self.first_error) {
+            (0, Some(e)) => parts.push(format!("every scrape failed: {e}")),
+            _ => {
+                if let Some(note) = self.baseline_note() {
+                    parts.push(note);
+                }
+            }
         }
         parts.join("; ")
+    }
+
+    /// A server whose /metrics cannot give a prefix-cache hit share, said where one is looked
+    /// for.
+    pub fn no_cache_counters(&self) -> Option<&'static str> {
+        (self.server.as_deref() == Some("llama.cpp")).then_some(
+            "llama.cpp counts only computed prompt tokens (prompt_tokens_computed) and has no \
+             cache counter: its hits are the answers' cached_tokens",
+        )
+    }
+
+    /// When the baseline failed: which counters' increases start late, and from when.
+    pub fn baseline_note(&self) -> Option<String> {
+        let e = self.baseline_error.as_ref()?;
+        let from = self
+            .points
+            .values()
+            .filter_map(|p| p.first())
+            .map(|p| p.0)
+            .fold(f64::NAN, f64::min);
+        Some(format!(
+            "no baseline ({e}): counter increases start at {from:.1} s and miss what came before"
+        ))
     }
 
     pub fn to_json(&self) -> Value {
@@ -110,6 +144,10 @@ impl TargetSummary {
                 let mut v = json!({"mean": s.mean, "max": s.max, "last": s.last});
                 if let Some(inc) = s.increase {
                     v["increase"] = json!(inc);
+                    if self.baseline_error.is_some() {
+                        // Marked: the increase is from this time on, not over the run.
+                        v["increase_from_s"] = json!(self.points[name][0].0);
+                    }
                 }
                 Some((name, v))
             })
@@ -120,6 +158,7 @@ impl TargetSummary {
             "scrapes": self.scrapes,
             "failed_scrapes": self.failed,
             "first_error": self.first_error,
+            "baseline_error": self.baseline_error,
             "prefix_cache_hit_share": self.prefix_hit_share(),
             "series": series,
         })
@@ -151,6 +190,9 @@ pub fn load(dir: &Path) -> Result<Option<Vec<TargetSummary>>> {
         let t = &mut targets[at];
         t.scrapes += 1;
         if let Some(e) = v["error"].as_str() {
+            if v["baseline"] == true {
+                t.baseline_error = Some(e.to_string());
+            }
             t.failed += 1;
             t.first_error.get_or_insert_with(|| e.to_string());
             return Ok(());

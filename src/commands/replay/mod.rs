@@ -36,7 +36,7 @@ use crate::record::{RecordFormat, RecordWriter, RequestRecord};
 use crate::report;
 use crate::sender::Inbox;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
-use crate::server_metrics::{RunTime, ScrapeConfig, Scraper};
+use crate::server_metrics::{ScrapeConfig, Scraper};
 use crate::session::SessionTracker;
 use crate::stats::{latency_histogram, Summary};
 use crate::stop::{signals_received, StopRequest};
@@ -255,6 +255,11 @@ fn start(
         placement.producers.clone(),
         Arc::clone(&stop),
     );
+    // Before any load connection: each target's scrape connection and baseline scrape.
+    let scraper = scrape
+        .map(|config| Scraper::start(config, clock.clone(), &out.dir))
+        .transpose()
+        .map_err(|e| Error::io(&out.dir, e))?;
     let progress = Arc::new(Progress::default());
     let senders: Vec<_> = (0..num_sender)
         .map(|i| {
@@ -289,16 +294,9 @@ fn start(
         .map_or(0, |d| d.as_millis() as u64)
         + START_LEAD_NS / 1_000_000;
     gate.start(t0_ns);
-    // After the senders' start: the scrapers' first (baseline) scrape is before the first send.
-    let scraper = scrape
-        .map(|config| {
-            let time = RunTime {
-                clock: clock.clone(),
-                t0_ns,
-            };
-            Scraper::start(config, time, &out.dir).map_err(|e| Error::io(&out.dir, e))
-        })
-        .transpose()?;
+    if let Some(scraper) = &scraper {
+        scraper.begin(t0_ns);
+    }
     {
         let resolved = run_json::Resolved {
             trace,
