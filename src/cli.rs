@@ -522,6 +522,14 @@ pub struct ReplayArgs {
     #[arg(long = "loop", value_name = "N", default_value_t = 1)]
     pub passes: u64,
 
+    /// Before the measured run, replay the same schedule once, unmeasured, to fill the
+    /// servers' prefix caches (its records go to OUTPUT/prime/). The measured run then sees
+    /// every prompt cached, as a long-running production server would; expect its observed
+    /// prefix hits far above the trace's own reuse. In a sweep every step is primed with its
+    /// own prompts. A priming pass with no success stops the run: nothing is measured.
+    #[arg(long)]
+    pub prime: bool,
+
     /// The prefix-cache hits the hash ids predict (each record's expected_cached_tokens,
     /// compared with the servers' cached_tokens) assume each endpoint keeps an LRU cache of N
     /// blocks of the trace's block size (default 1048576: more than a GPU's KV cache, so in

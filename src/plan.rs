@@ -238,6 +238,8 @@ pub struct ReplayPlan {
     pub scrape: Option<ScrapePlan>,
     /// `--loop`: times the trace is replayed.
     pub passes: u64,
+    /// `--prime`: one unmeasured pass of the same schedule first.
+    pub prime: bool,
     /// `--prompt-source dataset`: the dataset file.
     pub prompt_dataset: Option<PathBuf>,
     /// Stop early past this share of failed requests.
@@ -437,6 +439,7 @@ impl ReplayPlan {
                 0 => return Err(Error::Usage("--loop must be at least 1".into())),
                 n => n,
             },
+            prime: a.prime,
             think_time_s: match a.think_time {
                 Some(t) if !(t >= 0.0 && t.is_finite()) => {
                     return Err(Error::Usage(format!(
@@ -522,6 +525,7 @@ impl ReplayPlan {
             expected_cache_blocks: None,
             scrape: None,
             passes: 1,
+            prime: false,
             prompt_dataset: None,
             max_error_rate: None,
             drain_timeout_s: 10.0,

@@ -599,6 +599,7 @@ impl SummaryBuilder {
                 })
                 .collect(),
             ended: None,
+            primed: false,
         }
     }
 }
@@ -652,7 +653,14 @@ pub struct Summary {
     /// How the run ended (run.json's `ended`: how, detail, exit_code); None for a records
     /// file alone, or a run written before runs said so.
     pub ended: Option<Value>,
+    /// `--prime`: an unmeasured pass filled the servers' caches before this run (run.json).
+    pub primed: bool,
 }
+
+/// What `--prime` did, said beside the figures it changes.
+pub const PRIMED: &str =
+    "yes: one unmeasured pass of the same schedule filled the caches first (prime/); the \
+     prefix hits include what it left";
 
 impl Summary {
     /// The prefix-cache hit share of all scraped targets together, from their counters.
@@ -740,6 +748,9 @@ impl Summary {
             self.output_length_match.to_json(),
         );
         m.insert("late_sends".into(), json!(self.late_sends));
+        if self.primed {
+            m.insert("primed".into(), json!(true));
+        }
         if let Some(ended) = &self.ended {
             m.insert("ended".into(), ended.clone());
         }
@@ -831,6 +842,9 @@ impl Summary {
             if let Some(d) = &sessions.session_delay {
                 line("Session delay p50 / p99 (ms):", p50_p99(d));
             }
+        }
+        if self.primed {
+            line("Primed:", PRIMED.to_string());
         }
         if let Some(detail) = self.ended.as_ref().and_then(|e| e["detail"].as_str()) {
             line("Ended:", detail.to_string());

@@ -279,3 +279,94 @@ fn the_knee_does_not_move_with_a_cache_unless_the_cache_is_warmed() {
         "a warmed cache skips prefill: {passed:?}"
     );
 }
+
+/// `--prime` in a sweep against a cache larger than the trace: each step is measured after
+/// one unmeasured pass of its own prompts, so every step's observed share holds every whole
+/// block (far above the trace's own reuse), with no warning (the configuration says why);
+/// each step's priming pass is kept in its `prime/` directory.
+#[test]
+fn a_primed_sweep_measures_every_step_with_its_own_prompts_cached() {
+    let dir = temp_dir("sweep-prime");
+    let trace = hash_id_trace(&dir, 40, 20, 6, true);
+    let mock = MockProcess::start(&[
+        "--cache-blocks",
+        "100000",
+        "--cache-block-size",
+        "16",
+        "--ttft-ms",
+        "1",
+        "--itl-ms",
+        "1",
+    ]);
+    let out = dir.join("primed");
+    let primed = sweep(
+        &mock,
+        &trace,
+        &out,
+        &[
+            "--start-scale",
+            "4",
+            "--max-steps",
+            "2",
+            "--bisect",
+            "0",
+            "--goodput",
+            "ttft:10000",
+            "--prime",
+        ],
+    );
+    let steps = primed["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{primed}");
+    for s in steps {
+        let (e, o) = (
+            s["prefix_expected_share"].as_f64().unwrap(),
+            s["prefix_observed_share"].as_f64().unwrap(),
+        );
+        assert!(o > e + 0.3, "observed {o} against expected {e}: {s}");
+        assert!(s["cache_warning"].is_null(), "{s}");
+    }
+    let text = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
+    assert!(text.contains("each step is primed (--prime)"), "{text}");
+    let mut step_dirs: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    step_dirs.sort();
+    assert_eq!(step_dirs.len(), 2);
+    for d in step_dirs {
+        let primed_records = common::read_jsonl(&d.join("prime/requests.jsonl"));
+        assert_eq!(primed_records.len(), 40, "{}", d.display());
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["primed"], true);
+    }
+}
+
+/// A priming pass that fills nothing (every request refused) stops the run before anything
+/// is measured, with an error naming it: a cold run is not passed off as a primed one.
+#[test]
+fn a_priming_pass_without_success_measures_nothing() {
+    let dir = temp_dir("prime-fails");
+    let trace = text_trace(&dir, 5, 10, 2);
+    let mock = MockProcess::start(&["--fault", "status:503:1"]);
+    let out = dir.join("run");
+    let output = common::replay_against(&mock, &trace, &out)
+        .arg("--prime")
+        .output()
+        .unwrap();
+    // 2: the run could not be carried out (the README's table).
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains("--prime: the priming pass did not fill the caches")
+            && err.contains("nothing was measured"),
+        "{err}"
+    );
+    assert_eq!(
+        common::read_jsonl(&out.join("prime/requests.jsonl")).len(),
+        5
+    );
+    assert!(!out.join("summary.json").exists());
+}

@@ -511,6 +511,9 @@ fn configuration(run: &serde_json::Value) -> String {
     );
     row("Time scale", text(&run["time_scale"]));
     row("Exact output lengths asked", text(&run["exact_output"]));
+    if run["prime"] == true {
+        row("Primed", crate::stats::PRIMED.into());
+    }
     if let Some(detail) = run["ended"]["detail"].as_str() {
         row("Ended", detail.to_string());
     }

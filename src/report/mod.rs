@@ -261,6 +261,7 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
         .as_ref()
         .map(|c| c["ended"].clone())
         .filter(|e| e.is_object());
+    run.summary.primed = config.as_ref().is_some_and(|c| c["prime"] == true);
     write_summary(dir, &run.summary)?;
     let title = format!("llmreplay report: {}", run_title(dir, config.as_ref()));
     let page = html::report(

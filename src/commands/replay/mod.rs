@@ -109,6 +109,11 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     let mock = setup::start_mock(plan, &prompts, say)?;
     let fleet = setup::connect(plan, mock.as_ref())?;
     let out = setup::prepare_output(plan, &trace)?;
+    if plan.prime {
+        if let Some(stopped) = prime(plan, &trace, prompts.clone(), &fleet, &out.dir, say)? {
+            return Ok(stopped);
+        }
+    }
     let scrape = setup::scrape_config(plan, &fleet, say)?;
     let stages = start(plan, &trace, prompts, &fleet, &out, scrape, say)?;
     let collected = collect(plan, &trace, &stages, out)?;
@@ -117,6 +122,45 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
         m.stop().ok();
     }
     outcome
+}
+
+/// `--prime`: the same schedule once, unmeasured, into `dir/prime`, against the same servers
+/// (the in-process mock included), so that the measured run meets filled caches. Returns the
+/// priming pass's outcome when a signal stopped it (nothing more runs); a priming pass that
+/// ended otherwise than complete is an error: the caches were not filled as planned.
+fn prime(
+    plan: &ReplayPlan,
+    trace: &TraceInput,
+    prompts: setup::Prompts,
+    fleet: &Fleet,
+    dir: &std::path::Path,
+    say: &Say,
+) -> Result<Option<RunOutcome>> {
+    let mut pass = plan.clone();
+    pass.output = Some(dir.join("prime"));
+    pass.output_path = None;
+    pass.force = true;
+    pass.quiet = true;
+    pass.scrape = None;
+    say.say(format!(
+        "priming: the same schedule once, unmeasured, to fill the servers' caches (its records: \
+         {})",
+        dir.join("prime").display()
+    ));
+    let out = setup::prepare_output(&pass, trace)?;
+    let stages = start(&pass, trace, prompts, fleet, &out, None, say)?;
+    let collected = collect(&pass, trace, &stages, out)?;
+    let outcome = finish(&pass, stages, collected)?;
+    match outcome.ending {
+        Ending::Completed => Ok(None),
+        Ending::Signal => Ok(Some(outcome)),
+        ending => Err(Error::Run(format!(
+            "--prime: the priming pass did not fill the caches ({}); nothing was measured (its \
+             records are in {})",
+            ending.describe(),
+            outcome.dir.display()
+        ))),
+    }
 }
 
 /// The running threads and what the collector needs of them.

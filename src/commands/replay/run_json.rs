@@ -107,6 +107,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("max_requests", json!(plan.read.max_records));
     put("time_in_secs", json!(plan.wall_limit_s));
     put("loop", json!(plan.passes));
+    put("prime", json!(plan.prime));
     // The effective schedule the plan line announced and the producers followed.
     let p = &r.trace.preview;
     put(

@@ -361,6 +361,7 @@ pub fn endpoint_apis(plan: &ReplayPlan) -> Vec<Api> {
 
 /// Prompt synthesis: one synthesiser per way the endpoints' servers wrap the content (a chat
 /// template, special tokens, nothing), only when some record gives lengths instead of text.
+#[derive(Clone)]
 pub struct Prompts {
     pub synths: Vec<Arc<PromptSynth>>,
     /// Per endpoint: its synthesiser (an index into `synths`, when there are any).
