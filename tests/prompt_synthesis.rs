@@ -254,29 +254,7 @@ fn mock_with_tokenizer_reports_exact_prompt_tokens_for_500_records() {
     let dir = temp_dir("mock-tokenizer");
     for (stream, requests) in [("--stream", "500"), ("--no-stream", "100")] {
         let out = dir.join(&stream[2..]);
-        let cli = Cli::parse_from([
-            "llmreplay",
-            "replay",
-            "--quiet",
-            stream,
-            "--endpoint",
-            &mock.url(),
-            "--trace",
-            path(&mooncake("conversation_trace.jsonl")),
-            "--tokenizer",
-            path(&tokenizer),
-            "--max-requests",
-            requests,
-            "--time-scale",
-            "100",
-            "--output",
-            path(&out),
-        ]);
-        let Command::Replay(args) = cli.command else {
-            panic!("replay")
-        };
-        llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
-            .unwrap();
+        replay_conversations(&mock.url(), &tokenizer, stream, requests, &out);
         let summary: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
                 .unwrap();
@@ -291,6 +269,40 @@ fn mock_with_tokenizer_reports_exact_prompt_tokens_for_500_records() {
             assert_eq!(r["prompt_tokens"], r["input_tokens"], "{r}");
         }
     }
+}
+
+/// The bundled Mooncake conversation trace's first `requests` records, 100x faster, against
+/// `url`, in process.
+fn replay_conversations(
+    url: &str,
+    tokenizer: &Path,
+    stream: &str,
+    requests: &str,
+    out: &Path,
+) -> llmreplay::commands::replay::RunOutcome {
+    let cli = Cli::parse_from([
+        "llmreplay",
+        "replay",
+        "--quiet",
+        stream,
+        "--endpoint",
+        url,
+        "--trace",
+        path(&mooncake("conversation_trace.jsonl")),
+        "--tokenizer",
+        path(tokenizer),
+        "--max-requests",
+        requests,
+        "--time-scale",
+        "100",
+        "--output",
+        path(out),
+    ]);
+    let Command::Replay(args) = cli.command else {
+        panic!("replay")
+    };
+    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
+        .unwrap()
 }
 
 /// A busy machine leaves the mock's background counting threads (SCHED_IDLE) no core at all;
@@ -311,31 +323,8 @@ fn a_request_held_by_its_count_is_counted_without_the_background_threads() {
     let out_dir = temp_dir("mock-hurried-count");
     for stream in ["--stream", "--no-stream"] {
         let out = out_dir.join(&stream[2..]);
-        let cli = Cli::parse_from([
-            "llmreplay",
-            "replay",
-            "--quiet",
-            stream,
-            "--endpoint",
-            &format!("http://{}", mock.addr()),
-            "--trace",
-            path(&mooncake("conversation_trace.jsonl")),
-            "--tokenizer",
-            path(&dir),
-            "--max-requests",
-            "20",
-            "--time-scale",
-            "100",
-            "--output",
-            path(&out),
-        ]);
-        let Command::Replay(args) = cli.command else {
-            panic!("replay")
-        };
-        let outcome = llmreplay::commands::replay::run(
-            &llmreplay::plan::ReplayPlan::from_args(&args).unwrap(),
-        )
-        .unwrap();
+        let url = format!("http://{}", mock.addr());
+        let outcome = replay_conversations(&url, &dir, stream, "20", &out);
         assert_eq!(outcome.summary.ok, 20, "{stream}");
         let summary: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())

@@ -112,6 +112,20 @@ fn hash_id_trace(
     trace
 }
 
+/// A fast mock with a prefix cache larger than any test trace, in the trace's 16-token blocks.
+fn cache_mock() -> MockProcess {
+    MockProcess::start(&[
+        "--cache-blocks",
+        "100000",
+        "--cache-block-size",
+        "16",
+        "--ttft-ms",
+        "1",
+        "--itl-ms",
+        "1",
+    ])
+}
+
 fn sweep(
     mock: &MockProcess,
     trace: &std::path::Path,
@@ -149,16 +163,7 @@ fn sweep(
 fn sweep_steps_measure_their_own_reuse_not_the_cache_before_them() {
     let dir = temp_dir("sweep-cache");
     let trace = hash_id_trace(&dir, 40, 20, 6, true);
-    let mock = MockProcess::start(&[
-        "--cache-blocks",
-        "100000",
-        "--cache-block-size",
-        "16",
-        "--ttft-ms",
-        "1",
-        "--itl-ms",
-        "1",
-    ]);
+    let mock = cache_mock();
     let args = [
         "--start-scale",
         "4",
@@ -288,16 +293,7 @@ fn the_knee_does_not_move_with_a_cache_unless_the_cache_is_warmed() {
 fn a_primed_sweep_measures_every_step_with_its_own_prompts_cached() {
     let dir = temp_dir("sweep-prime");
     let trace = hash_id_trace(&dir, 40, 20, 6, true);
-    let mock = MockProcess::start(&[
-        "--cache-blocks",
-        "100000",
-        "--cache-block-size",
-        "16",
-        "--ttft-ms",
-        "1",
-        "--itl-ms",
-        "1",
-    ]);
+    let mock = cache_mock();
     let out = dir.join("primed");
     let primed = sweep(
         &mock,
