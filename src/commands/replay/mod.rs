@@ -642,7 +642,6 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     })
 }
 
-/// A time of the run's clock on CLOCK_MONOTONIC (the two read back to back).
 /// The run clock's `at_ns` on CLOCK_MONOTONIC. The two clocks are read between two monotonic
 /// reads, the tightest of a few tries kept: a preemption between the reads (a busy machine)
 /// would otherwise shift every mapped time by a scheduling slice.
