@@ -92,8 +92,7 @@ impl Write for Stream {
     }
 }
 
-/// One server's connection for GETs, opened on first use (or by [`KeptConnection::open`])
-/// and kept while the server keeps it.
+/// One server's connection for GETs, opened on first use and kept while the server keeps it.
 pub struct KeptConnection {
     addr: SocketAddr,
     tls: Option<TlsTarget>,
@@ -111,21 +110,9 @@ impl KeptConnection {
         }
     }
 
-    /// Connects now unless connected.
-    pub fn open(&mut self) -> Result<(), GetError> {
-        if self.stream.is_none() {
-            self.stream = Some(self.connect()?);
-        }
-        Ok(())
-    }
-
     fn connect(&self) -> Result<Stream, GetError> {
         let of_io = |e: io::Error| GetError::of_io(&e, self.timeout);
-        let tcp = TcpStream::connect_timeout(&self.addr, self.timeout).map_err(of_io)?;
-        tcp.set_read_timeout(Some(self.timeout))
-            .and_then(|()| tcp.set_write_timeout(Some(self.timeout)))
-            .and_then(|()| tcp.set_nodelay(true))
-            .map_err(of_io)?;
+        let tcp = connect_tcp(self.addr, self.timeout).map_err(of_io)?;
         Ok(match &self.tls {
             None => Stream::Plain(tcp),
             Some(tls) => Stream::Tls(Box::new(tls.blocking(tcp).map_err(of_io)?)),
@@ -166,6 +153,15 @@ impl KeptConnection {
         }
         Ok(answer)
     }
+}
+
+/// A blocking TCP connection whose connect, reads and writes each give up after `timeout`.
+pub fn connect_tcp(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let tcp = TcpStream::connect_timeout(&addr, timeout)?;
+    tcp.set_read_timeout(Some(timeout))?;
+    tcp.set_write_timeout(Some(timeout))?;
+    tcp.set_nodelay(true)?;
+    Ok(tcp)
 }
 
 /// Writes the request and reads one whole response; says whether the connection may carry

@@ -1,11 +1,11 @@
 //! Blocking start-up checks (before the run's clock starts): can an endpoint be reached (and
 //! does its certificate verify), and which model does it serve.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use super::blocking::Accept;
-use super::blocking::KeptConnection;
+use super::blocking::{connect_tcp, KeptConnection};
 use crate::transport::{tls, TlsTarget};
 
 /// Why an endpoint failed its probe.
@@ -24,7 +24,7 @@ pub fn reachable(
     tls: Option<&TlsTarget>,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
-    let tcp = connect(addr, timeout).map_err(ProbeError::Connect)?;
+    let tcp = connect_tcp(addr, timeout).map_err(|e| ProbeError::Connect(e.to_string()))?;
     if let Some(tls) = tls {
         let mut stream = tls
             .blocking(tcp)
@@ -37,14 +37,6 @@ pub fn reachable(
         }
     }
     Ok(())
-}
-
-fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, String> {
-    let tcp = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(timeout))
-        .and_then(|()| tcp.set_write_timeout(Some(timeout)))
-        .map_err(|e| e.to_string())?;
-    Ok(tcp)
 }
 
 /// `GET path` over a fresh connection (TLS for https); returns (status, body).

@@ -37,16 +37,13 @@ pub fn section_of(out: &mut String, targets: &[TargetSummary], data: &RunData) {
                 t.first_error.as_deref().unwrap_or("")
             )
         })
-        .chain(
-            targets
-                .iter()
-                .filter_map(|t| Some(format!("{}: {}", t.target, t.baseline_note()?))),
-        )
-        .chain(
-            targets
-                .iter()
-                .filter_map(|t| Some(format!("{}: {}", t.target, t.no_cache_counters()?))),
-        )
+        .chain(targets.iter().flat_map(|t| {
+            let notes = [t.baseline_note(), t.no_cache_counters().map(String::from)];
+            notes
+                .into_iter()
+                .flatten()
+                .map(move |note| format!("{}: {note}", t.target))
+        }))
         .collect();
     let note = format!(
         "From each target's /metrics, scraped during the run (server_metrics.jsonl); the hit \
