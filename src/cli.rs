@@ -530,12 +530,18 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub prime: bool,
 
-    /// The prefix-cache hits the hash ids predict (each record's expected_cached_tokens,
+    /// The prefix-cache hits the prompts predict (each record's expected_cached_tokens,
     /// compared with the servers' cached_tokens) assume each endpoint keeps an LRU cache of N
-    /// blocks of the trace's block size (default 1048576: more than a GPU's KV cache, so in
-    /// effect every block, in bounded memory).
+    /// content blocks of the trace's block size (default 1048576: more than a GPU's KV cache,
+    /// so in effect every block, in bounded memory).
     #[arg(long, value_name = "N")]
     pub expected_cache_blocks: Option<usize>,
+
+    /// The server caches whole blocks of N tokens: the expected prefix-cache hits are rounded
+    /// down to them. vLLM: its --block-size (16 by default); SGLang (page size 1) and
+    /// llama.cpp: 1.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub server_block_size: u64,
 
     /// Send the first N records as warmup: recorded with `"warmup": true` in requests.jsonl
     /// and left out of every statistic (the benchmark's duration starts after them).

@@ -1,69 +1,364 @@
-//! The prefix-cache hits a trace predicts (issue 19's headline): for each endpoint, in the
-//! order its requests are built (trace order), a request's leading full content blocks whose
-//! whole prefix of hash ids that endpoint has already been sent hit an LRU cache of
-//! `--expected-cache-blocks` blocks (default [`DEFAULT_BLOCKS`]: more than a GPU's KV cache
-//! holds at any block size, so in effect one that never evicts, in bounded memory). The
-//! servers' `cached_tokens` are compared with it (summary.json `prefix_cache`). Trace order
-//! is the order a trace-timed run sends in; `--route least-inflight` picks the endpoint only
-//! at send time, and then nothing is predicted.
+//! The prefix-cache hits a trace predicts, in tokens of the prompt the server sees: for each
+//! endpoint, the longest prefix a request's prompt shares with a prompt that endpoint already
+//! holds, as an unbounded (in effect: `--expected-cache-blocks` segments, LRU) cache keeps
+//! it, less the last token (always computed), rounded down to the server's cache block
+//! (`--server-block-size`). The servers'
+//! `cached_tokens` are compared with it (summary.json `prefix_cache`).
 //!
-//! Content blocks: block i of a synthetic prompt's content is hash id i's tokens (see
-//! [`crate::prompt::PromptSynth`]); only full blocks count, as in vLLM.
+//! A synthetic prompt is, token for token (see [`PromptSynth::for_each_token`]): the frame's
+//! head (the chat template's opening or a BOS, the same for every prompt of an endpoint), the
+//! content (block i drawn from hash id i's own stream, a last partial block a prefix of the
+//! full one, then padding drawn from the record's own stream), and the frame's tail (the
+//! generation prompt). So two prompts share the head; then their content while the hash
+//! ids agree (partial blocks as far as the shorter goes); and the tail only when their
+//! contents are the same. [`PromptShape`] keeps just that: each content segment's key
+//! (chained over the segments before it, so a key stands for a whole prefix) and length.
+//!
+//! When a prompt counts as held: from its send (the order the server receives them), or in
+//! `--session-mode timestamp` from its first token back, since a server caches a prompt once
+//! it has computed it, and a turn sent at its own timestamp may leave before its parent was.
+//! The senders keep the model ([`SharedExpected`]): only they know both instants.
 
-use crate::prefix_cache::PrefixCache;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
 
-/// Blocks per endpoint when `--expected-cache-blocks` is not given (~50 MB at most each):
+use crate::prompt::{Frame, PromptSynth};
+
+/// Segments per endpoint when `--expected-cache-blocks` is not given (~50 MB at most each):
 /// 16M tokens at Bailian's 16-token blocks, 512M at Mooncake's 512.
 pub const DEFAULT_BLOCKS: usize = 1 << 20;
 
-pub struct ExpectedPrefixHits {
-    capacity: usize,
-    /// Per endpoint: its cache, over hash ids (one a block).
-    caches: Vec<PrefixCache>,
+/// What a prefix cache can tell of a synthetic prompt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromptShape {
+    frame: Frame,
+    /// Each content segment: the key of it and every segment before it, and its tokens.
+    segments: Vec<(u64, u64)>,
 }
 
-impl ExpectedPrefixHits {
-    /// Caches of `capacity` blocks (None: [`DEFAULT_BLOCKS`]).
-    pub fn new(capacity: Option<usize>) -> ExpectedPrefixHits {
-        ExpectedPrefixHits {
-            capacity: capacity.unwrap_or(DEFAULT_BLOCKS),
-            caches: Vec::new(),
+#[derive(Hash)]
+enum Segment {
+    Block(u64),
+    Padding(u64),
+    End(u64),
+}
+
+fn chain(prev: u64, segment: Segment) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    prev.hash(&mut h);
+    segment.hash(&mut h);
+    h.finish()
+}
+
+impl PromptShape {
+    /// The shape of record `index`'s prompt of `input_length` tokens from `hash_ids`, as
+    /// `synth` builds it.
+    pub fn of(synth: &PromptSynth, index: u64, input_length: u64, hash_ids: &[u64]) -> Self {
+        let block = synth.block_size();
+        let mut remaining = synth.content_len(input_length);
+        let mut key = 0;
+        let mut segments = Vec::with_capacity(hash_ids.len().min(1 + (remaining / block) as usize));
+        for &hash in hash_ids {
+            if remaining == 0 {
+                break;
+            }
+            let take = remaining.min(block);
+            key = chain(key, Segment::Block(hash));
+            segments.push((key, take));
+            remaining -= take;
+        }
+        if remaining > 0 {
+            segments.push((chain(key, Segment::Padding(index)), remaining));
+        }
+        PromptShape {
+            frame: synth.frame(),
+            segments,
         }
     }
 
-    /// The leading blocks of `ids` (full content blocks) already sent to `endpoint` as the
-    /// same prefix; then they all are.
-    pub fn hits(&mut self, endpoint: usize, ids: &[u64]) -> u64 {
-        while self.caches.len() <= endpoint {
-            self.caches.push(PrefixCache::new(self.capacity, 1));
+    /// All of its tokens, as the server counts them.
+    pub fn tokens(&self) -> u64 {
+        self.frame.total() + self.segments.iter().map(|s| s.1).sum::<u64>()
+    }
+
+    /// Marks "a prompt ended here": the tail follows only these exact contents.
+    fn end_key(&self) -> Option<u64> {
+        self.segments
+            .last()
+            .map(|&(key, len)| chain(key, Segment::End(len)))
+    }
+}
+
+/// One endpoint's cache: key → what is held of it.
+#[derive(Debug, Default)]
+struct EndpointCache {
+    /// Something was sent: the head is held.
+    any: bool,
+    held: HashMap<u64, Held>,
+    /// Tick → key, oldest first.
+    order: BTreeMap<u64, u64>,
+    tick: u64,
+    /// Content segments held (the capacity counts these, not the end marks).
+    segments: usize,
+}
+
+#[derive(Debug)]
+struct Held {
+    /// When it was last used.
+    tick: u64,
+    /// The most tokens of the segment held.
+    tokens: u64,
+    /// An end mark ("a prompt ended here"), not a segment.
+    end: bool,
+}
+
+impl EndpointCache {
+    /// The tokens of `shape` held: the head, then the content while it is held, then the
+    /// tail if the same content was held whole.
+    fn longest_prefix(&self, shape: &PromptShape) -> u64 {
+        if !self.any {
+            return 0;
         }
-        let words: Vec<[u8; 8]> = ids.iter().map(|id| id.to_le_bytes()).collect();
-        self.caches[endpoint].serve(words.iter().map(|w| &w[..]))
+        let mut tokens = shape.frame.head;
+        for &(key, len) in &shape.segments {
+            let held = self.held.get(&key).map_or(0, |h| h.tokens);
+            tokens += held.min(len);
+            if held < len {
+                return tokens;
+            }
+        }
+        if shape.end_key().is_some_and(|k| self.held.contains_key(&k)) {
+            tokens += shape.frame.tail;
+        }
+        tokens
+    }
+
+    fn insert(&mut self, shape: &PromptShape, capacity: usize) {
+        self.any = true;
+        let segments = shape
+            .segments
+            .iter()
+            .map(|&(key, tokens)| (key, tokens, false));
+        let end = shape.end_key().map(|key| (key, 0, true));
+        for (key, tokens, end) in segments.chain(end) {
+            self.tick += 1;
+            let tick = self.tick;
+            let held = self.held.entry(key).or_insert_with(|| Held {
+                tick,
+                tokens: 0,
+                end,
+            });
+            if held.tick != tick {
+                self.order.remove(&held.tick);
+                held.tick = tick;
+            } else if !end {
+                self.segments += 1;
+            }
+            held.tokens = held.tokens.max(tokens);
+            self.order.insert(tick, key);
+        }
+        while self.segments > capacity {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            if self.held.remove(&oldest).is_some_and(|h| !h.end) {
+                self.segments -= 1;
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ExpectedPrefixHits {
+    capacity: usize,
+    /// The server caches whole blocks of this many tokens.
+    server_block: u64,
+    endpoints: Vec<EndpointCache>,
+}
+
+impl ExpectedPrefixHits {
+    /// Caches of `capacity` segments (None: [`DEFAULT_BLOCKS`]) that hold whole blocks of
+    /// `server_block` tokens.
+    pub fn new(capacity: Option<usize>, server_block: u64) -> ExpectedPrefixHits {
+        ExpectedPrefixHits {
+            capacity: capacity.unwrap_or(DEFAULT_BLOCKS),
+            server_block: server_block.max(1),
+            endpoints: Vec::new(),
+        }
+    }
+
+    fn endpoint(&mut self, endpoint: u32) -> &mut EndpointCache {
+        let i = endpoint as usize;
+        if self.endpoints.len() <= i {
+            self.endpoints.resize_with(i + 1, EndpointCache::default);
+        }
+        &mut self.endpoints[i]
+    }
+
+    /// The cached tokens `shape` should find at `endpoint`. The last token is always
+    /// computed (its logits start the answer), as vLLM, SGLang and llama.cpp do.
+    pub fn hits(&mut self, endpoint: u32, shape: &PromptShape) -> u64 {
+        let block = self.server_block;
+        let held = self.endpoint(endpoint).longest_prefix(shape);
+        held.min(shape.tokens().saturating_sub(1)) / block * block
+    }
+
+    /// `endpoint` now holds `shape`.
+    pub fn insert(&mut self, endpoint: u32, shape: &PromptShape) {
+        let capacity = self.capacity;
+        self.endpoint(endpoint).insert(shape, capacity);
+    }
+}
+
+/// The model the senders share: a request looks up its hits when it is sent, and its prompt
+/// is held from its send or from its first token.
+#[derive(Debug)]
+pub struct SharedExpected {
+    model: Mutex<ExpectedPrefixHits>,
+    held_from_first_token: bool,
+}
+
+impl SharedExpected {
+    pub fn new(model: ExpectedPrefixHits, held_from_first_token: bool) -> SharedExpected {
+        SharedExpected {
+            model: Mutex::new(model),
+            held_from_first_token,
+        }
+    }
+
+    /// A request with this shape was sent to `endpoint`: its expected hits, and whether its
+    /// shape is still to be [`Self::first_token`]'d.
+    pub fn sent(&self, endpoint: u32, shape: &PromptShape) -> (u64, bool) {
+        let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        let hits = model.hits(endpoint, shape);
+        if !self.held_from_first_token {
+            model.insert(endpoint, shape);
+        }
+        (hits, self.held_from_first_token)
+    }
+
+    /// The request's first token came back: `endpoint` holds its prompt.
+    pub fn first_token(&self, endpoint: u32, shape: &PromptShape) {
+        let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        model.insert(endpoint, shape);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::prompt::{Rendering, SafeVocab};
+    use crate::rng::SplitMix64;
+
+    const HEAD: [u32; 3] = [900_001, 900_002, 900_003];
+    const TAIL: [u32; 2] = [900_004, 900_005];
+
+    fn synth(block: u32, frame: Frame) -> PromptSynth {
+        // A table so large that two different blocks' first tokens (1 in 2^20) never agree
+        // in these cases: the model assumes they do not (with a real tokenizer's tens of
+        // thousands of tokens, a stray extra hit is that rare).
+        static VOCAB: std::sync::OnceLock<Arc<SafeVocab>> = std::sync::OnceLock::new();
+        let vocab = VOCAB.get_or_init(|| {
+            let words: Vec<String> = (0..1u32 << 20).map(|i| format!(" w{i}")).collect();
+            let pieces: Vec<(u32, &str)> = words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (i as u32, w.as_str()))
+                .collect();
+            Arc::new(SafeVocab::from_pieces(&pieces))
+        });
+        PromptSynth::new(Arc::clone(vocab), 7, block, Rendering::Text)
+            .with_overhead(frame.total())
+            .with_frame(frame)
+    }
+
+    /// The server's token ids of a record, as the synthesiser writes them.
+    fn tokens(s: &PromptSynth, index: u64, len: u64, hash_ids: &[u64]) -> Vec<u32> {
+        let mut out = HEAD[..s.frame().head as usize].to_vec();
+        s.for_each_token(index, s.content_len(len), hash_ids, |t| out.push(t as u32));
+        out.extend_from_slice(&TAIL[..s.frame().tail as usize]);
+        out
+    }
+
+    fn common(a: &[u32], b: &[u32]) -> u64 {
+        a.iter().zip(b).take_while(|(x, y)| x == y).count() as u64
+    }
 
     #[test]
-    fn a_block_hits_when_its_whole_prefix_was_sent_to_that_endpoint() {
-        let mut e = ExpectedPrefixHits::new(None);
-        assert_eq!(e.hits(0, &[1, 2, 3]), 0);
-        assert_eq!(e.hits(0, &[1, 2, 4]), 2);
-        assert_eq!(e.hits(0, &[5, 2, 3]), 0, "same blocks, another prefix");
+    fn the_model_finds_the_longest_prefix_of_the_real_tokens_held() {
+        // Random records over a small space of hash ids and lengths (shared heads, partial
+        // blocks, equal contents, padding), against the longest common prefix of their real
+        // token ids with any earlier one at the same endpoint, at three server block sizes.
+        for (case, frame) in [(0, Frame::default()), (1, Frame { head: 3, tail: 2 })]
+            .into_iter()
+            .chain((2..40).map(|c| {
+                (
+                    c,
+                    Frame {
+                        head: c % 4,
+                        tail: c % 3,
+                    },
+                )
+            }))
+        {
+            let block = [1, 2, 4, 16][case as usize % 4];
+            let s = synth(block, frame);
+            let mut rng = SplitMix64::new(case, 0, 0);
+            for server_block in [1, 4, 16] {
+                let mut model = ExpectedPrefixHits::new(None, server_block);
+                let mut sent: Vec<Vec<Vec<u32>>> = vec![Vec::new(); 2];
+                for index in 0..60 {
+                    let n = rng.below(5) as u64;
+                    let hash_ids: Vec<u64> = (0..n).map(|i| rng.below(2) as u64 * 10 + i).collect();
+                    let len = frame.total() + 1 + rng.below(u64::from(block) * 6) as u64;
+                    let endpoint = rng.below(2) as u32;
+                    let real = tokens(&s, index, len, &hash_ids);
+                    let shape = PromptShape::of(&s, index, len, &hash_ids);
+                    assert_eq!(shape.tokens(), real.len() as u64);
+                    let held = &mut sent[endpoint as usize];
+                    let lcp = held.iter().map(|p| common(p, &real)).max().unwrap_or(0);
+                    let lcp = lcp.min(real.len() as u64 - 1);
+                    assert_eq!(
+                        model.hits(endpoint, &shape),
+                        lcp / server_block * server_block,
+                        "case {case}, record {index}: {hash_ids:?} of {len} tokens"
+                    );
+                    model.insert(endpoint, &shape);
+                    held.push(real);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_cache_forgets_the_least_recently_used() {
+        let s = synth(4, Frame::default());
+        let mut model = ExpectedPrefixHits::new(Some(3), 1);
+        let a = PromptShape::of(&s, 0, 8, &[1, 2]);
+        model.insert(0, &a);
+        model.insert(0, &PromptShape::of(&s, 1, 8, &[3, 4]));
+        assert_eq!(model.hits(0, &a), 0, "a's segments were pushed out");
+    }
+
+    #[test]
+    fn held_from_the_first_token_a_prompt_is_not_found_before() {
+        let s = synth(4, Frame { head: 2, tail: 1 });
+        let parent = PromptShape::of(&s, 0, 11, &[1, 2]);
+        let child = PromptShape::of(&s, 1, 15, &[1, 2, 3]);
+        let shared = SharedExpected::new(ExpectedPrefixHits::new(None, 1), true);
+        assert_eq!(shared.sent(0, &parent), (0, true));
         assert_eq!(
-            e.hits(1, &[1, 2, 3]),
+            shared.sent(0, &child).0,
             0,
-            "another endpoint has its own cache"
+            "the parent is not computed yet"
         );
-        assert_eq!(e.hits(0, &[1, 2, 3, 9]), 3);
-        let mut small = ExpectedPrefixHits::new(Some(2));
-        small.hits(0, &[1, 2, 3]);
-        assert_eq!(
-            small.hits(0, &[1, 2]),
-            0,
-            "a 2-block LRU kept only the last two"
-        );
+        shared.first_token(0, &parent);
+        assert_eq!(shared.sent(0, &child).0, 2 + 8);
+        let at_send = SharedExpected::new(ExpectedPrefixHits::new(None, 1), false);
+        assert_eq!(at_send.sent(0, &parent), (0, false));
+        assert_eq!(at_send.sent(0, &child).0, 10, "held from its send");
     }
 }

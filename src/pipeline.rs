@@ -18,7 +18,7 @@ use crossbeam_channel::Sender;
 
 use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::error::{Error, Result};
-use crate::expected_cache::ExpectedPrefixHits;
+use crate::expected_cache::PromptShape;
 use crate::fleet::Router;
 use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{BlockCache, PromptSynth};
@@ -48,8 +48,11 @@ pub struct PreparedRequest {
     pub queue_ns: Option<u64>,
     /// `--warmup-requests`: sent and recorded, left out of every statistic.
     pub warmup: bool,
-    /// The prefix-cache hits its hash ids predict at its endpoint ([`crate::expected_cache`]).
+    /// The prefix-cache hits its prompt should find at its endpoint, set when it is sent
+    /// ([`crate::expected_cache`]).
     pub expected_cached_tokens: Option<u64>,
+    /// Its prompt as that model sees it (None: not synthetic, or no model).
+    pub cache_shape: Option<Box<PromptShape>>,
 }
 
 impl PreparedRequest {
@@ -265,9 +268,9 @@ impl RequestBuilder {
         }
     }
 
-    /// A synthetic record's full content blocks at this endpoint (each one hash id's tokens)
-    /// and the block size; None when its prompt is not built from hash ids.
-    pub fn content_blocks(&self, endpoint: u32, record: &TraceRecord) -> Option<(usize, u64)> {
+    /// A synthetic record's prompt at this endpoint as a prefix cache sees it; None when its
+    /// prompt is not built from hash ids.
+    pub fn prompt_shape(&self, endpoint: u32, record: &TraceRecord) -> Option<PromptShape> {
         if self.dataset.is_some() {
             return None;
         }
@@ -279,8 +282,12 @@ impl RequestBuilder {
             return None;
         };
         let synth = &self.synths[self.styles[endpoint as usize].synth?];
-        let full = synth.content_len(*input_length) / synth.block_size();
-        Some(((full as usize).min(hash_ids.len()), synth.block_size()))
+        Some(PromptShape::of(
+            synth,
+            record.index,
+            *input_length,
+            hash_ids,
+        ))
     }
 
     /// The block caches of one producer; the budget is split among the synthesisers.
@@ -347,6 +354,7 @@ impl RequestBuilder {
             queue_ns: None,
             warmup: false,
             expected_cached_tokens: None,
+            cache_shape: None,
         })
     }
 }
@@ -442,8 +450,6 @@ struct SharedReader {
     shaper: Shaper,
     router: Router,
     sessions: SessionTracker,
-    /// The prefix-cache hits each endpoint's requests should see (None: not computed).
-    expected: Option<ExpectedPrefixHits>,
     finished: bool,
 }
 
@@ -457,7 +463,7 @@ pub fn spawn_producers(
     shaper: Shaper,
     router: Router,
     sessions: SessionTracker,
-    expected: Option<ExpectedPrefixHits>,
+    shapes: bool,
     builder: Arc<RequestBuilder>,
     out: ToSenders,
     cores: Vec<core_affinity::CoreId>,
@@ -470,7 +476,6 @@ pub fn spawn_producers(
         shaper,
         router,
         sessions,
-        expected,
         finished: false,
     }));
     (0..n.max(1))
@@ -486,7 +491,7 @@ pub fn spawn_producers(
                     if let Some(core) = core {
                         core_affinity::set_for_current(core);
                     }
-                    produce(&shared, &builder, &out, &stop)
+                    produce(&shared, &builder, shapes, &out, &stop)
                 })
                 .expect("spawn producer thread")
         })
@@ -500,13 +505,12 @@ struct Planned {
     scheduled_ns: u64,
     link: Option<SessionLink>,
     warmup: bool,
-    expected_cached_tokens: Option<u64>,
 }
 
 impl SharedReader {
     /// The next record to send and its plan, or None at the end (of the trace, the last
     /// `--loop` pass, or the cut of `--max-requests`/`--duration`/`--time-in-secs`).
-    fn next_planned(&mut self, builder: &RequestBuilder) -> Result<Option<Planned>> {
+    fn next_planned(&mut self) -> Result<Option<Planned>> {
         if self.finished {
             return Ok(None);
         }
@@ -538,29 +542,21 @@ impl SharedReader {
         };
         let endpoint = self.router.pick(&record);
         let link = self.sessions.link(&record, scheduled_ns);
-        let expected_cached_tokens = match (
-            &mut self.expected,
-            builder.content_blocks(endpoint, &record),
-        ) {
-            (Some(expected), Some((n, block))) => {
-                Some(expected.hits(endpoint as usize, &record.hash_ids()[..n]) * block)
-            }
-            _ => None,
-        };
         Ok(Some(Planned {
             record,
             endpoint,
             scheduled_ns,
             link,
             warmup,
-            expected_cached_tokens,
         }))
     }
 }
 
+/// `shapes`: each request carries its prompt's [`PromptShape`] for the expected hits.
 fn produce(
     shared: &Mutex<SharedReader>,
     builder: &RequestBuilder,
+    shapes: bool,
     out: &ToSenders,
     stop: &StopRequest,
 ) -> Result<u64> {
@@ -572,7 +568,7 @@ fn produce(
             .map_err(|_| Error::Run("a producer thread panicked".into()))
     };
     while stop.requested_at().is_none() {
-        let Some(mut p) = lock()?.next_planned(builder)? else {
+        let Some(mut p) = lock()?.next_planned()? else {
             break;
         };
         if let Some(dataset) = &builder.dataset {
@@ -594,7 +590,9 @@ fn produce(
                 message,
             })?;
         request.warmup = p.warmup;
-        request.expected_cached_tokens = p.expected_cached_tokens;
+        if shapes {
+            request.cache_shape = builder.prompt_shape(p.endpoint, &p.record).map(Box::new);
+        }
         request.session = p.link.map(|link| {
             Box::new(SessionTurn {
                 link,

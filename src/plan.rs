@@ -234,6 +234,8 @@ pub struct ReplayPlan {
     pub warmup_requests: u64,
     /// `--expected-cache-blocks`: the predicted hits assume an LRU of this many blocks.
     pub expected_cache_blocks: Option<usize>,
+    /// `--server-block-size`: the expected hits are rounded down to whole blocks of it.
+    pub server_block_size: u64,
     /// `--server-metrics`, `--scrape-server`: None when nothing is scraped.
     pub scrape: Option<ScrapePlan>,
     /// `--loop`: times the trace is replayed.
@@ -420,6 +422,7 @@ impl ReplayPlan {
             load,
             warmup_requests: a.warmup_requests,
             expected_cache_blocks: a.expected_cache_blocks,
+            server_block_size: a.server_block_size,
             scrape: scrape_plan(&a.scrape)?,
             prompt_dataset: match (a.prompt_source, &a.prompt_dataset) {
                 (PromptSource::Dataset, Some(p)) => Some(p.clone()),
@@ -523,6 +526,7 @@ impl ReplayPlan {
             load: crate::load::LoadPlan::default(),
             warmup_requests: 0,
             expected_cache_blocks: None,
+            server_block_size: 1,
             scrape: None,
             passes: 1,
             prime: false,

@@ -291,11 +291,12 @@ fn least_inflight_favours_the_faster_endpoint() {
     assert!(fast_n > 3 * slow_n, "fast {fast_n}, slow {slow_n}");
 }
 
-/// The hits a hash-id trace predicts are counted per instance, so they need the instance
-/// when the request is built: with `least-inflight` it is chosen only when the request is
-/// due, and no prediction is made (a plan warning says so) rather than one per peer group.
+/// The hits a hash-id trace predicts are counted per instance, at the instance a request
+/// is sent to: with `least-inflight` too, whose instance is chosen only when the request is
+/// due. Every record shares three blocks: at each instance the first request sent finds
+/// nothing, every later one the same hits (the template's head and the shared blocks).
 #[test]
-fn least_inflight_predicts_no_prefix_hits_round_robin_does() {
+fn expected_prefix_hits_are_counted_at_the_instance_each_request_reached() {
     let dir = temp_dir("fleet-expected");
     let trace = dir.join("t.jsonl");
     let records: Vec<Value> = (0..10)
@@ -327,16 +328,29 @@ fn least_inflight_predicts_no_prefix_hits_round_robin_does() {
         }
         let outcome = common::replay_in_process(&args);
         assert_eq!(outcome.summary.ok, 10, "{route}");
-        let predicted = read_jsonl(&out.join("requests.jsonl"))
-            .iter()
-            .filter(|r| r["expected_cached_tokens"].is_u64())
-            .count();
-        match route {
-            "round-robin" => assert_eq!(predicted, 10),
-            _ => {
-                assert_eq!(predicted, 0);
-                assert!(outcome.summary.prefix.expected_share().is_none());
+        let mut records = read_jsonl(&out.join("requests.jsonl"));
+        records.sort_by(|a, b| {
+            a["sent_ms"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["sent_ms"].as_f64().unwrap())
+        });
+        let mut later_hits = std::collections::BTreeSet::new();
+        let mut seen = std::collections::HashSet::new();
+        for r in &records {
+            let hits = r["expected_cached_tokens"].as_u64().expect("predicted");
+            if seen.insert(r["endpoint"].as_str().unwrap().to_string()) {
+                assert_eq!(hits, 0, "{route}: the first request at its instance: {r}");
+            } else {
+                later_hits.insert(hits);
             }
         }
+        assert_eq!(later_hits.len(), 1, "{route}: {later_hits:?}");
+        let hits = *later_hits.first().unwrap();
+        assert!(
+            (48..64).contains(&hits),
+            "{route}: head + 3 blocks of 16: {hits}"
+        );
+        assert!(outcome.summary.prefix.expected_share().is_some());
     }
 }

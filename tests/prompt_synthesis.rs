@@ -633,6 +633,9 @@ fn a_prefix_cache_mock_reports_the_hits_the_hash_ids_predict() {
             path(&tokenizer("qwen3")),
             "--block-size",
             "16",
+            // The mock caches whole 16-word blocks of the messages' text (no template).
+            "--server-block-size",
+            "16",
         ]);
         if let Some(n) = assumed {
             replay.args(["--expected-cache-blocks", n]);

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 pub use cache::BlockCache;
 pub use synth::{PromptSynth, Rendering};
-pub use template::{ChatTemplate, PromptCounter, Wrapping};
+pub use template::{ChatTemplate, Frame, PromptCounter, Wrapping};
 pub use vocab::{load_tokenizer, SafeVocab};
 
 use crate::error::{Error, Result};
@@ -72,19 +72,26 @@ pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
         message,
     };
     let mut warning = None;
-    let overhead = match (opts.length_of, opts.wrapping, counter.template_path()) {
-        (LengthOf::Content, _, _) => 0,
-        (LengthOf::Prompt, Wrapping::Chat, None) => {
-            warning = Some(format!(
-                "no chat template found beside {} (give --tokenizer-config): the server's prompt_tokens \
-                 will exceed input_length by its template",
-                file.display()
-            ));
-            0
+    // The frame is measured whichever count input_length is: the expected prefix-cache hits
+    // include the head the server shares between prompts.
+    let frame = match (opts.wrapping, counter.template_path()) {
+        (Wrapping::Chat, None) => {
+            if opts.length_of == LengthOf::Prompt {
+                warning = Some(format!(
+                    "no chat template found beside {} (give --tokenizer-config): the server's prompt_tokens \
+                     will exceed input_length by its template",
+                    file.display()
+                ));
+            }
+            Frame::default()
         }
-        (LengthOf::Prompt, wrapping, template) => counter
-            .overhead(wrapping, &vocab)
+        (wrapping, template) => counter
+            .frame(wrapping, &vocab)
             .map_err(|m| fail(template.unwrap_or(&file), m))?,
+    };
+    let overhead = match opts.length_of {
+        LengthOf::Prompt => frame.total(),
+        LengthOf::Content => 0,
     };
     let rendering = match opts.wrapping {
         Wrapping::TokenIds => Rendering::TokenIds,
@@ -103,7 +110,8 @@ pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
         started.elapsed().as_secs_f64()
     );
     let synth = PromptSynth::new(Arc::new(vocab), opts.seed, opts.block_size, rendering)
-        .with_overhead(overhead);
+        .with_overhead(overhead)
+        .with_frame(frame);
     Ok(Prepared {
         synth: Arc::new(synth),
         counter,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::vocab::SLOT;
-use super::{BlockCache, SafeVocab};
+use super::{BlockCache, Frame, SafeVocab};
 use crate::rng::SplitMix64;
 
 /// Separates the random streams of hash-id blocks from those of per-record padding.
@@ -31,6 +31,8 @@ pub struct PromptSynth {
     /// Tokens the server adds around the prompt (chat template, special tokens), taken off the
     /// content so that the server counts `input_length` in all.
     overhead: u64,
+    /// What the server puts before and after the content (counted in `overhead` or not).
+    frame: Frame,
 }
 
 impl PromptSynth {
@@ -57,6 +59,7 @@ impl PromptSynth {
             pieces,
             piece_lens,
             overhead: 0,
+            frame: Frame::default(),
         }
     }
 
@@ -64,6 +67,16 @@ impl PromptSynth {
     pub fn with_overhead(mut self, overhead: u64) -> Self {
         self.overhead = overhead;
         self
+    }
+
+    /// Sets what the server puts around the content (see [`Frame`]).
+    pub fn with_frame(mut self, frame: Frame) -> Self {
+        self.frame = frame;
+        self
+    }
+
+    pub fn frame(&self) -> Frame {
+        self.frame
     }
 
     pub fn vocab(&self) -> &SafeVocab {

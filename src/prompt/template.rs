@@ -196,36 +196,62 @@ impl PromptCounter {
             .map_err(|e| format!("tokenizer: {e}"))
     }
 
-    /// Tokens the server adds around synthetic content of the given wrapping: measured by
-    /// rendering and encoding probe contents of several lengths, which must all agree.
-    pub fn overhead(&self, wrapping: Wrapping, vocab: &SafeVocab) -> Result<u64, String> {
-        let mut seen = None;
+    /// What the server adds around synthetic content of the given wrapping: measured by
+    /// rendering and encoding probe contents of several lengths, which must all agree, and
+    /// finding each content's own ids in the prompt's.
+    pub fn frame(&self, wrapping: Wrapping, vocab: &SafeVocab) -> Result<Frame, String> {
+        let mut seen: Option<Frame> = None;
         for n in [1usize, 7, 64] {
             let content: String = (0..n)
                 .map(|i| vocab.text((i * 7919 + n) % vocab.len()))
                 .collect();
-            let total = match wrapping {
-                Wrapping::TokenIds => return Ok(0),
-                Wrapping::Completion => self.completion_ids(&content)?.len(),
-                Wrapping::Chat => self
-                    .chat_ids(&json!([{"role": "user", "content": content}]), None)?
-                    .len(),
+            let ids = match wrapping {
+                Wrapping::TokenIds => return Ok(Frame::default()),
+                Wrapping::Completion => self.completion_ids(&content)?,
+                Wrapping::Chat => {
+                    self.chat_ids(&json!([{"role": "user", "content": content}]), None)?
+                }
             };
-            let overhead = total.checked_sub(n).ok_or_else(|| {
-                format!(
-                    "{n} content tokens became {total} prompt tokens: the template drops content"
-                )
-            })? as u64;
-            if seen.is_some_and(|s| s != overhead) {
+            let own = self.content_ids(&content)?;
+            let head = ids
+                .windows(own.len())
+                .position(|w| w == own.as_slice())
+                .ok_or_else(|| {
+                    format!(
+                        "{n} content tokens are not found as they are in the {} prompt tokens the template makes of them",
+                        ids.len()
+                    )
+                })?;
+            let frame = Frame {
+                head: head as u64,
+                tail: (ids.len() - head - own.len()) as u64,
+            };
+            if let Some(s) = seen.filter(|s| *s != frame) {
                 return Err(format!(
-                    "the chat template adds {} tokens around one content and {overhead} around another: \
+                    "the chat template adds {} tokens around one content and {} around another: \
                      it does not wrap the content in a fixed text, so prompt lengths cannot be made exact",
-                    seen.unwrap_or(0)
+                    s.total(),
+                    frame.total()
                 ));
             }
-            seen = Some(overhead);
+            seen = Some(frame);
         }
-        Ok(seen.unwrap_or(0))
+        Ok(seen.unwrap_or_default())
+    }
+}
+
+/// The tokens a server puts before (`head`: the template's opening, a BOS) and after
+/// (`tail`: the generation prompt) a prompt's content. Every prompt of one dialect shares the
+/// head, so a prefix cache serves it to all but the first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    pub head: u64,
+    pub tail: u64,
+}
+
+impl Frame {
+    pub fn total(&self) -> u64 {
+        self.head + self.tail
     }
 }
 

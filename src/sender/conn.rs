@@ -216,6 +216,7 @@ mod tests {
             queue_ns: None,
             warmup: false,
             expected_cached_tokens: None,
+            cache_shape: None,
         };
         Exchange::new(req, false)
     }

@@ -131,6 +131,7 @@ mod tests {
             queue_ns: None,
             warmup: false,
             expected_cached_tokens: None,
+            cache_shape: None,
         }
     }
 

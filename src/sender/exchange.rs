@@ -4,6 +4,7 @@ use crate::stats::record_gap;
 use hdrhistogram::Histogram;
 
 use crate::api::{excerpt, EventScanner, StreamEvent, EXCERPT};
+use crate::expected_cache::SharedExpected;
 use crate::http::response::{ResponseHead, ResponseSink};
 use crate::http::sse::SseScanner;
 use crate::pipeline::PreparedRequest;
@@ -122,6 +123,26 @@ impl Exchange {
         if let (Some(times), Some(counts)) = (&mut self.chunk_times, &mut self.chunk_tokens) {
             times.push(now);
             counts.push(tokens.min(u64::from(u32::MAX)) as u32);
+        }
+    }
+
+    /// The request was sent: its expected prefix-cache hits are looked up now.
+    pub fn note_sent(&mut self, model: &SharedExpected) {
+        if let Some(shape) = &self.req.cache_shape {
+            let (hits, held_later) = model.sent(self.req.endpoint, shape);
+            self.req.expected_cached_tokens = Some(hits);
+            if !held_later {
+                self.req.cache_shape = None;
+            }
+        }
+    }
+
+    /// Its first token is back: a prompt held from then on is held now.
+    pub fn note_first_token(&mut self, model: &SharedExpected) {
+        if self.first_token_ns.is_some() && self.req.expected_cached_tokens.is_some() {
+            if let Some(shape) = self.req.cache_shape.take() {
+                model.first_token(self.req.endpoint, &shape);
+            }
         }
     }
 

@@ -41,6 +41,7 @@ use crate::api::{Api, EventScanner};
 use crate::clock::{
     minimise_timer_slack, raise_thread_priority, thread_cpu_ns, DeadlineTimer, RunClock,
 };
+use crate::expected_cache::SharedExpected;
 use crate::fleet::Load;
 use crate::http::response::Step;
 use crate::limits;
@@ -132,6 +133,8 @@ pub struct SenderConfig {
     /// Closed loop (`--concurrency`): each sender's most requests in flight, by sender id
     /// (empty otherwise).
     pub in_flight_caps: Vec<usize>,
+    /// The expected prefix-cache hits, looked up as requests are sent (None: not computed).
+    pub expected: Option<Arc<SharedExpected>>,
     /// Sets the run start on the shared clock once every sender has its connections open;
     /// deadlines are `t0 + scheduled_ns`.
     pub start: Arc<StartGate>,
@@ -243,6 +246,8 @@ struct SenderLoop {
     producers_done: bool,
     /// Requests whose first bytes were written on time and whose rest is still to write.
     unfinished_writes: Vec<(usize, u32)>,
+    /// Requests sent whose expected hits are still to look up.
+    sent_unnoted: Vec<(usize, u32)>,
     /// Once a stop is requested: when requests still in flight are cancelled.
     cancel_at: Option<u64>,
     records: ChannelSender<RequestRecord>,
@@ -319,6 +324,7 @@ impl SenderLoop {
             rx,
             producers_done: false,
             unfinished_writes: Vec::new(),
+            sent_unnoted: Vec::new(),
             cancel_at: None,
             records,
             progress,
@@ -717,6 +723,9 @@ impl SenderLoop {
         let written = conn.write_request(head, budget, &self.clock);
         if written.started {
             self.progress.sent.fetch_add(1, Ordering::Relaxed);
+            if self.cfg.expected.is_some() {
+                self.sent_unnoted.push((slot, self.slots[slot].generation));
+            }
         }
         if let Some(buffer) = written.spent {
             self.cfg.buffers.give(buffer);
@@ -728,11 +737,24 @@ impl SenderLoop {
         written.out_of_budget
     }
 
-    /// Writes the rest of the requests started by `send_due`.
+    /// Writes the rest of the requests started by `send_due`, then looks up the expected
+    /// hits of those sent (after the burst, so that it waits for no lookup).
     fn finish_writes(&mut self) {
         while let Some((slot, generation)) = self.unfinished_writes.pop() {
             if self.slots[slot].generation == generation && self.slots[slot].conn.is_some() {
                 self.write_some(slot, usize::MAX);
+            }
+        }
+        let Some(model) = &self.cfg.expected else {
+            return;
+        };
+        for (slot, generation) in self.sent_unnoted.drain(..) {
+            let s = &mut self.slots[slot];
+            if let (true, Some(ex)) = (
+                s.generation == generation,
+                s.conn.as_mut().and_then(|c| c.exchange.as_mut()),
+            ) {
+                ex.note_sent(model);
             }
         }
     }
@@ -834,6 +856,9 @@ impl SenderLoop {
                         self.fail_and_close(slot, ErrorKind::Protocol, String::new());
                         break;
                     }
+                    if let Some(model) = &self.cfg.expected {
+                        ex.note_first_token(model);
+                    }
                 }
                 Ok(Step::Done { consumed }) => {
                     let reusable =
@@ -871,6 +896,9 @@ impl SenderLoop {
         let conn = self.slots[slot].conn.as_mut().expect("live slot");
         let mut ex = conn.exchange.take().expect("exchange in flight");
         ex.finish_response(&conn.body, &self.scanners[conn.target], now);
+        if let Some(model) = &self.cfg.expected {
+            ex.note_first_token(model);
+        }
         let target = conn.target;
         self.in_flight -= 1;
         self.emit(ex, target);

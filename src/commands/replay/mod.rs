@@ -22,7 +22,7 @@ use crate::clock::RunClock;
 use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::error_rate::ErrorRateJudge;
-use crate::expected_cache::ExpectedPrefixHits;
+use crate::expected_cache::{ExpectedPrefixHits, SharedExpected};
 use crate::fleet::{Load, Route, Router};
 use crate::limits;
 use crate::load::Pace;
@@ -37,7 +37,7 @@ use crate::report;
 use crate::sender::Inbox;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
 use crate::server_metrics::{ScrapeConfig, Scraper};
-use crate::session::SessionTracker;
+use crate::session::{SessionMode, SessionTracker};
 use crate::stats::{latency_histogram, Summary};
 use crate::stop::{signals_received, StopRequest};
 use setup::{Fleet, Output, Prompts, Say, TraceInput};
@@ -109,13 +109,28 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     let mock = setup::start_mock(plan, &prompts, say)?;
     let fleet = setup::connect(plan, mock.as_ref())?;
     let out = setup::prepare_output(plan, &trace)?;
+    // One model for the priming pass and the measured run: what the first leaves in the
+    // servers' caches, the second finds.
+    let expected = Arc::new(SharedExpected::new(
+        ExpectedPrefixHits::new(plan.expected_cache_blocks, plan.server_block_size),
+        plan.session_mode == SessionMode::Timestamp,
+    ));
     if plan.prime {
-        if let Some(stopped) = prime(plan, &trace, prompts.clone(), &fleet, &out.dir, say)? {
+        let primed = prime(
+            plan,
+            &trace,
+            prompts.clone(),
+            &fleet,
+            &out.dir,
+            &expected,
+            say,
+        )?;
+        if let Some(stopped) = primed {
             return Ok(stopped);
         }
     }
     let scrape = setup::scrape_config(plan, &fleet, say)?;
-    let stages = start(plan, &trace, prompts, &fleet, &out, scrape, say)?;
+    let stages = start(plan, &trace, prompts, &fleet, &out, scrape, &expected, say)?;
     let collected = collect(plan, &trace, &stages, out)?;
     let outcome = finish(plan, stages, collected);
     if let Some(m) = mock {
@@ -134,6 +149,7 @@ fn prime(
     prompts: setup::Prompts,
     fleet: &Fleet,
     dir: &std::path::Path,
+    expected: &Arc<SharedExpected>,
     say: &Say,
 ) -> Result<Option<RunOutcome>> {
     let mut pass = plan.clone();
@@ -148,7 +164,7 @@ fn prime(
         dir.join("prime").display()
     ));
     let out = setup::prepare_output(&pass, trace)?;
-    let stages = start(&pass, trace, prompts, fleet, &out, None, say)?;
+    let stages = start(&pass, trace, prompts, fleet, &out, None, expected, say)?;
     let collected = collect(&pass, trace, &stages, out)?;
     let outcome = finish(&pass, stages, collected)?;
     match outcome.ending {
@@ -182,6 +198,7 @@ struct Stages {
 
 /// Builds the request builder, the router and the senders' configuration, starts producers
 /// and senders, waits for the opening connections and starts the clock.
+#[allow(clippy::too_many_arguments)]
 fn start(
     plan: &ReplayPlan,
     trace: &TraceInput,
@@ -189,6 +206,7 @@ fn start(
     fleet: &Fleet,
     out: &Output,
     scrape: Option<ScrapeConfig>,
+    expected: &Arc<SharedExpected>,
     say: &Say,
 ) -> Result<Stages> {
     let num_sender = plan.num_sender;
@@ -255,6 +273,7 @@ fn start(
             .filter_map(|i| plan.load.per_sender_concurrency(num_sender, i))
             .collect(),
         start: Arc::clone(&gate),
+        expected: Some(Arc::clone(expected)),
     });
 
     let (tx, rx) = crossbeam_channel::bounded(plan.channel_capacity);
@@ -286,10 +305,7 @@ fn start(
             plan.think_time_s.map(|s| (s * 1e9) as u64),
             plan.time_scale,
         ),
-        // least-inflight picks the instance when a request is due: which instance's cache a
-        // request meets is not known here.
-        (plan.route != Route::LeastInflight)
-            .then(|| ExpectedPrefixHits::new(plan.expected_cache_blocks)),
+        true,
         Arc::clone(&builder),
         ToSenders {
             tx,

@@ -291,14 +291,6 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
         ));
     }
     let mut warnings = Vec::new();
-    if plan.route == crate::fleet::Route::LeastInflight && trace.stats.unique_hash_ids > 0 {
-        warnings.push(
-            "no expected prefix-cache hits with --route least-inflight: a request's instance \
-             is chosen when it is due, so the hits its hash ids predict cannot be counted per \
-             instance (--route session or round-robin compares them)"
-                .into(),
-        );
-    }
     if plan.load.pace == Pace::Trace
         && trace.format == Format::Mooncake
         && plan.time_scale >= SUSPICIOUS_SCALE
