@@ -712,7 +712,9 @@ pub struct MockArgs {
     /// Keep an LRU prefix cache of N blocks (as vLLM's automatic prefix caching: a block
     /// hits only when every block before it does) and report each request's hits as
     /// usage.prompt_tokens_details.cached_tokens. Blocks are --cache-block-size words of the
-    /// prompt's content (llmreplay's synthetic prompts are one word a token).
+    /// prompt's content (llmreplay's synthetic prompts are one word a token); with
+    /// --tokenizer, of the prompt's token ids as a server sees them (chat template included,
+    /// the last token never a hit), looked up in arrival order as the counts come in.
     #[arg(long, value_name = "N")]
     pub cache_blocks: Option<usize>,
 
@@ -732,8 +734,8 @@ pub struct MockArgs {
     #[arg(long, value_name = "N")]
     pub max_running: Option<usize>,
 
-    /// Prefill time per prompt token the prefix cache did not serve (with --cache-blocks;
-    /// every prompt word without), added to the time to first token: the work a real
+    /// Prefill time per prompt token the prefix cache did not serve (with --cache-blocks, its
+    /// words; every prompt word without), added to the time to first token: the work a real
     /// server's cache saves, so a warm cache raises its capacity as a real one does.
     #[arg(long, value_name = "US", default_value_t = 0.0)]
     pub prefill_us_per_token: f64,

@@ -16,7 +16,7 @@ use llmreplay::cli::{Cli, Command};
 use llmreplay::commands::prompts::PromptsReport;
 
 mod common;
-use common::{bin, mooncake, read_jsonl, temp_dir, tokenizer, MockProcess, TOKENIZERS};
+use common::{bin, mooncake, path, read_jsonl, temp_dir, tokenizer, MockProcess, TOKENIZERS};
 
 fn prompts(args: &[&str]) -> PromptsReport {
     let cli = Cli::parse_from(["llmreplay", "prompts"].iter().chain(args));
@@ -29,10 +29,6 @@ fn prompts(args: &[&str]) -> PromptsReport {
 
 fn verify_every() -> String {
     std::env::var("LLMREPLAY_VERIFY_EVERY").unwrap_or_else(|_| "97".into())
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 #[test]

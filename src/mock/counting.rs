@@ -11,7 +11,7 @@
 //! thread at normal priority, which counts it unless a background thread already has. Only
 //! a request that is waiting anyway is counted at the loop's own priority.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -19,6 +19,7 @@ use crossbeam_channel::{Receiver, Sender};
 use mio::Waker;
 
 use super::generation::CountJob;
+use super::token_cache::TokenCache;
 use crate::prompt::PromptCounter;
 
 /// Which generation a count belongs to: (connection slot, slot generation, request id).
@@ -30,6 +31,8 @@ pub struct PendingCount {
     job: CountJob,
     /// A thread has finished counting it: the other one skips it.
     done: AtomicBool,
+    /// Its place in arrival order (set when it is submitted).
+    pub seq: AtomicU64,
 }
 
 impl PendingCount {
@@ -37,11 +40,19 @@ impl PendingCount {
         Arc::new(PendingCount {
             job,
             done: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
         })
     }
 
-    pub fn count(&self, counter: &PromptCounter) -> Result<u64, String> {
-        self.job.count(counter)
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// The prompt's token ids; it is done.
+    fn ids(&self, counter: &PromptCounter) -> Result<Vec<u32>, String> {
+        let ids = self.job.ids(counter);
+        self.done.store(true, Ordering::Release);
+        ids
     }
 }
 
@@ -49,6 +60,8 @@ pub struct Counted {
     pub of: CountFor,
     /// `None`: the other thread had counted it first.
     pub prompt_tokens: Option<Result<u64, String>>,
+    /// With a token cache: the prompt's hits in it.
+    pub cached_tokens: Option<u64>,
     /// The job comes back to be freed by the event loop that allocated it: a counting thread
     /// freeing it would take the loop's malloc arena lock, and a counting thread preempted
     /// while holding it (the background ones run at SCHED_IDLE) stalls the loop for as long
@@ -68,6 +81,9 @@ pub struct CountPool {
     urgent: Option<Sender<Job>>,
     results: Receiver<Counted>,
     threads: Vec<JoinHandle<()>>,
+    /// `--cache-blocks` over token ids: counts go through it in arrival order.
+    token_cache: Option<Arc<TokenCache>>,
+    arrivals: AtomicU64,
 }
 
 impl CountPool {
@@ -76,34 +92,54 @@ impl CountPool {
     pub fn start(
         counter: Arc<PromptCounter>,
         threads: usize,
+        token_cache: Option<TokenCache>,
         waker: Arc<Waker>,
     ) -> std::io::Result<CountPool> {
         let (jobs, job_rx) = crossbeam_channel::bounded::<Job>(QUEUE);
         let (urgent, urgent_rx) = crossbeam_channel::bounded::<Job>(QUEUE);
         let (result_tx, results) = crossbeam_channel::bounded(2 * QUEUE);
+        let token_cache = token_cache.map(Arc::new);
         let spawn = |name: String, jobs: Receiver<Job>, background: bool| {
             let (results, counter, waker) = (result_tx.clone(), counter.clone(), waker.clone());
+            let token_cache = token_cache.clone();
             std::thread::Builder::new().name(name).spawn(move || {
                 if background {
                     lower_priority();
                 }
                 for (of, job) in jobs {
-                    let prompt_tokens = (!job.done.load(Ordering::Acquire)).then(|| {
-                        let n = job.count(&counter);
-                        job.done.store(true, Ordering::Release);
-                        n
-                    });
-                    if results
-                        .send(Counted {
-                            of,
-                            prompt_tokens,
-                            job,
-                        })
-                        .is_err()
-                    {
-                        return;
+                    let done = match &token_cache {
+                        None => {
+                            let prompt_tokens = (!job.is_done())
+                                .then(|| job.ids(&counter).map(|ids| ids.len() as u64));
+                            vec![Counted {
+                                of,
+                                prompt_tokens,
+                                cached_tokens: None,
+                                job,
+                            }]
+                        }
+                        Some(cache) => {
+                            // A hurried request waits for every arrival before it.
+                            let seq = job.seq.load(Ordering::Relaxed);
+                            let todo = match background {
+                                true => vec![(of, job)],
+                                false => cache.uncounted_up_to(seq),
+                            };
+                            todo.into_iter()
+                                .filter(|(_, job)| !job.is_done())
+                                .flat_map(|(_, job)| {
+                                    let seq = job.seq.load(Ordering::Relaxed);
+                                    cache.counted(seq, job.ids(&counter))
+                                })
+                                .collect()
+                        }
+                    };
+                    for counted in done {
+                        if results.send(counted).is_err() {
+                            return;
+                        }
+                        waker.wake().ok();
                     }
-                    waker.wake().ok();
                 }
             })
         };
@@ -116,10 +152,18 @@ impl CountPool {
             urgent: Some(urgent),
             results,
             threads: handles,
+            token_cache,
+            arrivals: AtomicU64::new(0),
         })
     }
 
+    /// A prompt to count, in arrival order.
     pub fn submit(&self, of: CountFor, job: Arc<PendingCount>) {
+        let seq = self.arrivals.fetch_add(1, Ordering::Relaxed);
+        job.seq.store(seq, Ordering::Relaxed);
+        if let Some(cache) = &self.token_cache {
+            cache.arrived(of, Arc::clone(&job));
+        }
         if let Some(jobs) = &self.jobs {
             jobs.send((of, job)).ok();
         }
@@ -127,7 +171,7 @@ impl CountPool {
 
     /// A request waits for this count: count it at normal priority unless it is done.
     pub fn hurry(&self, of: CountFor, job: Arc<PendingCount>) {
-        if job.done.load(Ordering::Acquire) {
+        if job.is_done() && self.token_cache.is_none() {
             return; // its result is on the way
         }
         if let Some(urgent) = &self.urgent {

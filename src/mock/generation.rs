@@ -80,12 +80,12 @@ pub enum CountJob {
 }
 
 impl CountJob {
-    pub fn count(&self, counter: &PromptCounter) -> Result<u64, String> {
-        let ids = match self {
-            CountJob::Chat { messages, tools } => counter.chat_ids(messages, tools.as_ref())?,
-            CountJob::Completion(text) => counter.completion_ids(text)?,
-        };
-        Ok(ids.len() as u64)
+    /// The prompt's token ids on the server.
+    pub fn ids(&self, counter: &PromptCounter) -> Result<Vec<u32>, String> {
+        match self {
+            CountJob::Chat { messages, tools } => counter.chat_ids(messages, tools.as_ref()),
+            CountJob::Completion(text) => counter.completion_ids(text),
+        }
     }
 }
 
@@ -534,6 +534,21 @@ impl Generation {
     }
 }
 
+/// The words of a request's prompt (its messages' contents, or its prompt): the prefill work
+/// of a prompt whose token count is not known yet (one word a token in synthetic prompts).
+pub fn prompt_words(dialect: Dialect, body: &Value) -> u64 {
+    match dialect {
+        Dialect::Chat => body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| count_words_in(m.get("content")))
+            .sum(),
+        Dialect::Completions => count_words_in(body.get("prompt")),
+        Dialect::Tgi { .. } => count_words_in(body.get("inputs")),
+    }
+}
+
 /// Whitespace-separated words of a prompt or message content (string or list of text parts):
 /// the mock's token count without a tokenizer, exact for llmreplay's synthetic prompts.
 fn count_words_in(content: Option<&Value>) -> u64 {
@@ -674,7 +689,7 @@ mod tests {
         let PromptCounting::Tokenizer(counter) = &counting else {
             unreachable!()
         };
-        g.counted(job.count(counter).unwrap());
+        g.counted(job.ids(counter).unwrap().len() as u64);
         out.clear();
         assert_eq!(
             g.write_due_events(&cfg, u64::MAX, &mut out),

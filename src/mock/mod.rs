@@ -11,11 +11,12 @@ mod counting;
 mod faults;
 mod generation;
 mod metrics;
+mod token_cache;
 mod workers;
 
 pub use faults::{FaultKind, FaultPlan};
 pub use generation::{
-    Dialect, Generation, MockConfig, PromptCounting, Timing, APPROXIMATE_COUNT_HEADER,
+    prompt_words, Dialect, Generation, MockConfig, PromptCounting, Timing, APPROXIMATE_COUNT_HEADER,
 };
 
 use faults::{HUGE_HEAD_BYTES, SLOW_HEAD_NS};
@@ -217,6 +218,8 @@ impl MockLoop {
             PromptCounting::Tokenizer(counter) => Some(counting::CountPool::start(
                 counter.clone(),
                 cfg.count_threads,
+                cfg.prefix_cache
+                    .map(|(n, b)| token_cache::TokenCache::new(n, b)),
                 Arc::new(Waker::new(poll.registry(), COUNTED)?),
             )?),
             _ => None,
@@ -608,11 +611,17 @@ impl MockLoop {
                 let uncached = match cache.as_mut() {
                     Some(cache) => {
                         let (hits, queries) = cache.serve_request(dialect, &v);
-                        stats.prefix_hits += hits;
-                        stats.prefix_queries += queries;
+                        // With --tokenizer, the token cache reports the hits (the words'
+                        // serve the prefill time).
+                        if g.count_job.is_none() {
+                            stats.prefix_hits += hits;
+                            stats.prefix_queries += queries;
+                        }
                         g.cached_tokens = Some(hits);
                         queries - hits
                     }
+                    // A prompt still to count: its words, one a token in synthetic prompts.
+                    None if g.count_job.is_some() => prompt_words(dialect, &v),
                     None => g.prompt_tokens,
                 };
                 g.prefill_ns = uncached * cfg.prefill_ns_per_token;
@@ -879,6 +888,14 @@ impl MockLoop {
             };
             if !g.count_pending {
                 continue; // both threads counted it
+            }
+            if let Some(hits) = counted.cached_tokens {
+                // The token cache's hits replace the word cache's estimate.
+                g.cached_tokens = Some(hits);
+                self.stats.prefix_hits += hits;
+                if let Ok(n) = &prompt_tokens {
+                    self.stats.prefix_queries += n;
+                }
             }
             match prompt_tokens {
                 Ok(n) => g.counted(n),

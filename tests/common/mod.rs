@@ -111,6 +111,11 @@ pub fn bin() -> Command {
 
 /// `llmreplay replay --quiet` of `trace` against `mock` into the run directory `out` (add
 /// options with `.args`).
+/// A path as an argument.
+pub fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
 pub fn replay_against(mock: &MockProcess, trace: &Path, out: &Path) -> Command {
     let mut cmd = bin();
     cmd.args([

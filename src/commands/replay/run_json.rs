@@ -36,6 +36,12 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
                 "model": model,
                 "weight": spec.weight,
                 "prompt_overhead_tokens": style.synth.map(|i| r.builder.synths[i].overhead()),
+                // What the server puts before and after the content: the expected prefix
+                // hits count the head as shared.
+                "prompt_frame": style.synth.map(|i| {
+                    let frame = r.builder.synths[i].frame();
+                    json!({"head": frame.head, "tail": frame.tail})
+                }),
             })
         })
         .collect();
@@ -95,6 +101,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("think_time_s", json!(plan.think_time_s));
     put("warmup_requests", json!(plan.warmup_requests));
     put("expected_cache_blocks", json!(plan.expected_cache_blocks));
+    put("server_block_size", json!(plan.server_block_size));
     put(
         "scrape",
         json!(plan.scrape.as_ref().map(|s| json!({
