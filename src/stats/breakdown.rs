@@ -1,0 +1,185 @@
+//! The parts of a run summary that break it down: prefix-cache hits (observed against
+//! expected), each endpoint's share, the conversations' waits, prompt lengths against the
+//! servers' counts.
+
+use serde_json::{json, Value};
+
+use super::Distribution;
+use crate::record::RequestRecord;
+
+/// Prefix-cache hits in prompt tokens, as the servers reported them and as the hash ids
+/// predict them: (hit tokens, prompt tokens) of the successful requests that have them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixHits {
+    pub observed: (u64, u64),
+    pub expected: (u64, u64),
+}
+
+impl PrefixHits {
+    pub(super) fn add(&mut self, r: &RequestRecord) {
+        // The share's base: the server's prompt count, else the trace's (a server without an
+        // exact count still reports its cache hits).
+        let Some(prompt) = r.prompt_tokens.or(r.input_tokens) else {
+            return;
+        };
+        if let Some(cached) = r.cached_tokens {
+            self.observed.0 += cached;
+            self.observed.1 += prompt;
+        }
+        if let Some(expected) = r.expected_cached_tokens {
+            self.expected.0 += expected;
+            self.expected.1 += prompt;
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        self.observed.1 > 0 || self.expected.1 > 0
+    }
+
+    fn share((hit, prompt): (u64, u64)) -> Option<f64> {
+        (prompt > 0).then(|| hit as f64 / prompt as f64)
+    }
+
+    pub fn observed_share(&self) -> Option<f64> {
+        Self::share(self.observed)
+    }
+
+    pub fn expected_share(&self) -> Option<f64> {
+        Self::share(self.expected)
+    }
+
+    pub(super) fn to_json(self) -> Value {
+        json!({"observed_hit_share": self.observed_share(),
+               "expected_hit_share": self.expected_share(),
+               "cached_tokens": (self.observed.1 > 0).then_some(self.observed.0),
+               "expected_cached_tokens": (self.expected.1 > 0).then_some(self.expected.0),
+               "prompt_tokens": self.observed.1.max(self.expected.1)})
+    }
+}
+
+/// Conversation turns that waited for their parent.
+#[derive(Default)]
+pub(super) struct SessionBuilder {
+    pub(super) turns: u64,
+    pub(super) parent_failed: u64,
+    pub(super) delay_ms: Vec<f64>,
+}
+
+/// How waiting for parents moved the conversation turns (`sessions` in summary.json).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionSummary {
+    /// Turns that had a parent to wait for.
+    pub turns_after_parent: u64,
+    pub parent_failed: u64,
+    /// Their deadline minus their trace time.
+    pub session_delay: Option<Distribution>,
+}
+
+impl SessionSummary {
+    pub(super) fn to_json(&self) -> Value {
+        json!({
+            "turns_after_parent": self.turns_after_parent,
+            "parent_failed": self.parent_failed,
+            "session_delay_ms": self.session_delay.as_ref().map(Distribution::to_json),
+        })
+    }
+}
+
+/// One endpoint's share of a run, accumulated.
+#[derive(Default)]
+pub(super) struct EndpointBuilder {
+    pub(super) total: u64,
+    pub(super) ok: u64,
+    pub(super) output_tokens: u64,
+    /// Its own active span: first send (or due time) to last end.
+    pub(super) first_send_ns: Option<u64>,
+    pub(super) last_end_ns: u64,
+    pub(super) ttft: Vec<f64>,
+    pub(super) e2el: Vec<f64>,
+    pub(super) prefix: PrefixHits,
+}
+
+/// One endpoint's share of a run (`per_endpoint` in summary.json).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EndpointSummary {
+    pub endpoint: String,
+    pub requests: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub ttft: Option<Distribution>,
+    pub e2el: Option<Distribution>,
+    /// Output tokens per second of its own active span (first send to last end): an
+    /// instance 4x slower than the rest shows a quarter of their rate.
+    pub output_throughput: f64,
+    /// That span, in seconds.
+    pub duration_s: f64,
+    pub prefix: PrefixHits,
+}
+
+impl EndpointSummary {
+    pub(super) fn to_json(&self) -> Value {
+        let p = |d: &Option<Distribution>, q| d.as_ref().and_then(|d| d.percentile(q));
+        json!({
+            "endpoint": self.endpoint, "requests": self.requests, "ok": self.ok,
+            "failed": self.failed,
+            "ttft_ms": {"p50": p(&self.ttft, 50.0), "p99": p(&self.ttft, 99.0)},
+            "e2el_ms": {"p50": p(&self.e2el, 50.0), "p99": p(&self.e2el, 99.0)},
+            "output_throughput": self.output_throughput,
+            "duration_s": self.duration_s,
+            "prefix_cache": self.prefix.any().then(|| self.prefix.to_json()),
+        })
+    }
+}
+
+/// A trace's token counts against what the server reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LengthMatch {
+    pub checked: u64,
+    pub exact: u64,
+    pub max_abs_diff: u64,
+    /// Successful requests with a target the server gave no (exact) count for.
+    pub not_checked: u64,
+}
+
+impl LengthMatch {
+    pub(super) fn add(&mut self, target: Option<u64>, actual: Option<u64>) {
+        match (target, actual) {
+            (Some(target), Some(actual)) => {
+                self.checked += 1;
+                self.exact += u64::from(target == actual);
+                self.max_abs_diff = self.max_abs_diff.max(target.abs_diff(actual));
+            }
+            (Some(_), None) => self.not_checked += 1,
+            (None, _) => {}
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({"checked": self.checked, "exact": self.exact, "max_abs_diff": self.max_abs_diff,
+               "not_checked": self.not_checked})
+    }
+
+    /// `exact/checked (max diff N)`, or why nothing was checked.
+    pub fn describe(&self) -> String {
+        let mut s = if self.checked == 0 {
+            "not checked".to_string()
+        } else {
+            format!(
+                "{}/{} (max diff {})",
+                self.exact, self.checked, self.max_abs_diff
+            )
+        };
+        if self.not_checked > 0 {
+            s.push_str(&format!(
+                "; {} without an exact server count",
+                self.not_checked
+            ));
+        }
+        s
+    }
+
+    /// Anything to say: a comparison, or requests that could not be compared.
+    pub fn any(&self) -> bool {
+        self.checked + self.not_checked > 0
+    }
+}
