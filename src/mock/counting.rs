@@ -49,7 +49,7 @@ impl PendingCount {
     }
 
     /// The prompt's token ids; it is done.
-    fn ids(&self, counter: &PromptCounter) -> Result<Vec<u32>, String> {
+    pub(super) fn ids(&self, counter: &PromptCounter) -> Result<Vec<u32>, String> {
         let ids = self.job.ids(counter);
         self.done.store(true, Ordering::Release);
         ids
