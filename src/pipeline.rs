@@ -463,7 +463,6 @@ pub fn spawn_producers(
     shaper: Shaper,
     router: Router,
     sessions: SessionTracker,
-    shapes: bool,
     builder: Arc<RequestBuilder>,
     out: ToSenders,
     cores: Vec<core_affinity::CoreId>,
@@ -491,7 +490,7 @@ pub fn spawn_producers(
                     if let Some(core) = core {
                         core_affinity::set_for_current(core);
                     }
-                    produce(&shared, &builder, shapes, &out, &stop)
+                    produce(&shared, &builder, &out, &stop)
                 })
                 .expect("spawn producer thread")
         })
@@ -552,11 +551,9 @@ impl SharedReader {
     }
 }
 
-/// `shapes`: each request carries its prompt's [`PromptShape`] for the expected hits.
 fn produce(
     shared: &Mutex<SharedReader>,
     builder: &RequestBuilder,
-    shapes: bool,
     out: &ToSenders,
     stop: &StopRequest,
 ) -> Result<u64> {
@@ -590,9 +587,8 @@ fn produce(
                 message,
             })?;
         request.warmup = p.warmup;
-        if shapes {
-            request.cache_shape = builder.prompt_shape(p.endpoint, &p.record).map(Box::new);
-        }
+        // For the expected prefix-cache hits, looked up when it is sent.
+        request.cache_shape = builder.prompt_shape(p.endpoint, &p.record).map(Box::new);
         request.session = p.link.map(|link| {
             Box::new(SessionTurn {
                 link,

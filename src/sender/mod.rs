@@ -133,8 +133,8 @@ pub struct SenderConfig {
     /// Closed loop (`--concurrency`): each sender's most requests in flight, by sender id
     /// (empty otherwise).
     pub in_flight_caps: Vec<usize>,
-    /// The expected prefix-cache hits, looked up as requests are sent (None: not computed).
-    pub expected: Option<Arc<SharedExpected>>,
+    /// The expected prefix-cache hits, looked up as requests are sent.
+    pub expected: Arc<SharedExpected>,
     /// Sets the run start on the shared clock once every sender has its connections open;
     /// deadlines are `t0 + scheduled_ns`.
     pub start: Arc<StartGate>,
@@ -723,9 +723,7 @@ impl SenderLoop {
         let written = conn.write_request(head, budget, &self.clock);
         if written.started {
             self.progress.sent.fetch_add(1, Ordering::Relaxed);
-            if self.cfg.expected.is_some() {
-                self.sent_unnoted.push((slot, self.slots[slot].generation));
-            }
+            self.sent_unnoted.push((slot, self.slots[slot].generation));
         }
         if let Some(buffer) = written.spent {
             self.cfg.buffers.give(buffer);
@@ -745,9 +743,7 @@ impl SenderLoop {
                 self.write_some(slot, usize::MAX);
             }
         }
-        let Some(model) = &self.cfg.expected else {
-            return;
-        };
+        let model = &self.cfg.expected;
         for (slot, generation) in self.sent_unnoted.drain(..) {
             let s = &mut self.slots[slot];
             if let (true, Some(ex)) = (
@@ -856,9 +852,7 @@ impl SenderLoop {
                         self.fail_and_close(slot, ErrorKind::Protocol, String::new());
                         break;
                     }
-                    if let Some(model) = &self.cfg.expected {
-                        ex.note_first_token(model);
-                    }
+                    ex.note_first_token(&self.cfg.expected);
                 }
                 Ok(Step::Done { consumed }) => {
                     let reusable =
@@ -896,9 +890,7 @@ impl SenderLoop {
         let conn = self.slots[slot].conn.as_mut().expect("live slot");
         let mut ex = conn.exchange.take().expect("exchange in flight");
         ex.finish_response(&conn.body, &self.scanners[conn.target], now);
-        if let Some(model) = &self.cfg.expected {
-            ex.note_first_token(model);
-        }
+        ex.note_first_token(&self.cfg.expected);
         let target = conn.target;
         self.in_flight -= 1;
         self.emit(ex, target);

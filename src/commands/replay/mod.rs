@@ -273,7 +273,7 @@ fn start(
             .filter_map(|i| plan.load.per_sender_concurrency(num_sender, i))
             .collect(),
         start: Arc::clone(&gate),
-        expected: Some(Arc::clone(expected)),
+        expected: Arc::clone(expected),
     });
 
     let (tx, rx) = crossbeam_channel::bounded(plan.channel_capacity);
@@ -305,7 +305,6 @@ fn start(
             plan.think_time_s.map(|s| (s * 1e9) as u64),
             plan.time_scale,
         ),
-        true,
         Arc::clone(&builder),
         ToSenders {
             tx,
