@@ -159,6 +159,21 @@ fn sweep(
     serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap()
 }
 
+/// A step whose observed prefix share is its expected one within 0.5 points, with no cache
+/// warning: (expected, observed).
+fn shares_agree(s: &Value) -> (f64, f64) {
+    let (e, o) = (
+        s["prefix_expected_share"].as_f64().unwrap(),
+        s["prefix_observed_share"].as_f64().unwrap(),
+    );
+    assert!(
+        (o - e).abs() <= 0.005,
+        "observed {o} against expected {e}: {s}"
+    );
+    assert!(s["cache_warning"].is_null(), "{s}");
+    (e, o)
+}
+
 /// Each step's prompts are new to the servers: against a cache larger than the trace, every
 /// step's observed prefix share is its expected one (the trace's own reuse). With
 /// `--warm-cache` the later steps hit everything, and the sweep says so.
@@ -181,16 +196,8 @@ fn sweep_steps_measure_their_own_reuse_not_the_cache_before_them() {
     let steps = fresh["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 3, "{fresh}");
     for s in steps {
-        let (e, o) = (
-            s["prefix_expected_share"].as_f64().unwrap(),
-            s["prefix_observed_share"].as_f64().unwrap(),
-        );
+        let (e, _) = shares_agree(s);
         assert!(e > 0.2, "the trace's own reuse is expected: {s}");
-        assert!(
-            (o - e).abs() <= 0.005,
-            "observed {o} against expected {e}: {s}"
-        );
-        assert!(s["cache_warning"].is_null(), "{s}");
     }
     let text = std::fs::read_to_string(dir.join("fresh/sweep.txt")).unwrap();
     assert!(
@@ -318,17 +325,9 @@ fn a_primed_sweep_measures_every_step_with_its_own_prompts_cached() {
     let steps = primed["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{primed}");
     for s in steps {
-        let (e, o) = (
-            s["prefix_expected_share"].as_f64().unwrap(),
-            s["prefix_observed_share"].as_f64().unwrap(),
-        );
         // The expected hits know what the priming pass sent: every whole block.
+        let (_, o) = shares_agree(s);
         assert!(o > 0.8, "observed {o}: {s}");
-        assert!(
-            (o - e).abs() <= 0.005,
-            "observed {o} against expected {e}: {s}"
-        );
-        assert!(s["cache_warning"].is_null(), "{s}");
     }
     let text = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
     assert!(text.contains("each step is primed (--prime)"), "{text}");
