@@ -105,7 +105,7 @@ impl EventScanner {
     pub fn parse_body(&self, body: &[u8]) -> FullResponse {
         let Ok(v) = serde_json::from_slice::<Value>(body) else {
             return FullResponse {
-                error: Some(excerpt(body)),
+                not_json: true,
                 ..FullResponse::default()
             };
         };
@@ -124,7 +124,8 @@ impl EventScanner {
                 completion_tokens: first
                     .pointer("/details/generated_tokens")
                     .and_then(Value::as_u64),
-                error: None,
+                content: nonempty(first.get("generated_text")),
+                ..FullResponse::default()
             };
         }
         let usage = v.get("usage");
@@ -135,9 +136,30 @@ impl EventScanner {
                 .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
                 .and_then(Value::as_u64),
             completion_tokens: count("completion_tokens"),
-            error: None,
+            content: v
+                .get("choices")
+                .and_then(Value::as_array)
+                .is_some_and(|choices| choices.iter().any(has_text)),
+            ..FullResponse::default()
         }
     }
+}
+
+fn nonempty(v: Option<&Value>) -> bool {
+    v.and_then(Value::as_str).is_some_and(|s| !s.is_empty())
+}
+
+/// A choice of a chat or completions answer that carries text (or reasoning or a tool call).
+fn has_text(choice: &Value) -> bool {
+    let message = choice.get("message");
+    nonempty(choice.get("text"))
+        || ["content", "reasoning_content"]
+            .iter()
+            .any(|k| nonempty(message.and_then(|m| m.get(*k))))
+        || message
+            .and_then(|m| m.get("tool_calls"))
+            .and_then(Value::as_array)
+            .is_some_and(|calls| !calls.is_empty())
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -146,6 +168,10 @@ pub struct FullResponse {
     pub cached_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub error: Option<String>,
+    /// Some choice carries text (what counts when the server gives no usage).
+    pub content: bool,
+    /// The body is not JSON at all (an HTML page, compressed bytes, ...).
+    pub not_json: bool,
 }
 
 /// Longest excerpt of a server's error text kept in a record.
@@ -251,7 +277,8 @@ mod tests {
                 prompt_tokens: Some(3),
                 cached_tokens: None,
                 completion_tokens: Some(2),
-                error: None
+                content: true,
+                ..FullResponse::default()
             }
         );
         let full = s.parse_body(
@@ -261,7 +288,9 @@ mod tests {
             (full.prompt_tokens, full.cached_tokens),
             (Some(48), Some(32))
         );
-        assert_eq!(s.parse_body(b"not json").error.as_deref(), Some("not json"));
+        assert!(s.parse_body(b"<html>not json</html>").not_json);
+        let silent = s.parse_body(br#"{"choices":[{"text":""}],"usage":{"completion_tokens":0}}"#);
+        assert!(!silent.content && silent.completion_tokens == Some(0));
     }
 
     /// TGI's stream (as text-generation-inference's `generate_stream` writes it) and bodies.
@@ -286,7 +315,7 @@ mod tests {
         );
         assert_eq!((full.completion_tokens, full.error), (Some(2), None));
         let listed = s.parse_body(br#"[{"generated_text":"x","details":{"generated_tokens":1}}]"#);
-        assert_eq!(listed.completion_tokens, Some(1));
+        assert_eq!((listed.completion_tokens, listed.content), (Some(1), true));
         let refused = s.parse_body(br#"{"error":"Model is overloaded","error_type":"overloaded"}"#);
         assert_eq!(refused.error.as_deref(), Some("Model is overloaded"));
     }

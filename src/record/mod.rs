@@ -56,6 +56,11 @@ pub enum ErrorKind {
     Tls,
     /// The run was stopped (a signal) before the request finished.
     Cancelled,
+    /// A success status whose answer held no output token, though tokens were asked for.
+    Empty,
+    /// The endpoint went away (it refuses new connections) while this request waited for its
+    /// answer, silent for `--stall-timeout`.
+    EndpointDown,
     /// Another I/O error.
     Io,
 }
@@ -70,6 +75,8 @@ impl ErrorKind {
             ErrorKind::Protocol => "protocol",
             ErrorKind::Tls => "tls",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Empty => "empty",
+            ErrorKind::EndpointDown => "endpoint-down",
             ErrorKind::Io => "io",
         }
     }
@@ -101,6 +108,8 @@ impl ErrorKind {
             ErrorKind::Protocol,
             ErrorKind::Tls,
             ErrorKind::Cancelled,
+            ErrorKind::Empty,
+            ErrorKind::EndpointDown,
         ]
         .into_iter()
         .find(|k| k.as_str() == name)
@@ -362,21 +371,24 @@ impl RequestRecord {
 /// Writes records as JSON lines. Lines are gathered in memory and handed to the file whole:
 /// the caller flushes after each batch, so a crash or a forced exit loses nothing already
 /// flushed and never leaves half a line.
-pub struct RecordWriter<W: Write> {
-    out: W,
+pub struct RecordWriter {
+    out: std::fs::File,
     lines: Vec<u8>,
     format: RecordFormat,
+    /// Bytes of whole lines in the file: a failed write is cut back to here.
+    committed: u64,
 }
 
 /// Gathered lines are written out once they pass this size, even before a flush.
 const WRITE_CHUNK: usize = 1 << 20;
 
-impl<W: Write> RecordWriter<W> {
-    pub fn new(out: W, format: RecordFormat) -> Self {
+impl RecordWriter {
+    pub fn new(out: std::fs::File, format: RecordFormat) -> Self {
         RecordWriter {
             out,
             lines: Vec::with_capacity(WRITE_CHUNK),
             format,
+            committed: 0,
         }
     }
 
@@ -389,10 +401,19 @@ impl<W: Write> RecordWriter<W> {
         Ok(())
     }
 
+    /// Writes the gathered lines; each is in the file whole or not at all (a write that
+    /// fails part-way, the disk full, is cut back to the last whole line).
     pub fn flush(&mut self) -> io::Result<()> {
-        self.out.write_all(&self.lines)?;
+        if let Err(e) = self.out.write_all(&self.lines) {
+            use io::Seek;
+            let _ = self.out.set_len(self.committed);
+            let _ = self.out.seek(io::SeekFrom::Start(self.committed));
+            self.lines.clear();
+            return Err(e);
+        }
+        self.committed += self.lines.len() as u64;
         self.lines.clear();
-        self.out.flush()
+        Ok(())
     }
 }
 

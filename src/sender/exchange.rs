@@ -34,6 +34,8 @@ pub struct Exchange {
     pub last_byte_ns: Option<u64>,
     pub end_ns: Option<u64>,
     chunks: u64,
+    /// Stream events the dialect could read (content or not).
+    events: u64,
     counted_tokens: u64,
     prompt_tokens: Option<u64>,
     cached_tokens: Option<u64>,
@@ -58,6 +60,7 @@ impl Exchange {
             last_byte_ns: None,
             end_ns: None,
             chunks: 0,
+            events: 0,
             counted_tokens: 0,
             prompt_tokens: None,
             cached_tokens: None,
@@ -90,6 +93,7 @@ impl Exchange {
             self.fail(ErrorKind::Http, message);
             return;
         }
+        self.events += 1;
         if ev.prompt_tokens.is_some() {
             self.prompt_tokens = ev.prompt_tokens;
             self.cached_tokens = ev.cached_tokens;
@@ -126,6 +130,14 @@ impl Exchange {
         }
     }
 
+    /// While its answer has not started (no first token of a stream, no byte of a whole
+    /// body): how long the request has heard nothing, from its send or its last byte.
+    pub fn waiting_for_answer(&self, now: u64) -> Option<u64> {
+        let started = self.first_token_ns.is_some() || (!self.sse && self.status.is_some());
+        let since = self.last_byte_ns.or(self.sent_ns)?;
+        (!started).then(|| now.saturating_sub(since))
+    }
+
     /// The request was sent: its expected prefix-cache hits are looked up now.
     pub fn note_sent(&mut self, model: &SharedExpected) {
         if let Some(shape) = &self.req.cache_shape {
@@ -146,22 +158,61 @@ impl Exchange {
         }
     }
 
-    /// Completes the exchange at `now`: reads a whole body, judges the status.
+    /// Completes the exchange at `now`: reads a whole body, judges the status, and a success
+    /// status by its answer. `body` holds a whole non-streamed body, or a stream's first bytes.
     pub fn finish_response(&mut self, body: &[u8], scanner: &EventScanner, now: u64) {
         self.end_ns = Some(now);
         let status = self.status.unwrap_or(0);
         if !(200..300).contains(&status) {
             self.fail(ErrorKind::Http, format!("HTTP {status}: {}", excerpt(body)));
-        } else if !self.sse {
+            return;
+        }
+        let mut content = self.chunks > 0;
+        if !self.sse {
             let full = scanner.parse_body(body);
-            if let Some(message) = full.error {
+            if full.not_json {
+                let api = scanner.api().name();
+                self.fail(
+                    ErrorKind::Protocol,
+                    format!(
+                        "HTTP {status} whose body is not {api} JSON: {}",
+                        excerpt(body)
+                    ),
+                );
+            } else if let Some(message) = full.error {
                 self.fail(ErrorKind::Http, message);
             }
             self.prompt_tokens = full.prompt_tokens;
             self.cached_tokens = full.cached_tokens;
             self.completion_tokens = full.completion_tokens;
+            content = full.content;
             // The whole answer arrives at once: its first token is its last byte.
             self.first_token_ns = Some(now);
+        } else if self.events == 0 {
+            let api = scanner.api().name();
+            self.fail(
+                ErrorKind::Protocol,
+                format!(
+                    "HTTP {status} whose body holds no {api} stream event: {}",
+                    excerpt(body)
+                ),
+            );
+        }
+        // Success means the answer arrived: no output where output was asked is a failure.
+        let asked = self.req.output_tokens_target != Some(0);
+        let counted = self.completion_tokens.map_or(content, |n| n > 0);
+        if asked && !counted {
+            let asked = self
+                .req
+                .output_tokens_target
+                .map_or("tokens were".to_string(), |n| format!("{n} were"));
+            self.fail(
+                ErrorKind::Empty,
+                format!(
+                    "HTTP {status} with no output tokens ({asked} asked for): {}",
+                    excerpt(body)
+                ),
+            );
         }
     }
 
@@ -230,6 +281,9 @@ impl ResponseSink for Feed<'_> {
 
     fn body(&mut self, data: &[u8]) {
         if self.ex.sse {
+            // A stream's first bytes are kept for the message of a stream that says nothing.
+            let room = EXCERPT.saturating_sub(self.body.len());
+            self.body.extend_from_slice(&data[..data.len().min(room)]);
             let Feed {
                 ex,
                 sse,

@@ -170,3 +170,39 @@ impl Drop for MockProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A loopback HTTP server that answers every request with `answer(request head and body)`
+/// and closes the connection: for servers that misbehave in ways the mock does not. Its
+/// thread lives as long as the test process.
+pub fn canned_server(answer: fn(&[u8]) -> Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 8192];
+            // The head, then as many body bytes as it announces.
+            while let Ok(n) = conn.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+            }
+            let _ = conn.write_all(&answer(&request));
+        }
+    });
+    format!("http://{addr}")
+}
