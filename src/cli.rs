@@ -24,6 +24,35 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Peers' flags (vLLM's `bench serve`, AIPerf, inference-perf) and what does their job here.
+const PEER_FLAGS: [(&str, &str); 8] = [
+    ("--request-rate", "--rate R (with --arrival poisson|gamma)"),
+    ("--metric-percentiles", "--percentiles 50,90,99"),
+    ("--base-url", "--endpoint URL"),
+    ("--num-prompts", "--max-requests N"),
+    ("--result-dir", "--output DIR"),
+    (
+        "--save-result",
+        "nothing: every run saves its results in --output DIR",
+    ),
+    (
+        "--max-concurrency",
+        "--concurrency C (a closed loop; see the README's peer table)",
+    ),
+    ("--request-count", "--max-requests N"),
+];
+
+/// The hint for an unknown option that is a peer's name for one of ours.
+fn peer_flag_hint(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let name = arg.split('=').next().unwrap_or(arg);
+    let (_, ours) = PEER_FLAGS.iter().find(|(peer, _)| *peer == name)?;
+    Some(format!("{name} is another tool's option; here use {ours}"))
+}
+
 /// What a command line that does not parse ends in: the message (clap's, plus a hint) and
 /// the exit status. A usage error is 1 (CONTRACT §2; clap's own default is 2); `--help` and
 /// `--version` print to stdout and exit 0.
@@ -45,6 +74,17 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, ParseExit> {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
     );
     let mut message = err.render().to_string();
+    if let Some(hint) = peer_flag_hint(&err) {
+        // clap's guess by spelling ("--request-rate" -> "--request-timeout") would mislead.
+        // Its usage line is built from that guess too.
+        message = message
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("tip:") && !l.starts_with("Usage:"))
+            .filter(|l| !l.is_empty())
+            .map(|l| format!("{l}\n"))
+            .collect();
+        message.push_str(&format!("hint: {hint}\n"));
+    }
     // trace-replayer's habit: options straight after the program name. Suggest the
     // subcommand that takes them.
     let first = args.get(1).and_then(|a| a.to_str()).unwrap_or_default();
@@ -65,9 +105,23 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, ParseExit> {
     })
 }
 
+/// The timeouts of a request, each with one meaning (README "Timeouts" holds the same table).
+const TIMEOUTS_HELP: &str = "\
+Timeouts (each request ends in exactly one record):
+  phase               limit                                         fails as
+  connect             refused at once; else --request-timeout       connect, tls, timeout
+  first byte / token  --first-token-timeout (default: none); on an  timeout
+                      endpoint that takes no new connection, silent
+                      for --stall-timeout                           endpoint-down
+  stall               silent for --stall-timeout after the answer   timeout
+                      started (its first token, or a whole body's
+                      first byte)
+  whole request       --request-timeout from its send               timeout";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Replay a trace against one or more endpoints (or the built-in mock) and measure.
+    #[command(after_long_help = TIMEOUTS_HELP)]
     Replay(Box<ReplayArgs>),
     /// Run the built-in mock inference server (OpenAI chat and completions, streaming or not).
     Mock(Box<MockArgs>),
@@ -457,13 +511,17 @@ pub struct ReplayArgs {
     pub request_timeout: f64,
 
     /// A streamed request with no first token this many seconds after it was sent fails with
-    /// `timeout` (default: only --request-timeout applies).
+    /// `timeout` (default: only --request-timeout applies). Until then a request waits on a
+    /// live server however long it is silent: a queue or a long prefill is not a failure.
     #[arg(long, value_name = "SECS")]
     pub first_token_timeout: Option<f64>,
 
-    /// A response that has started but then sent nothing for this many seconds fails with
-    /// `timeout`, keeping what it received (a server that died without closing its streams
-    /// would otherwise hold them for the whole --request-timeout).
+    /// A response whose answer has started (its first token) but then sent nothing for this
+    /// many seconds fails with `timeout`, keeping what it received (a server that died
+    /// without closing its streams would otherwise hold them for the whole
+    /// --request-timeout). A request with no answer yet that is silent this long makes its
+    /// endpoint checked: one that takes no new connection (a server shutting down) fails it
+    /// as `endpoint-down`; a live one is waited for (--first-token-timeout).
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     pub stall_timeout: f64,
 
@@ -737,6 +795,13 @@ pub struct MockArgs {
     #[arg(long, value_name = "N")]
     pub max_running: Option<usize>,
 
+    /// Shut down gracefully when the Nth request arrives, as llama-server does on SIGTERM:
+    /// the listener closes (new connections are refused), requests generating finish, and
+    /// every other request, queued or arriving on an open connection, is held open and
+    /// silent forever.
+    #[arg(long, value_name = "N")]
+    pub graceful_shutdown_after: Option<u64>,
+
     /// Prefill time per prompt token the prefix cache did not serve (with --cache-blocks, its
     /// words; every prompt word without), added to the time to first token: the work a real
     /// server's cache saves, so a warm cache raises its capacity as a real one does.
@@ -870,6 +935,7 @@ impl MockArgs {
             count_threads: self.count_threads.clamp(1, 256),
             prefix_cache: self.cache_blocks.map(|n| (n, self.cache_block_size.max(1))),
             max_running: self.max_running.map(|n| n.max(1)),
+            graceful_shutdown_after: self.graceful_shutdown_after,
             prefill_ns_per_token: ms_to_ns(self.prefill_us_per_token / 1000.0),
             keep_alive_ns: ms_to_ns(self.keep_alive_s * 1000.0),
             tls: match (&self.tls_cert, &self.tls_key) {

@@ -44,6 +44,9 @@ pub struct MockConfig {
     /// `--max-running N`: at most N requests generate at once; the rest wait in arrival
     /// order, and their time to first token starts when they are admitted.
     pub max_running: Option<usize>,
+    /// `--graceful-shutdown-after N`: at the Nth request the listener closes and no request
+    /// is admitted any more; those generating finish.
+    pub graceful_shutdown_after: Option<u64>,
     /// `--prefill-us-per-token`: time to first token added per prompt token not served by
     /// the prefix cache.
     pub prefill_ns_per_token: u64,
@@ -161,6 +164,7 @@ impl Default for MockConfig {
             count_threads: 2,
             prefix_cache: None,
             max_running: None,
+            graceful_shutdown_after: None,
             prefill_ns_per_token: 0,
         }
     }

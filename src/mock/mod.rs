@@ -152,7 +152,8 @@ struct Conn {
 
 struct MockLoop {
     poll: Poll,
-    listener: TcpListener,
+    /// Gone after a graceful shutdown (new connections are refused).
+    listener: Option<TcpListener>,
     timer: DeadlineTimer,
     armed_for: Option<u64>,
     cfg: MockConfig,
@@ -237,7 +238,7 @@ impl MockLoop {
             .transpose()?;
         Ok(MockLoop {
             poll,
-            listener,
+            listener: Some(listener),
             timer,
             armed_for: None,
             cfg,
@@ -306,7 +307,10 @@ impl MockLoop {
 
     fn accept(&mut self) {
         loop {
-            match self.listener.accept() {
+            let Some(listener) = &self.listener else {
+                return;
+            };
+            match listener.accept() {
                 Ok((tcp, _)) => {
                     self.stats.connections += 1;
                     if self.cfg.faults.refuses_connection(self.stats.connections) {
@@ -694,7 +698,14 @@ impl MockLoop {
         if let Some(f) = fault {
             self.log_fault(index, f);
         }
-        if cfg.max_running.is_some_and(|n| self.running >= n) {
+        if cfg.graceful_shutdown_after.is_some_and(|n| id + 1 >= n) && self.listener.is_some() {
+            // Closing the listener refuses new connects; the queued stay queued.
+            if let Some(mut listener) = self.listener.take() {
+                let _ = self.poll.registry().deregister(&mut listener);
+            }
+            self.accept_retry = false;
+        }
+        if self.listener.is_none() || cfg.max_running.is_some_and(|n| self.running >= n) {
             generation_state.queued = true;
             self.waiting
                 .push_back((slot, generation, generation_state.id()));
@@ -729,6 +740,9 @@ impl MockLoop {
     /// request still connected takes its place, its time to first token starting now.
     fn release(&mut self) {
         self.running = self.running.saturating_sub(1);
+        if self.listener.is_none() {
+            return; // shut down: nothing more is admitted
+        }
         let now = self.clock.now_ns();
         while let Some((slot, generation, id)) = self.waiting.pop_front() {
             let Some(g) = conn_in(&mut self.conns, slot, generation)

@@ -6,9 +6,15 @@
 //! non-blocking connect and hands the socket back, waking the sender's poll. The handshake
 //! itself still completes in the sender's event loop (and a TLS session is set up here, its
 //! handshake there).
+//!
+//! It also probes an endpoint that has left requests silent for `--stall-timeout`: a server
+//! shutting down gracefully (llama-server on SIGTERM) closes its listener but keeps queued
+//! connections open and silent, so a refused connect is what tells "gone" from "busy".
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -17,8 +23,21 @@ use mio::Waker;
 
 use crate::transport::{Stream, TlsTarget};
 
-/// A connection asked for: the endpoint index and the stream, or why connect(2) failed.
-pub type Opened = (usize, io::Result<Stream>);
+/// What the helper thread hands back.
+pub enum Opened {
+    /// A connection asked for: the endpoint index and the stream, or why connect(2) failed.
+    Stream(usize, io::Result<Stream>),
+    /// A probe of the endpoint: `Err` says why it takes no new connection.
+    Probe(usize, io::Result<()>),
+}
+
+/// How long a probe waits for its connect.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+enum Ask {
+    Stream(usize),
+    Probe(usize),
+}
 
 /// Where a connection goes: the address, and TLS for an https endpoint.
 #[derive(Clone, Debug)]
@@ -28,6 +47,11 @@ pub struct Dial {
 }
 
 impl Dial {
+    /// A blocking connect, closed at once: does the endpoint still accept connections?
+    fn probe(&self) -> io::Result<()> {
+        std::net::TcpStream::connect_timeout(&self.addr, PROBE_TIMEOUT).map(drop)
+    }
+
     fn open(&self) -> io::Result<Stream> {
         let tcp = TcpStream::connect(self.addr)?;
         match &self.tls {
@@ -38,8 +62,10 @@ impl Dial {
 }
 
 pub struct Connector {
-    requests: Option<Sender<usize>>,
+    requests: Option<Sender<Ask>>,
     opened: Receiver<Opened>,
+    /// Set at the run's stop request: asks still queued are dropped.
+    stopped: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -47,11 +73,20 @@ impl Connector {
     /// Starts the helper thread for endpoints `dials`; `waker` wakes the sender when a socket
     /// is ready for it.
     pub fn spawn(name: String, waker: Waker, dials: Vec<Dial>) -> io::Result<Connector> {
-        let (requests, todo) = crossbeam_channel::unbounded::<usize>();
+        let (requests, todo) = crossbeam_channel::unbounded::<Ask>();
         let (done, opened) = crossbeam_channel::unbounded();
+        let stopped = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&stopped);
         let thread = std::thread::Builder::new().name(name).spawn(move || {
-            for target in todo {
-                if done.send((target, dials[target].open())).is_err() {
+            for ask in todo {
+                if stop.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let answer = match ask {
+                    Ask::Stream(target) => Opened::Stream(target, dials[target].open()),
+                    Ask::Probe(target) => Opened::Probe(target, dials[target].probe()),
+                };
+                if done.send(answer).is_err() {
                     break;
                 }
                 let _ = waker.wake();
@@ -60,6 +95,7 @@ impl Connector {
         Ok(Connector {
             requests: Some(requests),
             opened,
+            stopped,
             thread: Some(thread),
         })
     }
@@ -67,7 +103,19 @@ impl Connector {
     /// Asks for one more connection to endpoint `target`.
     pub fn request(&self, target: usize) {
         if let Some(tx) = &self.requests {
-            let _ = tx.send(target);
+            let _ = tx.send(Ask::Stream(target));
+        }
+    }
+
+    /// The run stops: no more connections are made.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    /// Asks whether endpoint `target` still takes new connections.
+    pub fn probe(&self, target: usize) {
+        if let Some(tx) = &self.requests {
+            let _ = tx.send(Ask::Probe(target));
         }
     }
 

@@ -51,7 +51,7 @@ use crate::stats::latency_histogram;
 use crate::stop::StopRequest;
 use crate::transport::{Stream, TlsTarget};
 use conn::{Conn, Established};
-use connector::{Connector, Dial};
+use connector::{Connector, Dial, Opened};
 use conversations::Conversations;
 use exchange::{Exchange, Feed, Hists};
 use pool::Pool;
@@ -465,6 +465,9 @@ impl SenderLoop {
         };
         if self.cancel_at.is_none() {
             self.cancel_at = Some(at + self.cfg.drain_timeout_ns);
+            // Connects asked for the requests dropped here are not made (after a burst the
+            // helper thread would go on opening thousands of connections nobody will use).
+            self.connector.stop();
             self.heap.clear();
             for turn in self.conversations.clear() {
                 self.cfg.buffers.give(turn.bytes);
@@ -640,13 +643,57 @@ impl SenderLoop {
         })
     }
 
-    /// Takes in the sockets the connector opened.
+    /// Takes in the sockets the connector opened, and the answers to probes.
     fn take_opened(&mut self) {
-        while let Some((target, opened)) = self.connector.try_opened() {
-            if let Err(e) = opened.and_then(|stream| self.adopt(target, stream)) {
-                self.pools[target].connecting -= 1;
-                self.connect_failed(target, ErrorKind::Connect, &e);
+        while let Some(opened) = self.connector.try_opened() {
+            match opened {
+                Opened::Stream(target, opened) => {
+                    if let Err(e) = opened.and_then(|stream| self.adopt(target, stream)) {
+                        self.pools[target].connecting -= 1;
+                        self.connect_failed(target, ErrorKind::Connect, &e);
+                    }
+                }
+                Opened::Probe(target, answer) => {
+                    self.pools[target].probing = false;
+                    if let Err(e) = answer {
+                        self.endpoint_gone(target, &e);
+                    }
+                }
             }
+        }
+    }
+
+    /// Endpoint `target` takes no new connection: the requests it has left without an answer
+    /// for `--stall-timeout` will never get one (a server shutting down keeps them open and
+    /// silent) and fail as `endpoint-down`.
+    fn endpoint_gone(&mut self, target: usize, e: &io::Error) {
+        let now = self.clock.now_ns();
+        let stall = self.cfg.stall_timeout_ns;
+        let url = &self.cfg.targets[target].url;
+        let gone: Vec<(usize, String)> = self
+            .in_flight_exchanges()
+            .filter(|(slot, ex)| {
+                self.slots[*slot]
+                    .conn
+                    .as_ref()
+                    .is_some_and(|c| c.target == target)
+                    && ex
+                        .waiting_for_answer(now)
+                        .is_some_and(|silent| silent > stall)
+            })
+            .map(|(slot, ex)| {
+                let silent = ex.waiting_for_answer(now).unwrap_or(0) as f64 / 1e9;
+                (
+                    slot,
+                    format!(
+                        "{url} takes no new connection ({e}) and left this request without \
+                         an answer for {silent:.1} s (--stall-timeout)"
+                    ),
+                )
+            })
+            .collect();
+        for (slot, message) in gone {
+            self.fail_and_close(slot, ErrorKind::EndpointDown, message);
         }
     }
 
@@ -952,7 +999,12 @@ impl SenderLoop {
         if ex.end_ns.is_none() {
             ex.end_ns = Some(self.clock.now_ns());
         }
-        let record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
+        let mut record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
+        if let Some(e) = &mut record.error {
+            if let std::borrow::Cow::Owned(clean) = crate::secrets::redact(&e.message) {
+                e.message = clean;
+            }
+        }
         if record.session.is_some() {
             let end = record.end_ns.unwrap_or(0);
             let children = self.conversations.ended(record.index, end, !record.ok());
@@ -1002,27 +1054,44 @@ impl SenderLoop {
         let timeout = self.cfg.request_timeout_ns;
         let t0 = self.t0_ns;
         let mut expired = Vec::new();
+        let stall = self.cfg.stall_timeout_ns;
+        let first_token_limit = self.cfg.first_token_timeout_ns.filter(|_| self.cfg.stream);
+        let mut suspects = Vec::new();
         for (slot, ex) in self.in_flight_exchanges() {
             let since = ex.sent_ns.unwrap_or(t0 + ex.req.scheduled_ns);
             let waited = now.saturating_sub(since);
             if waited > timeout {
                 let secs = timeout as f64 / 1e9;
                 expired.push((slot, format!("no complete response within {secs} s")));
+            } else if let Some(silent) = ex.waiting_for_answer(now) {
+                // Before its answer starts, a request waits on a live server (a long queue or
+                // prefill) until --first-token-timeout; silence only makes its server a suspect.
+                if first_token_limit.is_some_and(|limit| waited > limit) {
+                    let secs = first_token_limit.unwrap_or(0) as f64 / 1e9;
+                    expired.push((slot, format!("no first token within {secs} s")));
+                } else if silent > stall {
+                    if let Some(conn) = self.slots[slot].conn.as_ref() {
+                        suspects.push(conn.target);
+                    }
+                }
             } else if let Some(silent) = ex
                 .last_byte_ns
                 .map(|t| now.saturating_sub(t))
-                .filter(|&silent| silent > self.cfg.stall_timeout_ns)
+                .filter(|&silent| silent > stall)
             {
                 let secs = silent as f64 / 1e9;
                 expired.push((
                     slot,
                     format!("the response stalled: nothing for {secs:.1} s (--stall-timeout)"),
                 ));
-            } else if let (true, Some(limit)) = (self.cfg.stream, self.cfg.first_token_timeout_ns) {
-                if ex.sent_ns.is_some() && ex.first_token_ns.is_none() && waited > limit {
-                    let secs = limit as f64 / 1e9;
-                    expired.push((slot, format!("no first token within {secs} s")));
-                }
+            }
+        }
+        for target in suspects {
+            let pool = &mut self.pools[target];
+            if !pool.probing && pool.probed_ns.is_none_or(|t| now >= t + stall) {
+                pool.probing = true;
+                pool.probed_ns = Some(now);
+                self.connector.probe(target);
             }
         }
         for (slot, message) in expired {

@@ -45,6 +45,10 @@ pub struct Pool {
     /// Requests due soon: connections are opened for them before their deadlines, so a
     /// rising load does not wait for connects.
     pub upcoming: usize,
+    /// A probe of the endpoint is under way (see [`super::connector`]).
+    pub probing: bool,
+    /// When the last probe was asked: at most one each `--stall-timeout`.
+    pub probed_ns: Option<u64>,
 }
 
 impl Pool {
