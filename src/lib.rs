@@ -31,6 +31,7 @@ pub mod record;
 pub mod report;
 pub mod rng;
 pub mod schedule;
+pub mod secrets;
 pub mod sender;
 pub mod server_metrics;
 pub mod session;
@@ -79,7 +80,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             match ending {
                 Ending::Completed => eprintln!("{place}"),
                 Ending::Signal => eprintln!("stopped early by a signal; {place}"),
-                Ending::MaxErrorRate { reason } => eprintln!("{place}\nerror: {reason}"),
+                Ending::MaxErrorRate { reason } | Ending::WriteFailed { reason } => {
+                    eprintln!("{place}\nerror: {reason}")
+                }
                 Ending::NoSuccess { failed } => {
                     let first = outcome.summary.first_error_by_kind.iter().next();
                     eprintln!(
@@ -185,7 +188,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 max_records: None,
             };
             let (_, stats) = commands::inspect(
-                &args.trace,
+                &trace::TraceFile::resolve(&args.trace, None)?,
                 args.format,
                 args.block_size,
                 read,

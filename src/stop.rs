@@ -7,8 +7,12 @@
 //! signal within a second of the first is taken as the same stop: `timeout -s INT`, or Ctrl-C
 //! under `timeout --foreground`, delivers two signals microseconds apart, and the user meant
 //! one (the hard exit lost the summary in 2 runs of 4).
+//!
+//! Before the run starts (reading the trace, which may be a FIFO with no writer yet or an
+//! endless pipe, loading a tokenizer, checking endpoints) there is nothing to drain or keep:
+//! a signal exits at once.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::clock::monotonic_ns;
 
@@ -19,8 +23,18 @@ static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 static FIRST_SIGNAL_NS: AtomicU64 = AtomicU64::new(0);
 /// A later signal exits at once only when it comes at least this long after the first.
 const SAME_STOP_NS: u64 = 1_000_000_000;
+/// Requests are being sent: a signal stops the run instead of the process.
+static RUNNING: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
+    if !RUNNING.load(Ordering::SeqCst) {
+        const MSG: &[u8] = b"\nstopped by a signal before the run started: nothing was sent\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(STOPPED_EXIT_CODE);
+        }
+    }
     let now = monotonic_ns();
     if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
         FIRST_SIGNAL_NS.store(now, Ordering::SeqCst);
@@ -49,6 +63,11 @@ pub fn install_signal_handlers() {
             libc::sigaction(sig, &action, std::ptr::null_mut());
         }
     }
+}
+
+/// The run is about to send: from now on a signal stops it and keeps what it measured.
+pub fn run_started() {
+    RUNNING.store(true, Ordering::SeqCst);
 }
 
 /// How many stop signals have arrived since the handlers were installed.

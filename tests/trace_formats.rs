@@ -1,6 +1,6 @@
 //! Reading real and generated traces of both formats.
 
-use llmreplay::trace::{detect_format, inspect, Format, TraceReader};
+use llmreplay::trace::{detect_format, inspect, Format, TraceFile, TraceReader};
 
 mod common;
 use common::mooncake;
@@ -13,10 +13,16 @@ fn real_mooncake_traces_read_completely() {
     ] {
         let path = mooncake(name);
         assert_eq!(
-            detect_format(&path, Format::Auto).unwrap(),
+            detect_format(&TraceFile::plain(&path), Format::Auto, false).unwrap(),
             Format::Mooncake
         );
-        let stats = inspect::scan(&path, Format::Mooncake, 512, Default::default()).unwrap();
+        let stats = inspect::scan(
+            &TraceFile::plain(&path),
+            Format::Mooncake,
+            512,
+            Default::default(),
+        )
+        .unwrap();
         assert_eq!(stats.records, lines);
         // tests/data/mooncake/SOURCE.md: len(hash_ids) == ceil(input_length/512) for every record of both files.
         assert_eq!(stats.hash_length_mismatches, 0);
@@ -37,14 +43,23 @@ fn bailian_records_in_seconds_and_gzip() {
     writeln!(gz, r#"{{"chat_id": 0, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 40, "output_length": 7, "type": "text", "turn": 1, "hash_ids": [0, 1, 2]}}"#).unwrap();
     writeln!(gz, r#"{{"chat_id": 1, "parent_chat_id": 0, "timestamp": 1.5, "input_length": 50, "output_length": 3, "type": "text", "turn": 2, "hash_ids": [0, 1, 3, 4]}}"#).unwrap();
     gz.finish().unwrap();
-    assert_eq!(detect_format(&path, Format::Auto).unwrap(), Format::Bailian);
-    let records: Vec<_> = TraceReader::open(&path, Format::Bailian)
+    assert_eq!(
+        detect_format(&TraceFile::plain(&path), Format::Auto, false).unwrap(),
+        Format::Bailian
+    );
+    let records: Vec<_> = TraceReader::open(&TraceFile::plain(&path), Format::Bailian)
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(records[1].timestamp_ms, Some(1500.0));
     assert_eq!(records[1].ids.parent_chat_id, Some(0));
-    let stats = inspect::scan(&path, Format::Bailian, 16, Default::default()).unwrap();
+    let stats = inspect::scan(
+        &TraceFile::plain(&path),
+        Format::Bailian,
+        16,
+        Default::default(),
+    )
+    .unwrap();
     assert_eq!(stats.span_ms, 1500.0);
     assert_eq!(stats.prefix_hit_tokens, 32, "two 16-token blocks reused");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -66,7 +81,13 @@ fn the_scan_keeps_every_timestamp_in_reading_order() {
         })
         .collect();
     std::fs::write(&path, lines.join("\n")).unwrap();
-    let stats = inspect::scan(&path, Format::Mooncake, 512, Default::default()).unwrap();
+    let stats = inspect::scan(
+        &TraceFile::plain(&path),
+        Format::Mooncake,
+        512,
+        Default::default(),
+    )
+    .unwrap();
     assert_eq!(
         stats.timestamps_ms,
         [5000.0, 5500.0, 5999.0, 6000.0, 9000.0]
@@ -91,7 +112,7 @@ fn a_forced_format_that_does_not_fit_is_refused_with_the_field() {
         (&mooncake, Format::Bailian, "chat_id", "--format mooncake"),
         (&bailian, Format::Mooncake, "chat_id", "--format bailian"),
     ] {
-        let err = inspect::scan(path, format, 16, Default::default())
+        let err = inspect::scan(&TraceFile::plain(path), format, 16, Default::default())
             .err()
             .unwrap_or_else(|| panic!("{format:?} on {} accepted", path.display()));
         let text = err.to_string();
@@ -104,11 +125,11 @@ fn a_forced_format_that_does_not_fit_is_refused_with_the_field() {
     }
     // auto picks each correctly.
     assert_eq!(
-        detect_format(&bailian, Format::Auto).unwrap(),
+        detect_format(&TraceFile::plain(&bailian), Format::Auto, false).unwrap(),
         Format::Bailian
     );
     assert_eq!(
-        detect_format(&mooncake, Format::Auto).unwrap(),
+        detect_format(&TraceFile::plain(&mooncake), Format::Auto, false).unwrap(),
         Format::Mooncake
     );
 }
@@ -124,8 +145,11 @@ fn sample(name: &str) -> std::path::PathBuf {
 #[test]
 fn azure_and_burstgpt_csv_traces_read_with_their_timing() {
     let azure = sample("azure_sample.csv");
-    assert_eq!(detect_format(&azure, Format::Auto).unwrap(), Format::Azure);
-    let records: Vec<_> = TraceReader::open(&azure, Format::Azure)
+    assert_eq!(
+        detect_format(&TraceFile::plain(&azure), Format::Auto, false).unwrap(),
+        Format::Azure
+    );
+    let records: Vec<_> = TraceReader::open(&TraceFile::plain(&azure), Format::Azure)
         .unwrap()
         .map(Result::unwrap)
         .collect();
@@ -142,10 +166,10 @@ fn azure_and_burstgpt_csv_traces_read_with_their_timing() {
 
     let burst = sample("burstgpt_sample.csv");
     assert_eq!(
-        detect_format(&burst, Format::Auto).unwrap(),
+        detect_format(&TraceFile::plain(&burst), Format::Auto, false).unwrap(),
         Format::Burstgpt
     );
-    let records: Vec<_> = TraceReader::open(&burst, Format::Burstgpt)
+    let records: Vec<_> = TraceReader::open(&TraceFile::plain(&burst), Format::Burstgpt)
         .unwrap()
         .map(Result::unwrap)
         .collect();
@@ -155,7 +179,13 @@ fn azure_and_burstgpt_csv_traces_read_with_their_timing() {
     assert_eq!(records[2].ids.session_id.as_deref(), Some("101"));
     assert_eq!(records[3].ids.session_id, None);
     assert_eq!(records[3].output_length, Some(0));
-    let stats = inspect::scan(&burst, Format::Burstgpt, 512, Default::default()).unwrap();
+    let stats = inspect::scan(
+        &TraceFile::plain(&burst),
+        Format::Burstgpt,
+        512,
+        Default::default(),
+    )
+    .unwrap();
     assert_eq!(stats.records, 5);
     assert_eq!(stats.prefix_hit_tokens, 0, "no hash ids: nothing shared");
 }
@@ -198,7 +228,7 @@ fn bad_csv_lines_name_file_line_and_column() {
     ] {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
-        let err = TraceReader::open(&path, format)
+        let err = TraceReader::open(&TraceFile::plain(&path), format)
             .and_then(|r| r.collect::<Result<Vec<_>, _>>())
             .expect_err(name)
             .to_string();

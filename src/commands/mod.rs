@@ -8,22 +8,22 @@ pub mod report;
 pub mod sweep;
 
 use crate::error::Result;
-use crate::trace::{self, inspect::TraceStats, Format, ReadOptions};
+use crate::trace::{self, inspect::TraceStats, Format, ReadOptions, TraceFile};
 
 /// `llmreplay inspect` (and the first step of a replay): reads a whole trace and returns its
 /// format (resolved from `auto`) and statistics.
 pub fn inspect(
-    path: &std::path::Path,
+    trace: &TraceFile,
     format: Format,
     block_size: Option<u32>,
     read: ReadOptions,
     strict: bool,
 ) -> Result<(Format, TraceStats)> {
-    let format = trace::detect_format(path, format)?;
+    let format = trace::detect_format(trace, format, read.skip_invalid)?;
     let block = block_size.unwrap_or(format.default_block_size());
-    let stats = trace::inspect::scan(path, format, block, read)?;
+    let stats = trace::inspect::scan(trace, format, block, read)?;
     if strict {
-        stats.require_order(path)?;
+        stats.require_order(trace.shown())?;
     }
     Ok((format, stats))
 }

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::{BufferPool, PromptLog, RequestBuilder};
 use crate::plan::PromptsPlan;
 use crate::prompt::{self, verify, LengthOf, PromptCounter, Wrapping};
-use crate::trace::{detect_format, Input, ReadOptions, TraceReader, TraceRecord};
+use crate::trace::{detect_format, Input, ReadOptions, TraceFile, TraceReader, TraceRecord};
 
 /// Records taken from the reader at once by a thread.
 const BATCH: usize = 64;
@@ -70,7 +70,8 @@ impl Verification {
 }
 
 pub fn run(args: &PromptsPlan) -> Result<PromptsReport> {
-    let format = detect_format(&args.trace, args.format)?;
+    let trace = TraceFile::resolve(&args.trace, None)?;
+    let format = detect_format(&trace, args.format, false)?;
     let opts = args
         .prompt
         .synth_options(args.api, format)?
@@ -102,7 +103,7 @@ pub fn run(args: &PromptsPlan) -> Result<PromptsReport> {
     };
     let shared = Shared {
         reader: Mutex::new(
-            TraceReader::open(&args.trace, format)?.with_options(ReadOptions {
+            TraceReader::open(&trace, format)?.with_options(ReadOptions {
                 skip_invalid: false,
                 max_records: args.max_requests,
             }),

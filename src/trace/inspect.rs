@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 
-use super::{Format, OrderStats, OrderedReader, ReadOptions, Skipped, TraceReader};
+use super::{Format, OrderStats, OrderedReader, ReadOptions, Skipped, TraceFile, TraceReader};
 use crate::error::{Error, Result};
 
 /// Aggregate facts about a trace.
@@ -118,12 +118,12 @@ impl TraceStats {
 /// statistics. The first invalid line aborts unless `options.skip_invalid`; the format must
 /// already be resolved.
 pub fn scan(
-    path: &Path,
+    trace: &TraceFile,
     format: Format,
     block_size: u32,
     options: ReadOptions,
 ) -> Result<TraceStats> {
-    let mut reader = OrderedReader::new(TraceReader::open(path, format)?.with_options(options));
+    let mut reader = OrderedReader::new(TraceReader::open(trace, format)?.with_options(options));
     let mut stats = TraceStats {
         format: format.name().to_string(),
         block_size,
@@ -294,7 +294,13 @@ mod tests {
         .unwrap();
         writeln!(f, r#"{{"timestamp": 2000, "input_length": 12, "output_length": 1, "hash_ids": [1, 5, 3]}}"#).unwrap();
         drop(f);
-        let s = scan(&path, Format::Mooncake, 4, ReadOptions::default()).unwrap();
+        let s = scan(
+            &TraceFile::plain(&path),
+            Format::Mooncake,
+            4,
+            ReadOptions::default(),
+        )
+        .unwrap();
         assert_eq!(s.records, 3);
         assert_eq!(s.input_tokens, 31);
         assert_eq!(s.output_tokens, 7);
@@ -307,7 +313,7 @@ mod tests {
             max_records: Some(1),
             ..ReadOptions::default()
         };
-        let s = scan(&path, Format::Mooncake, 4, first).unwrap();
+        let s = scan(&TraceFile::plain(&path), Format::Mooncake, 4, first).unwrap();
         assert_eq!(s.records, 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -8,10 +8,12 @@ pub mod inspect;
 mod order;
 mod parse;
 mod reader;
+mod source;
 
 pub use order::{OrderStats, OrderedReader, WINDOW as ORDER_WINDOW};
 pub use parse::parse_record;
 pub use reader::{detect_format, RawLine, ReadOptions, Skipped, TraceReader};
+pub use source::{TraceFile, MAX_LINE_BYTES};
 
 use serde_json::{Map, Value};
 

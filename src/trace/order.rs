@@ -138,8 +138,10 @@ mod tests {
             })
             .collect();
         std::fs::write(&path, lines.join("\n")).unwrap();
-        let mut r =
-            OrderedReader::with_window(TraceReader::open(&path, Format::Mooncake).unwrap(), window);
+        let mut r = OrderedReader::with_window(
+            TraceReader::open(&crate::trace::TraceFile::plain(&path), Format::Mooncake).unwrap(),
+            window,
+        );
         let mut out = Vec::new();
         while let Some((rec, ts)) = r.next_record().unwrap() {
             out.push((rec.index, ts));

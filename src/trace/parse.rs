@@ -96,6 +96,17 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
             if messages.is_empty() {
                 return Err(fail("field `messages`: must not be empty".into()));
             }
+            if let Some((i, m)) = messages
+                .iter()
+                .enumerate()
+                .find(|(_, m)| !m.get("role").is_some_and(Value::is_string))
+            {
+                return Err(fail(format!(
+                    "field `messages`: expected an array of message objects, each with a string \
+                     `role`; message {i} is {}",
+                    shown(m)
+                )));
+            }
             Input::Messages {
                 messages,
                 tools: rec.tools,
@@ -162,14 +173,10 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
 fn diagnose(bytes: &[u8], typed_error: serde_json::Error) -> String {
     let value: Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
-        Err(e) if std::str::from_utf8(bytes).is_err() => return format!("invalid UTF-8 ({e})"),
-        Err(e) => return format!("invalid JSON: {e}"),
+        Err(e) => return not_a_record(bytes, Some(e)),
     };
     let Value::Object(map) = value else {
-        return match value {
-            Value::String(s) => s,
-            other => format!("expected a JSON object, got {}", kind(&other)),
-        };
+        return not_a_record(bytes, None);
     };
     type Check = (&'static str, fn(&Value) -> bool, &'static str);
     let checks: [Check; 10] = [
@@ -182,7 +189,16 @@ fn diagnose(bytes: &[u8], typed_error: serde_json::Error) -> String {
             "an array of non-negative integers",
         ),
         ("text_input", |v| v.is_string(), "a string"),
-        ("messages", |v| v.is_array(), "an array of message objects"),
+        (
+            "messages",
+            |v| {
+                v.as_array().is_some_and(|a| {
+                    a.iter()
+                        .all(|m| m.get("role").is_some_and(Value::is_string))
+                })
+            },
+            "an array of message objects, each with a string `role`",
+        ),
         ("chat_id", |v| v.is_i64(), "an integer"),
         ("parent_chat_id", |v| v.is_i64(), "an integer"),
         ("extra", |v| v.is_object(), "an object"),
@@ -202,6 +218,26 @@ fn diagnose(bytes: &[u8], typed_error: serde_json::Error) -> String {
         }
     }
     format!("invalid record: {typed_error}")
+}
+
+/// Why a line is not a record: it is not JSON (`json_error`), or JSON but not an object.
+pub fn not_a_record(bytes: &[u8], json_error: Option<serde_json::Error>) -> String {
+    match json_error {
+        Some(e) if std::str::from_utf8(bytes).is_err() => {
+            format!("invalid UTF-8 ({e}): is the file compressed or binary?")
+        }
+        Some(e) => format!("invalid JSON: {e}"),
+        None => match serde_json::from_slice::<Value>(bytes) {
+            Ok(v) => {
+                let value = shown(&v);
+                match value.starts_with(kind(&v)) {
+                    true => format!("expected a JSON object, got {value}"),
+                    false => format!("expected a JSON object, got {} {value}", kind(&v)),
+                }
+            }
+            Err(e) => format!("invalid JSON: {e}"),
+        },
+    }
 }
 
 fn kind(v: &Value) -> &'static str {

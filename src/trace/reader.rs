@@ -1,15 +1,15 @@
 //! Streaming line reader over a (possibly gzip-compressed) JSONL trace.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use super::csv::{self, Columns};
+use super::source::{TraceFile, MAX_LINE_BYTES};
 use super::{parse_record, Format, TraceRecord};
 use crate::error::{Error, Result};
 
-/// Longest line accepted; a longer one is an input error, not an unbounded allocation.
-const MAX_LINE_BYTES: usize = 64 << 20;
+/// The UTF-8 byte order mark some editors write at the start of a file.
+const BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// One non-blank line of a trace, not yet parsed.
 #[derive(Debug)]
@@ -51,24 +51,10 @@ pub struct TraceReader {
 }
 
 impl TraceReader {
-    /// Opens `path`; a `.gz` suffix is decompressed transparently.
-    pub fn open(path: &Path, format: Format) -> Result<Self> {
-        // A trace that cannot be opened is an input error (exit 1), as a bad line is.
-        let file = File::open(path)
-            .map_err(|e| Error::Usage(format!("cannot open the trace {}: {e}", path.display())))?;
-        let name = path.to_string_lossy();
-        let input: Box<dyn BufRead + Send> = if name.ends_with(".gz") {
-            Box::new(BufReader::with_capacity(
-                1 << 20,
-                flate2::read::MultiGzDecoder::new(BufReader::new(file)),
-            ))
-        } else if name.ends_with(".zst") {
-            return Err(Error::Usage(format!(
-                "{name}: zstd-compressed traces are not supported; decompress it first (zstd -d)"
-            )));
-        } else {
-            Box::new(BufReader::with_capacity(1 << 20, file))
-        };
+    /// Opens the trace from its start (gzip and zstd are decompressed transparently).
+    pub fn open(trace: &TraceFile, format: Format) -> Result<Self> {
+        let path = trace.shown();
+        let input = trace.open()?;
         let mut reader = TraceReader {
             path: path.to_path_buf(),
             format,
@@ -126,6 +112,9 @@ impl TraceReader {
                     line: self.line,
                     message: format!("line longer than {MAX_LINE_BYTES} bytes"),
                 });
+            }
+            if self.line == 1 && bytes.starts_with(BOM) {
+                bytes.drain(..BOM.len());
             }
             if bytes.iter().all(u8::is_ascii_whitespace) {
                 continue;
@@ -208,32 +197,55 @@ impl Iterator for TraceReader {
     }
 }
 
-/// Resolves `Format::Auto` from the first record of the file.
-pub fn detect_format(path: &Path, format: Format) -> Result<Format> {
+/// Resolves `Format::Auto` from the first record of the file (with `skip_invalid`, the first
+/// line that is a JSON object or a CSV header).
+pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> Result<Format> {
     if format != Format::Auto {
         return Ok(format);
     }
-    let mut reader = TraceReader::open(path, Format::Mooncake)?;
-    let Some(first) = reader.next_line()? else {
-        return Err(Error::Trace {
-            file: path.to_path_buf(),
-            line: 1,
-            message: "the trace has no records".into(),
-        });
-    };
-    if let Some(csv) = csv::detect(&first.bytes) {
-        return Ok(csv);
+    let path = trace.shown();
+    let mut reader = TraceReader::open(trace, Format::Mooncake)?;
+    let mut first_error = None;
+    loop {
+        let line = match reader.next_line() {
+            Ok(Some(line)) => line,
+            Ok(None) => {
+                return Err(first_error.unwrap_or_else(|| Error::Trace {
+                    file: path.to_path_buf(),
+                    line: 1,
+                    message: "the trace has no records".into(),
+                }))
+            }
+            Err(e @ Error::Trace { .. }) if skip_invalid => {
+                first_error.get_or_insert(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(csv) = csv::detect(&line.bytes) {
+            return Ok(csv);
+        }
+        match serde_json::from_slice::<serde_json::Value>(&line.bytes) {
+            Ok(serde_json::Value::Object(record)) => {
+                let is_bailian =
+                    record.contains_key("chat_id") || record.contains_key("parent_chat_id");
+                return Ok(if is_bailian {
+                    Format::Bailian
+                } else {
+                    Format::Mooncake
+                });
+            }
+            parsed => {
+                let e = Error::Trace {
+                    file: path.to_path_buf(),
+                    line: line.line,
+                    message: super::parse::not_a_record(&line.bytes, parsed.err()),
+                };
+                if !skip_invalid {
+                    return Err(e);
+                }
+                first_error.get_or_insert(e);
+            }
+        }
     }
-    let value: serde_json::Value =
-        serde_json::from_slice(&first.bytes).map_err(|e| Error::Trace {
-            file: path.to_path_buf(),
-            line: first.line,
-            message: format!("invalid JSON: {e}"),
-        })?;
-    let is_bailian = value.get("chat_id").is_some() || value.get("parent_chat_id").is_some();
-    Ok(if is_bailian {
-        Format::Bailian
-    } else {
-        Format::Mooncake
-    })
 }

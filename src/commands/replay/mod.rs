@@ -8,7 +8,8 @@
 mod run_json;
 mod setup;
 
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -282,14 +283,14 @@ fn start(
         .map(|_| crossbeam_channel::bounded(plan.channel_capacity))
         .unzip();
     let (rec_tx, records) = crossbeam_channel::unbounded::<RequestRecord>();
-    let reader = setup::replay_reader(&plan.trace, trace.format, plan.read)?;
+    let reader = setup::replay_reader(&trace.file, trace.format, plan.read)?;
     let passes = match plan.passes {
         1 => Passes::once(),
         n => {
-            let (path, format, read) = (plan.trace.clone(), trace.format, plan.read);
+            let (file, format, read) = (trace.file.clone(), trace.format, plan.read);
             Passes {
                 left: n - 1,
-                reopen: Box::new(move || setup::replay_reader(&path, format, read)),
+                reopen: Box::new(move || setup::replay_reader(&file, format, read)),
                 per_pass: trace.stats.records,
             }
         }
@@ -338,6 +339,7 @@ fn start(
         .collect();
 
     // The start: once every sender has its opening connections, the clock begins.
+    crate::stop::run_started();
     let opening = (warm + plan.connections) * pools;
     if opening >= 1000 {
         say.say(format!(
@@ -470,7 +472,7 @@ fn targets(plan: &ReplayPlan, fleet: &Fleet) -> Vec<Target> {
                 &spec.endpoint,
                 spec.api.path(plan.stream),
                 plan.stream,
-                &fleet.headers,
+                &fleet.headers_for(&spec.endpoint),
             ),
             tls: tls.clone(),
             api: spec.api,
@@ -485,6 +487,8 @@ struct Collected {
     copy_path: Option<PathBuf>,
     stopped: bool,
     stopped_early: Option<String>,
+    /// A write of the records failed (the disk full): why. The run stopped there.
+    write_failed: Option<String>,
     /// Measured (not warmup) requests that succeeded, and that failed.
     measured_ok: u64,
     measured_failed: u64,
@@ -505,10 +509,20 @@ fn collect(
         ),
         None => (None, None),
     };
-    let copy_err = |e| Error::io(copy_path.as_ref().expect("a copy"), e);
     let mut live = LiveProgress::new(trace.preview.last_ns as f64 / 1e9, !plan.quiet);
-    let write_err = |e| Error::io(&out.requests_path, e);
     let mut stopped = false;
+    // A write that fails (the disk full) stops the run: what was written stays whole.
+    let mut write_failed: Option<String> = None;
+    let on_write_error =
+        |failed: &mut Option<String>, path: &Path, e: io::Error, live: &mut LiveProgress| {
+            if failed.is_none() {
+                live.finish();
+                let reason = format!("cannot write {}: {e}", path.display());
+                eprintln!("error: {reason}; the run stops, nothing new is sent");
+                stages.stop.request(stages.clock.now_ns());
+                *failed = Some(reason);
+            }
+        };
     let (mut measured_ok, mut measured_failed) = (0u64, 0u64);
     let mut judge = plan
         .max_error_rate
@@ -524,13 +538,27 @@ fn collect(
                  (signal again to exit at once)",
                 plan.drain_timeout_s
             );
+            // A summary of what is recorded so far, so that a second signal or a kill during
+            // the drain still leaves one; it is written again at the end.
+            if writer.flush().is_ok() {
+                if let Err(e) = report::render(&out.dir, &out.requests_path, &plan.render) {
+                    eprintln!("warning: the summary before the drain: {e}");
+                }
+            }
         }
         match stages.records.recv_timeout(Duration::from_millis(50)) {
             Ok(first) => {
                 for r in std::iter::once(first).chain(stages.records.try_iter()) {
-                    writer.write(&r).map_err(write_err)?;
-                    if let Some(c) = copy.as_mut() {
-                        c.write(&r).map_err(copy_err)?;
+                    if write_failed.is_some() {
+                        continue; // draining: nothing more can be kept
+                    }
+                    if let Err(e) = writer.write(&r) {
+                        on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
+                    }
+                    if let (Some(c), Some(path)) = (copy.as_mut(), &copy_path) {
+                        if let Err(e) = c.write(&r) {
+                            on_write_error(&mut write_failed, path, e, &mut live);
+                        }
                     }
                     live.add(&r);
                     if !r.warmup {
@@ -547,9 +575,13 @@ fn collect(
                         stopped_early = Some(reason);
                     }
                 }
-                writer.flush().map_err(write_err)?;
-                if let Some(c) = copy.as_mut() {
-                    c.flush().map_err(copy_err)?;
+                if let Err(e) = writer.flush() {
+                    on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
+                }
+                if let (Some(c), Some(path)) = (copy.as_mut(), &copy_path) {
+                    if let Err(e) = c.flush() {
+                        on_write_error(&mut write_failed, path, e, &mut live);
+                    }
                 }
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
@@ -562,7 +594,9 @@ fn collect(
             });
         }
     }
-    writer.flush().map_err(write_err)?;
+    if let Err(e) = writer.flush() {
+        on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
+    }
     if !stopped {
         live.finish();
     }
@@ -572,6 +606,7 @@ fn collect(
         copy_path,
         stopped,
         stopped_early,
+        write_failed,
         measured_ok,
         measured_failed,
     })
@@ -623,6 +658,9 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     // Said in run.json, which report renders read with the records.
     let mut run = report::run_config(&c.dir).unwrap_or_default();
     let ending = match (c.stopped, &c.stopped_early) {
+        _ if c.write_failed.is_some() => Ending::WriteFailed {
+            reason: c.write_failed.clone().unwrap_or_default(),
+        },
         (true, _) => Ending::Signal,
         (false, Some(reason)) => Ending::MaxErrorRate {
             reason: reason.clone(),

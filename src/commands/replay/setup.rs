@@ -24,7 +24,7 @@ use crate::schedule::{Preview, PreviewBuilder, Shaping};
 use crate::server_metrics::{self, ScrapeConfig, ScrapeTarget};
 use crate::session::SessionMode;
 use crate::trace::inspect::TraceStats;
-use crate::trace::{Format, OrderedReader, ReadOptions, TraceReader};
+use crate::trace::{Format, OrderedReader, ReadOptions, TraceFile, TraceReader, ORDER_WINDOW};
 use crate::transport::{ClientTls, TlsOptions, TlsTarget};
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -42,6 +42,8 @@ impl Say {
 
 /// The trace, read once in full and checked, and the effective schedule made of it.
 pub struct TraceInput {
+    /// The trace, readable again by the producers (a pipe is read once, into a spool).
+    pub file: TraceFile,
     pub format: Format,
     pub block_size: u32,
     pub stats: TraceStats,
@@ -73,8 +75,15 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
             .filter(|_| plan.passes == 1 && plan.load.start_offset_ms == 0.0),
         ..plan.read
     };
+    // A pipe is copied once; with --max-requests alone, only as far as the records kept (and
+    // a reordering window beyond them) so that an endless producer ends.
+    let max_lines = read
+        .max_records
+        .filter(|_| !read.skip_invalid)
+        .map(|n| n + ORDER_WINDOW as u64 + 1);
+    let file = TraceFile::resolve(&plan.trace, max_lines)?;
     let (format, stats) = crate::commands::inspect(
-        &plan.trace,
+        &file,
         plan.format,
         plan.prompt.block_size,
         read,
@@ -103,7 +112,7 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
     };
     say.say(format!(
         "trace {}: {} records ({:?}{chosen}), {:.1} s of trace time, {:.2} req/s",
-        plan.trace.display(),
+        file.shown().display(),
         stats.records,
         format,
         stats.span_ms / 1000.0,
@@ -123,12 +132,16 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
     let preview = if stats.timestamps_ms.len() as u64 == stats.records {
         Preview::compute(&shaping, &stats.timestamps_ms)
     } else {
-        preview_streamed(plan, format, &shaping)?
+        preview_streamed(&file, plan, format, &shaping)?
     };
     if let Some(why) = preview.refusal(&shaping, stats.span_ms) {
         return Err(Error::Usage(why));
     }
+    if let Some(w) = preview.warning() {
+        eprintln!("warning: {w}");
+    }
     Ok(TraceInput {
+        file,
         format,
         block_size,
         stats,
@@ -139,10 +152,15 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
 
 /// The preview of a trace too long to keep its timestamps: each pass read again, as the
 /// producers will read it.
-fn preview_streamed(plan: &ReplayPlan, format: Format, shaping: &Shaping) -> Result<Preview> {
+fn preview_streamed(
+    file: &TraceFile,
+    plan: &ReplayPlan,
+    format: Format,
+    shaping: &Shaping,
+) -> Result<Preview> {
     let mut b = PreviewBuilder::new(shaping);
     for pass in 0..shaping.passes {
-        let mut reader = replay_reader(&plan.trace, format, plan.read)?;
+        let mut reader = replay_reader(file, format, plan.read)?;
         while let Some((_, ts)) = reader.next_record()? {
             if !b.add(pass, ts) {
                 return Ok(b.finish());
@@ -154,7 +172,11 @@ fn preview_streamed(plan: &ReplayPlan, format: Format, shaping: &Shaping) -> Res
 
 /// The trace read as a replay reads it, for the producers and the preview alike: the shaper
 /// ends the records (`--max-requests` among its cuts), never the reader.
-pub fn replay_reader(trace: &Path, format: Format, read: ReadOptions) -> Result<OrderedReader> {
+pub fn replay_reader(
+    trace: &TraceFile,
+    format: Format,
+    read: ReadOptions,
+) -> Result<OrderedReader> {
     let read = ReadOptions {
         max_records: None,
         ..read
@@ -452,9 +474,25 @@ pub struct Fleet {
     pub addrs: Vec<SocketAddr>,
     pub tls: Vec<Option<TlsTarget>>,
     pub models: Vec<String>,
-    /// Header lines sent with every request (the API key among them: never saved).
+    /// The -H header lines sent with every request (never saved).
     pub headers: String,
+    /// The `Authorization` line of the API key, when one is set and -H gives none.
+    bearer: Option<String>,
+    /// -H sets `Authorization`: it is the only one sent.
+    explicit_auth: bool,
     pub has_api_key: bool,
+}
+
+impl Fleet {
+    /// Every header line a request to `endpoint` carries: -H, then one `Authorization`
+    /// (-H's, else the URL's credentials, else the API key).
+    pub fn headers_for(&self, endpoint: &Endpoint) -> String {
+        let auth = match self.explicit_auth {
+            true => None,
+            false => endpoint.basic_auth().or_else(|| self.bearer.clone()),
+        };
+        format!("{}{}", self.headers, auth.unwrap_or_default())
+    }
 }
 
 pub fn connect(plan: &ReplayPlan, mock: Option<&MockServer>) -> Result<Fleet> {
@@ -496,13 +534,32 @@ pub fn connect(plan: &ReplayPlan, mock: Option<&MockServer>) -> Result<Fleet> {
     let key = std::env::var(&plan.api_key_env)
         .ok()
         .filter(|k| !k.is_empty());
-    let mut headers = String::new();
     if let Some(key) = &key {
-        headers.push_str(&format!("Authorization: Bearer {key}\r\n"));
+        crate::secrets::register(key);
     }
-    for h in &plan.headers {
-        headers.push_str(&h.line);
+    let headers: String = plan.headers.iter().map(|h| h.line.as_str()).collect();
+    let explicit_auth = plan
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("authorization"));
+    if explicit_auth && key.is_some() {
+        eprintln!(
+            "note: -H Authorization is the one sent; the key in ${} is not",
+            plan.api_key_env
+        );
     }
+    let mut fleet = Fleet {
+        specs: Vec::new(),
+        addrs: Vec::new(),
+        tls: Vec::new(),
+        models: Vec::new(),
+        headers,
+        bearer: key
+            .as_ref()
+            .map(|k| format!("Authorization: Bearer {k}\r\n")),
+        explicit_auth,
+        has_api_key: key.is_some(),
+    };
     // Each endpoint's model: its own `model=`, else --model, else what it serves.
     let models: Vec<String> = specs
         .iter()
@@ -511,7 +568,12 @@ pub fn connect(plan: &ReplayPlan, mock: Option<&MockServer>) -> Result<Fleet> {
         .map(
             |((spec, addr), tls)| match spec.model.as_ref().or(plan.model.as_ref()) {
                 Some(m) => Ok(m.clone()),
-                None => discover_model(spec, *addr, tls.as_ref(), &headers),
+                None => discover_model(
+                    spec,
+                    *addr,
+                    tls.as_ref(),
+                    &fleet.headers_for(&spec.endpoint),
+                ),
             },
         )
         .collect::<Result<_>>()?;
@@ -525,14 +587,11 @@ pub fn connect(plan: &ReplayPlan, mock: Option<&MockServer>) -> Result<Fleet> {
             );
         }
     }
-    Ok(Fleet {
-        specs,
-        addrs,
-        tls,
-        models,
-        headers,
-        has_api_key: key.is_some(),
-    })
+    fleet.specs = specs;
+    fleet.addrs = addrs;
+    fleet.tls = tls;
+    fleet.models = models;
+    Ok(fleet)
 }
 
 /// TLS for each https endpoint (the client configuration is built once, and only when one
@@ -639,7 +698,7 @@ pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Opti
                     p => p.to_string(),
                 },
                 headers: match serves(u) {
-                    true => fleet.headers.clone(),
+                    true => fleet.headers_for(u),
                     false => String::new(),
                 },
             })
