@@ -44,6 +44,9 @@ pub enum Ending {
     MaxErrorRate { reason: String },
     /// SIGINT or SIGTERM stopped sending; requests in flight drained.
     Signal,
+    /// The records could not be written (the disk full): the run stopped; what was written
+    /// is whole and summarised.
+    WriteFailed { reason: String },
 }
 
 impl Ending {
@@ -54,6 +57,7 @@ impl Ending {
             Ending::NoSuccess { .. } => "no-success",
             Ending::MaxErrorRate { .. } => "stopped-by-max-error-rate",
             Ending::Signal => "stopped-by-signal",
+            Ending::WriteFailed { .. } => "stopped-by-write-error",
         }
     }
 
@@ -62,6 +66,7 @@ impl Ending {
             Ending::Completed => COMPLETED_EXIT_CODE,
             Ending::NoSuccess { .. } | Ending::MaxErrorRate { .. } => NO_SUCCESS_EXIT_CODE,
             Ending::Signal => STOPPED_EXIT_CODE,
+            Ending::WriteFailed { .. } => RUN_ERROR_EXIT_CODE,
         }
     }
 
@@ -73,6 +78,9 @@ impl Ending {
                 format!("completed, but no request succeeded ({failed} failed)")
             }
             Ending::MaxErrorRate { reason } => reason.clone(),
+            Ending::WriteFailed { reason } => {
+                format!("stopped: {reason}; the summary covers the records written before it")
+            }
             Ending::Signal => {
                 "stopped by a signal: nothing new was sent after it, requests in flight drained \
                  or were cancelled"
@@ -98,6 +106,7 @@ mod tests {
             Ending::NoSuccess { failed: 3 },
             Ending::MaxErrorRate { reason: "x".into() },
             Ending::Signal,
+            Ending::WriteFailed { reason: "x".into() },
         ] {
             assert!(EXIT_CODES.iter().any(|(c, _)| *c == e.exit_code()), "{e:?}");
             assert_eq!(e.to_json()["how"], e.key());

@@ -186,18 +186,34 @@ fn load_itl(dir: &Path) -> Result<Option<(Histogram<u64>, Histogram<u64>)>> {
 }
 
 /// Calls `each` with every non-empty line of a JSONL file, parsed, and its line number
-/// (1-based); a line that is not JSON is an error naming the file and the line.
+/// (1-based); a line that is not JSON is an error naming the file and the line, except a
+/// last line cut short (no newline: a full disk, a kill mid-write), skipped with a warning.
 pub fn each_json_line(path: &Path, mut each: impl FnMut(u64, Value) -> Result<()>) -> Result<()> {
-    let file = fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| Error::io(path, e))?;
-        if line.trim().is_empty() {
+    let mut input = BufReader::new(fs::File::open(path).map_err(|e| Error::io(path, e))?);
+    let mut line = Vec::new();
+    for n in 1u64.. {
+        line.clear();
+        if input
+            .read_until(b'\n', &mut line)
+            .map_err(|e| Error::io(path, e))?
+            == 0
+        {
+            break;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let n = i as u64 + 1;
-        let value = serde_json::from_str(&line)
-            .map_err(|e| line_error(path, n, format!("invalid JSON: {e}")))?;
-        each(n, value)?;
+        match serde_json::from_slice(&line) {
+            Ok(value) => each(n, value)?,
+            Err(_) if line.last() != Some(&b'\n') => {
+                eprintln!(
+                    "warning: {}:{n}: the last line is cut short (the run was killed or the disk \
+                     filled while writing it); it is skipped",
+                    path.display()
+                );
+            }
+            Err(e) => return Err(line_error(path, n, format!("invalid JSON: {e}"))),
+        }
     }
     Ok(())
 }

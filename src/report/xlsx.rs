@@ -38,6 +38,38 @@ pub struct ResultsBook {
     row: u32,
     /// Requests beyond the sheet's row limit (counted, noted in the Summary sheet).
     dropped: u64,
+    /// Why rows could no longer be written (rust_xlsxwriter panics when its temporary
+    /// file cannot be written, the disk full): the book is given up, the error kept.
+    broken: Option<String>,
+}
+
+thread_local! {
+    /// This thread is inside a workbook call whose panic is caught and reported.
+    static CATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic inside it into an error, without the panic hook's message.
+fn caught<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CATCHING.with(|c| c.get()) {
+                previous(info);
+            }
+        }));
+    });
+    CATCHING.with(|c| c.set(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CATCHING.with(|c| c.set(false));
+    result.unwrap_or_else(|payload| {
+        let why = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "the workbook writer failed".into());
+        Err(Error::Run(format!("results.xlsx: {why}")))
+    })
 }
 
 fn xerr(e: XlsxError) -> Error {
@@ -62,10 +94,23 @@ impl ResultsBook {
             book,
             row: 0,
             dropped: 0,
+            broken: None,
         })
     }
 
+    /// Adds a request's row; a failure to write it gives up the book (reported by
+    /// [`ResultsBook::finish`]), not the summary being read.
     pub fn add(&mut self, r: &RequestRecord) -> Result<()> {
+        if self.broken.is_some() {
+            return Ok(());
+        }
+        if let Err(e) = caught(|| self.add_row(r)) {
+            self.broken = Some(e.to_string());
+        }
+        Ok(())
+    }
+
+    fn add_row(&mut self, r: &RequestRecord) -> Result<()> {
         if self.row >= MAX_ROWS {
             self.dropped += 1;
             return Ok(());
@@ -109,6 +154,13 @@ impl ResultsBook {
 
     /// Fills the Summary sheet and writes the file (through a temporary name).
     pub fn finish(mut self, summary: &Summary, path: &Path) -> Result<()> {
+        if let Some(why) = self.broken.take() {
+            return Err(Error::Run(why));
+        }
+        caught(|| self.write(summary, path))
+    }
+
+    fn write(&mut self, summary: &Summary, path: &Path) -> Result<()> {
         let bold = Format::new().set_bold();
         let sheet = self.book.worksheet_from_index(0).map_err(xerr)?;
         let mut row = 0u32;
