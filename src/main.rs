@@ -11,7 +11,7 @@ fn main() {
         }
     };
     let code = llmreplay::run(cli).unwrap_or_else(|e| {
-        eprintln!("error: {e}");
+        eprintln!("error: {}", llmreplay::secrets::redact(&e.to_string()));
         e.exit_code()
     });
     std::process::exit(code);

@@ -271,6 +271,36 @@ fn positive(name: &str, v: f64) -> Result<f64> {
     }
 }
 
+/// A positive number no larger than `max` (a bound that keeps nanosecond arithmetic exact
+/// and the plan a plan: `--time-scale 1e-300` once overflowed the schedule).
+fn bounded(name: &str, v: f64, max: f64) -> Result<f64> {
+    let v = positive(name, v)?;
+    if v > max {
+        return Err(Error::Usage(format!(
+            "{name} must be at most {max}, got {v}"
+        )));
+    }
+    Ok(v)
+}
+
+/// A time in seconds: a year at most.
+fn seconds(name: &str, v: f64) -> Result<f64> {
+    bounded(name, v, MAX_SECONDS)
+}
+
+const MAX_SECONDS: f64 = 365.0 * 86400.0;
+/// Microsecond options (spin, read coalescing): a second at most.
+const MAX_US: u64 = 1_000_000;
+
+fn micros(name: &str, v: u64) -> Result<u64> {
+    if v > MAX_US {
+        return Err(Error::Usage(format!(
+            "{name} must be at most {MAX_US} µs, got {v}"
+        )));
+    }
+    Ok(v)
+}
+
 fn threads(name: &str, n: usize) -> Result<usize> {
     if (1..=MAX_THREADS).contains(&n) {
         Ok(n)
@@ -292,6 +322,16 @@ fn parse_header(h: &str) -> Result<Header> {
     {
         return Err(bad());
     }
+    // The request's framing is the tool's own: a second Content-Length or Host would make
+    // the server read another request than the one measured.
+    const FRAMING: [&str; 4] = ["content-length", "transfer-encoding", "host", "connection"];
+    if FRAMING.iter().any(|f| name.eq_ignore_ascii_case(f)) {
+        return Err(Error::Usage(format!(
+            "-H {name}: llmreplay frames each request itself (Content-Length, \
+             Transfer-Encoding, Host and Connection are its own); drop this header"
+        )));
+    }
+    crate::secrets::register(value);
     Ok(Header {
         name: name.to_string(),
         line: format!("{name}: {}\r\n", value.trim()),
@@ -396,11 +436,18 @@ impl ReplayPlan {
                 insecure: a.insecure,
             },
             prompt: PromptPlan::from_args(&a.prompt)?,
-            time_scale: positive("--time-scale", a.time_scale)?,
-            duration_s: a.duration.map(|d| positive("--duration", d)).transpose()?,
+            time_scale: match a.time_scale {
+                t if (1e-6..=1e6).contains(&t) => t,
+                t => {
+                    return Err(Error::Usage(format!(
+                        "--time-scale must be between 1e-6 and 1e6 (a speed-up factor), got {t}"
+                    )))
+                }
+            },
+            duration_s: a.duration.map(|d| seconds("--duration", d)).transpose()?,
             wall_limit_s: a
                 .time_in_secs
-                .map(|d| positive("--time-in-secs", d))
+                .map(|d| seconds("--time-in-secs", d))
                 .transpose()?,
             dry_run: a.dry_run,
             num_producer: a
@@ -412,12 +459,12 @@ impl ReplayPlan {
             channel_mb: a.channel_mb.max(1),
             pin_cores: a.pin_cores.clone(),
             connections: a.connections.max(1),
-            request_timeout_s: positive("--request-timeout", a.request_timeout)?,
+            request_timeout_s: seconds("--request-timeout", a.request_timeout)?,
             first_token_timeout_s: a
                 .first_token_timeout
-                .map(|t| positive("--first-token-timeout", t))
+                .map(|t| seconds("--first-token-timeout", t))
                 .transpose()?,
-            stall_timeout_s: positive("--stall-timeout", a.stall_timeout)?,
+            stall_timeout_s: seconds("--stall-timeout", a.stall_timeout)?,
             session_mode: a.session_mode,
             load,
             warmup_requests: a.warmup_requests,
@@ -459,10 +506,13 @@ impl ReplayPlan {
                 }
                 r => r,
             },
-            drain_timeout_s: a.drain_timeout,
-            spin_us: a.spin_us,
+            drain_timeout_s: match a.drain_timeout {
+                0.0 => 0.0,
+                t => seconds("--drain-timeout", t)?,
+            },
+            spin_us: micros("--spin-us", a.spin_us)?,
             realtime: a.realtime,
-            read_coalesce_us: a.read_coalesce_us,
+            read_coalesce_us: micros("--read-coalesce-us", a.read_coalesce_us)?,
             output: a.output.clone(),
             output_path: a.output_path.clone(),
             record_format: a.record_format,

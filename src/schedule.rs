@@ -228,6 +228,18 @@ impl Preview {
     }
 
     /// Why the run would send or measure nothing, said before the start.
+    /// A plan that runs longer than a day is most likely a unit or scale mistake.
+    pub fn warning(&self) -> Option<String> {
+        const DAY_NS: u64 = 86_400_000_000_000;
+        (self.last_ns > DAY_NS).then(|| {
+            format!(
+                "the plan's last send is {:.1} days after the start: check --time-scale and \
+                 the trace's timestamp unit (--format)",
+                self.last_ns as f64 / DAY_NS as f64
+            )
+        })
+    }
+
     pub fn refusal(&self, shaping: &Shaping, trace_span_ms: f64) -> Option<String> {
         if self.records == 0 {
             let why = if self.skipped_by_offset > 0 && self.cut_by.is_none() {

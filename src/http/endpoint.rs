@@ -2,6 +2,47 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
+/// `%XX` escapes of a URL's user info, decoded (invalid ones are kept as written).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (b[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(match i <= chunk.len() {
+                true => A[(n >> (18 - 6 * i) & 63) as usize] as char,
+                false => '=',
+            });
+        }
+    }
+    out
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// The URL as the user gave it, without a trailing slash.
@@ -11,6 +52,8 @@ pub struct Endpoint {
     pub port: u16,
     /// Path prefix before the API path, without a trailing slash ("" or "/proxy").
     pub base_path: String,
+    /// `user:pass@` of the URL, sent as Basic auth; never part of `url` or any message.
+    pub credentials: Option<String>,
 }
 
 impl Endpoint {
@@ -28,6 +71,23 @@ impl Endpoint {
         let (authority, path) = rest
             .find('/')
             .map_or((rest, ""), |i| (&rest[..i], &rest[i..]));
+        let (credentials, authority) = match authority.rsplit_once('@') {
+            Some((userinfo, host)) => {
+                let credentials = percent_decoded(userinfo);
+                crate::secrets::register(userinfo);
+                crate::secrets::register(&credentials);
+                if let Some((_, password)) = credentials.split_once(':') {
+                    crate::secrets::register(password);
+                }
+                crate::secrets::register(&base64(credentials.as_bytes()));
+                (Some(credentials), host)
+            }
+            None => (None, authority),
+        };
+        let scheme = if tls { "https" } else { "http" };
+        // The URL as printed and saved: without the credentials.
+        let url = format!("{scheme}://{authority}{path}");
+        let url = url.as_str();
         let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
             let close = v6
                 .find(']')
@@ -61,7 +121,14 @@ impl Endpoint {
             host: host.to_string(),
             port,
             base_path: path.to_string(),
+            credentials,
         })
+    }
+
+    /// The `Authorization` line of the URL's credentials.
+    pub fn basic_auth(&self) -> Option<String> {
+        let c = self.credentials.as_ref()?;
+        Some(format!("Authorization: Basic {}\r\n", base64(c.as_bytes())))
     }
 
     /// The request target for an API path such as `/v1/chat/completions`: a base URL that
@@ -106,6 +173,24 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_the_url_become_basic_auth_and_leave_the_url() {
+        let e = Endpoint::parse("http://al%40ice:s3cret@h:8000/v1").unwrap();
+        assert_eq!(e.url, "http://h:8000/v1");
+        assert_eq!((e.host.as_str(), e.port), ("h", 8000));
+        // base64("al@ice:s3cret")
+        assert_eq!(
+            e.basic_auth().unwrap(),
+            "Authorization: Basic YWxAaWNlOnMzY3JldA==\r\n"
+        );
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"a"), "YQ==");
+        assert!(Endpoint::parse("http://h:1")
+            .unwrap()
+            .basic_auth()
+            .is_none());
+    }
 
     #[test]
     fn parses_and_builds_paths() {
