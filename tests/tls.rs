@@ -160,6 +160,72 @@ fn a_certificate_for_another_host_is_refused() {
     assert!(err.to_string().contains("does not name this host"), "{err}");
 }
 
+/// The usual self-signed certificate (`openssl req -x509 ... -addext subjectAltName=...`
+/// sets CA:TRUE) given with `--ca-cert` is trusted when the server presents exactly it; the
+/// same certificate for another name is still refused, with advice about the name, not
+/// about --ca-cert.
+#[test]
+fn a_self_signed_ca_certificate_given_with_ca_cert_is_trusted() {
+    let dir = temp_dir("tls-ca-true");
+    let made = |name: &str, tag: &str| {
+        let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let (c, k) = (
+            dir.join(format!("{tag}-cert.pem")),
+            dir.join(format!("{tag}-key.pem")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    };
+    let trace = trace(&dir);
+    let (cert, key) = made("127.0.0.1", "right");
+    let mock = MockProcess::start(&["--tls-cert", s(&cert), "--tls-key", s(&key)]);
+    let url = format!("https://{}", mock.addr);
+    let out = dir.join("run");
+    let outcome = replay(&[
+        "--endpoint",
+        &url,
+        "--ca-cert",
+        s(&cert),
+        "--model",
+        "m",
+        "--time-scale",
+        "10",
+        "--trace",
+        s(&trace),
+        "--output",
+        s(&out),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.summary.ok as u64, RECORDS);
+
+    let (cert, key) = made("example.test", "wrong");
+    let mock = MockProcess::start(&["--tls-cert", s(&cert), "--tls-key", s(&key)]);
+    let err = replay(&[
+        "--endpoint",
+        &format!("https://{}", mock.addr),
+        "--ca-cert",
+        s(&cert),
+        "--model",
+        "m",
+        "--trace",
+        s(&trace),
+        "--output",
+        s(&dir.join("wrong")),
+    ])
+    .err()
+    .expect("a certificate for another name is refused");
+    let message = err.to_string();
+    assert!(message.contains("does not name this host"), "{message}");
+    assert!(
+        message.contains("subjectAltName") && !message.contains("--ca-cert"),
+        "{message}"
+    );
+}
+
 /// A reconnect resumes the TLS session instead of paying a full handshake: against a mock
 /// that closes the connection after every response, nearly every handshake is resumed.
 #[test]

@@ -51,17 +51,31 @@ impl ClientTls {
         } else {
             let mut roots = RootCertStore::empty();
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            let mut pinned = Vec::new();
             if let Some(path) = &options.ca_cert {
                 for cert in read_certs(path)? {
-                    roots.add(cert).map_err(|e| {
+                    roots.add(cert.clone()).map_err(|e| {
                         format!(
                             "--ca-cert {}: not a usable CA certificate: {e}",
                             path.display()
                         )
                     })?;
+                    pinned.push(cert);
                 }
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider(),
+            )
+            .build()
+            .map_err(|e| e.to_string())?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(pinned::PinnedOrWebPki {
+                    webpki,
+                    pinned,
+                }))
+                .with_no_client_auth()
         };
         // HTTP/1.1 is all the senders speak; a server that offers only h2 says so at once.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -135,28 +149,32 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-/// A TLS failure in words a user can act on.
+/// A TLS failure in words a user can act on, with the advice that fits it.
 pub fn describe(e: &rustls::Error) -> String {
-    let hint = " (give --ca-cert PATH with the server's CA, or --insecure to skip verification)";
+    const SKIP: &str = "or --insecure to skip verification";
     match e {
         rustls::Error::InvalidCertificate(c) => {
-            let what = match c {
-                CertificateError::UnknownIssuer => {
-                    "the server's certificate is not signed by a trusted CA (unknown issuer)".into()
-                }
+            let (what, advice) = match c {
+                CertificateError::UnknownIssuer => (
+                    "the server's certificate is not signed by a trusted CA (unknown issuer)"
+                        .to_string(),
+                    format!("give --ca-cert PATH with the server's CA or certificate, {SKIP}"),
+                ),
                 CertificateError::NotValidForName
-                | CertificateError::NotValidForNameContext { .. } => {
-                    format!("the server's certificate does not name this host: {c}")
-                }
-                CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
-                    format!("the server's certificate has expired: {c}")
-                }
-                CertificateError::Other(other) => {
-                    format!("the server's certificate was refused: {other}")
-                }
-                other => format!("the server's certificate was refused: {other}"),
+                | CertificateError::NotValidForNameContext { .. } => (
+                    format!("the server's certificate does not name this host: {c}"),
+                    format!("use a host name the certificate names (its subjectAltName), {SKIP}"),
+                ),
+                CertificateError::Expired | CertificateError::ExpiredContext { .. } => (
+                    format!("the server's certificate has expired: {c}"),
+                    format!("renew it on the server, or check this machine's clock; {SKIP}"),
+                ),
+                other => (
+                    format!("the server's certificate was refused: {other}"),
+                    SKIP.trim_start_matches("or ").to_string(),
+                ),
             };
-            format!("TLS certificate verification failed: {what}{hint}")
+            format!("TLS certificate verification failed: {what} ({advice})")
         }
         rustls::Error::AlertReceived(alert) => {
             format!("TLS handshake refused by the peer (alert {alert:?})")
@@ -173,6 +191,89 @@ pub fn describe_io(e: &std::io::Error) -> String {
     {
         Some(tls) => describe(tls),
         None => e.to_string(),
+    }
+}
+
+/// The usual checks, plus one case they refuse: the server presents exactly a certificate
+/// given with `--ca-cert`, made as most self-signed ones are (`openssl req -x509` sets
+/// CA:TRUE), which webpki will not take as an end entity. Its name is still checked.
+mod pinned {
+    use std::sync::Arc;
+
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{CertificateError, DigitallySignedStruct, Error, SignatureScheme};
+
+    #[derive(Debug)]
+    pub struct PinnedOrWebPki {
+        pub webpki: Arc<WebPkiServerVerifier>,
+        pub pinned: Vec<CertificateDer<'static>>,
+    }
+
+    fn is_ca_used_as_end_entity(e: &Error) -> bool {
+        match e {
+            Error::InvalidCertificate(CertificateError::Other(other)) => {
+                other.0.downcast_ref::<webpki::Error>() == Some(&webpki::Error::CaUsedAsEndEntity)
+            }
+            _ => false,
+        }
+    }
+
+    impl ServerCertVerifier for PinnedOrWebPki {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            intermediates: &[CertificateDer<'_>],
+            server_name: &ServerName<'_>,
+            ocsp: &[u8],
+            now: UnixTime,
+        ) -> Result<ServerCertVerified, Error> {
+            let refused = match self.webpki.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp,
+                now,
+            ) {
+                Ok(verified) => return Ok(verified),
+                Err(e) => e,
+            };
+            let given = self
+                .pinned
+                .iter()
+                .any(|p| p.as_ref() == end_entity.as_ref());
+            if !(given && is_ca_used_as_end_entity(&refused)) {
+                return Err(refused);
+            }
+            let cert = webpki::EndEntityCert::try_from(end_entity)
+                .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))?;
+            cert.verify_is_valid_for_subject_name(server_name)
+                .map_err(|_| Error::InvalidCertificate(CertificateError::NotValidForName))?;
+            Ok(ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            self.webpki.verify_tls12_signature(message, cert, dss)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            self.webpki.verify_tls13_signature(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.webpki.supported_verify_schemes()
+        }
     }
 }
 
