@@ -3,26 +3,13 @@
 //! and a summary exists from the stop request on, so a kill during the drain leaves one.
 
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod common;
-use common::{bin, read_jsonl, temp_dir, MockProcess};
-
-fn write_trace(path: &Path, n: usize, every_ms: f64) {
-    let lines: Vec<String> = (0..n)
-        .map(|i| {
-            format!(
-                r#"{{"timestamp": {}, "text_input": "a b c", "output_length": 2}}"#,
-                i as f64 * every_ms
-            )
-        })
-        .collect();
-    std::fs::write(path, lines.join("\n")).unwrap();
-}
+use common::{bin, read_jsonl, temp_dir, text_trace, MockProcess};
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -35,8 +22,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 #[test]
 fn a_kill_during_the_drain_leaves_a_summary() {
     let dir = temp_dir("crash-drain");
-    let trace = dir.join("t.jsonl");
-    write_trace(&trace, 6, 0.0);
+    let trace = text_trace(&dir, 6, 0, 2);
     // Answers that take a minute: the drain would wait for them.
     let mock = MockProcess::start(&["--ttft-ms", "60000"]);
     let out = dir.join("run");
@@ -77,8 +63,7 @@ fn a_kill_during_the_drain_leaves_a_summary() {
 #[test]
 fn a_write_error_stops_the_run_with_whole_lines_and_a_summary() {
     let dir = temp_dir("crash-full");
-    let trace = dir.join("t.jsonl");
-    write_trace(&trace, 3000, 1.0);
+    let trace = text_trace(&dir, 3000, 1, 2);
     let out = dir.join("run");
     let mut cmd = bin();
     cmd.args([
@@ -131,8 +116,7 @@ fn a_write_error_stops_the_run_with_whole_lines_and_a_summary() {
 #[test]
 fn report_skips_a_last_line_cut_short() {
     let dir = temp_dir("crash-report");
-    let trace = dir.join("t.jsonl");
-    write_trace(&trace, 5, 1.0);
+    let trace = text_trace(&dir, 5, 1, 2);
     let out = dir.join("run");
     let status = bin()
         .args([

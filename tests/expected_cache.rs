@@ -54,6 +54,9 @@ fn replay(url: &str, trace: &std::path::Path, out: &std::path::Path, extra: &[&s
             "--block-size",
             "16",
         ])
+        // The mock holds a stream's usage event until its counting threads have counted the
+        // prompt: on a starved machine that silence can pass the default 60 s stall timeout.
+        .args(["--stall-timeout", "3600"])
         .args(extra)
         .status()
         .unwrap();

@@ -2,29 +2,20 @@
 //! the dialect cannot read, is a typed failure (`empty` or `protocol`) with the body's first
 //! bytes in its message, and a run of nothing else fails.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use serde_json::Value;
 
 mod common;
-use common::{bin, canned_server, read_jsonl, temp_dir};
-
-fn trace(dir: &Path, n: usize) -> PathBuf {
-    let path = dir.join("t.jsonl");
-    let lines: Vec<String> = (0..n)
-        .map(|i| format!(r#"{{"timestamp": {i}, "text_input": "a b c", "output_length": 4}}"#))
-        .collect();
-    std::fs::write(&path, lines.join("\n")).unwrap();
-    path
-}
+use common::{bin, canned_server, read_jsonl, temp_dir, text_trace};
 
 fn run(endpoint: &str, dir: &Path, name: &str, extra: &[&str]) -> (Output, Vec<Value>, Value) {
     let out = dir.join(name);
     let output = bin()
         .args(["replay", "--quiet", "--model", "m", "--endpoint", endpoint])
         .arg("--trace")
-        .arg(trace(dir, 5))
+        .arg(text_trace(dir, 5, 1, 4))
         .arg("--output")
         .arg(&out)
         .args(extra)

@@ -3,27 +3,13 @@
 //! of range are refused, and a server that echoes the request head in a 401 body gets its
 //! echo stored with `***` in place of every secret.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use calamine::{open_workbook, Reader, Xlsx};
 
 mod common;
-use common::{bin, canned_server, temp_dir};
-
-fn trace(dir: &Path, n: usize, every_ms: u64) -> PathBuf {
-    let path = dir.join("t.jsonl");
-    let lines: Vec<String> = (0..n)
-        .map(|i| {
-            format!(
-                r#"{{"timestamp": {}, "text_input": "a b c", "output_length": 2}}"#,
-                i as u64 * every_ms
-            )
-        })
-        .collect();
-    std::fs::write(&path, lines.join("\n")).unwrap();
-    path
-}
+use common::{bin, canned_server, temp_dir, text_trace};
 
 /// Heads the recording server saw (one test uses it; tests run in threads).
 static HEADS: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -55,7 +41,7 @@ fn echo_401(request: &[u8]) -> Vec<u8> {
 #[test]
 fn framing_headers_are_refused_with_the_reason() {
     let dir = temp_dir("settings-framing");
-    let trace = trace(&dir, 2, 10);
+    let trace = text_trace(&dir, 2, 10, 2);
     for header in [
         "Content-Length: 5",
         "transfer-encoding: chunked",
@@ -79,7 +65,7 @@ fn framing_headers_are_refused_with_the_reason() {
 #[test]
 fn one_authorization_is_sent_and_url_credentials_are_basic_auth() {
     let dir = temp_dir("settings-auth");
-    let trace = trace(&dir, 3, 10);
+    let trace = text_trace(&dir, 3, 10, 2);
     let url = canned_server(record_head);
     // The key in the environment and an explicit -H: the -H is the one sent.
     let output = bin()
@@ -150,7 +136,7 @@ fn one_authorization_is_sent_and_url_credentials_are_basic_auth() {
 #[test]
 fn numbers_out_of_range_are_refused_and_a_long_plan_is_warned_about() {
     let dir = temp_dir("settings-numbers");
-    let trace = trace(&dir, 3, 500);
+    let trace = text_trace(&dir, 3, 500, 2);
     for (args, expected) in [
         (
             vec!["--time-scale", "1e-300"],
@@ -224,7 +210,7 @@ fn xlsx_text(path: &Path) -> String {
 #[test]
 fn secrets_echoed_by_a_server_are_stored_and_printed_as_stars() {
     let dir = temp_dir("settings-echo");
-    let trace = trace(&dir, 4, 10);
+    let trace = text_trace(&dir, 4, 10, 2);
     let url = canned_server(echo_401);
     let (key, header, password) = ("sk-echo-key-31415", "hdr-echo-27182", "pw-echo-16180");
     let endpoint = url.replace("http://", &format!("http://bob:{password}@"));

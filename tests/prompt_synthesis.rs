@@ -291,6 +291,10 @@ fn replay_conversations(
         requests,
         "--time-scale",
         "100",
+        // The mock holds a stream's usage event until its counting threads have counted the
+        // prompt: on a starved machine that silence passed the default 60 s stall timeout.
+        "--stall-timeout",
+        "3600",
         "--output",
         path(out),
     ]);
@@ -545,6 +549,8 @@ fn dataset_prompts_hit_input_length_exactly_for_both_families() {
                     path(&tok),
                     "--time-scale",
                     "10",
+                    "--stall-timeout",
+                    "3600",
                 ])
                 .args([
                     "--prompt-source",

@@ -226,6 +226,41 @@ fn a_self_signed_ca_certificate_given_with_ca_cert_is_trusted() {
     );
 }
 
+/// An expired certificate is refused for what it is, with advice that fits (not --ca-cert).
+#[test]
+fn an_expired_certificate_says_so() {
+    let dir = temp_dir("tls-expired");
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    let mock = MockProcess::start(&["--tls-cert", s(&c), "--tls-key", s(&k)]);
+    let err = replay(&[
+        "--endpoint",
+        &format!("https://{}", mock.addr),
+        "--ca-cert",
+        s(&c),
+        "--model",
+        "m",
+        "--trace",
+        s(&trace(&dir)),
+        "--output",
+        s(&dir.join("out")),
+    ])
+    .err()
+    .expect("an expired certificate is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("has expired") && message.contains("renew"),
+        "{message}"
+    );
+    assert!(!message.contains("--ca-cert"), "{message}");
+}
+
 /// A reconnect resumes the TLS session instead of paying a full handshake: against a mock
 /// that closes the connection after every response, nearly every handshake is resumed.
 #[test]
