@@ -472,7 +472,7 @@ fn targets(plan: &ReplayPlan, fleet: &Fleet) -> Vec<Target> {
                 &spec.endpoint,
                 spec.api.path(plan.stream),
                 plan.stream,
-                &fleet.headers_for(&spec.endpoint),
+                &fleet.headers.for_endpoint(&spec.endpoint),
             ),
             tls: tls.clone(),
             api: spec.api,

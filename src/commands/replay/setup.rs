@@ -474,24 +474,39 @@ pub struct Fleet {
     pub addrs: Vec<SocketAddr>,
     pub tls: Vec<Option<TlsTarget>>,
     pub models: Vec<String>,
-    /// The -H header lines sent with every request (never saved).
-    pub headers: String,
-    /// The `Authorization` line of the API key, when one is set and -H gives none.
-    bearer: Option<String>,
-    /// -H sets `Authorization`: it is the only one sent.
-    explicit_auth: bool,
+    /// The header lines requests carry (never saved).
+    pub headers: RequestHeaders,
     pub has_api_key: bool,
 }
 
-impl Fleet {
+/// The -H lines, and the one `Authorization` each endpoint gets.
+pub struct RequestHeaders {
+    lines: String,
+    /// The `Authorization` line of the API key, when one is set.
+    bearer: Option<String>,
+    /// -H sets `Authorization`: it is the only one sent.
+    explicit_auth: bool,
+}
+
+impl RequestHeaders {
+    fn new(headers: &[crate::plan::Header], key: Option<&str>) -> RequestHeaders {
+        RequestHeaders {
+            lines: headers.iter().map(|h| h.line.as_str()).collect(),
+            bearer: key.map(|k| format!("Authorization: Bearer {k}\r\n")),
+            explicit_auth: headers
+                .iter()
+                .any(|h| h.name.eq_ignore_ascii_case("authorization")),
+        }
+    }
+
     /// Every header line a request to `endpoint` carries: -H, then one `Authorization`
     /// (-H's, else the URL's credentials, else the API key).
-    pub fn headers_for(&self, endpoint: &Endpoint) -> String {
+    pub fn for_endpoint(&self, endpoint: &Endpoint) -> String {
         let auth = match self.explicit_auth {
             true => None,
             false => endpoint.basic_auth().or_else(|| self.bearer.clone()),
         };
-        format!("{}{}", self.headers, auth.unwrap_or_default())
+        format!("{}{}", self.lines, auth.unwrap_or_default())
     }
 }
 
@@ -537,29 +552,13 @@ pub fn connect(plan: &ReplayPlan, mock: Option<&MockServer>) -> Result<Fleet> {
     if let Some(key) = &key {
         crate::secrets::register(key);
     }
-    let headers: String = plan.headers.iter().map(|h| h.line.as_str()).collect();
-    let explicit_auth = plan
-        .headers
-        .iter()
-        .any(|h| h.name.eq_ignore_ascii_case("authorization"));
-    if explicit_auth && key.is_some() {
+    let headers = RequestHeaders::new(&plan.headers, key.as_deref());
+    if headers.explicit_auth && key.is_some() {
         eprintln!(
             "note: -H Authorization is the one sent; the key in ${} is not",
             plan.api_key_env
         );
     }
-    let mut fleet = Fleet {
-        specs: Vec::new(),
-        addrs: Vec::new(),
-        tls: Vec::new(),
-        models: Vec::new(),
-        headers,
-        bearer: key
-            .as_ref()
-            .map(|k| format!("Authorization: Bearer {k}\r\n")),
-        explicit_auth,
-        has_api_key: key.is_some(),
-    };
     // Each endpoint's model: its own `model=`, else --model, else what it serves.
     let models: Vec<String> = specs
         .iter()
@@ -572,7 +571,7 @@ pub fn connect(plan: &ReplayPlan, mock: Option<&MockServer>) -> Result<Fleet> {
                     spec,
                     *addr,
                     tls.as_ref(),
-                    &fleet.headers_for(&spec.endpoint),
+                    &headers.for_endpoint(&spec.endpoint),
                 ),
             },
         )
@@ -587,11 +586,14 @@ pub fn connect(plan: &ReplayPlan, mock: Option<&MockServer>) -> Result<Fleet> {
             );
         }
     }
-    fleet.specs = specs;
-    fleet.addrs = addrs;
-    fleet.tls = tls;
-    fleet.models = models;
-    Ok(fleet)
+    Ok(Fleet {
+        specs,
+        addrs,
+        tls,
+        models,
+        headers,
+        has_api_key: key.is_some(),
+    })
 }
 
 /// TLS for each https endpoint (the client configuration is built once, and only when one
@@ -698,7 +700,7 @@ pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Opti
                     p => p.to_string(),
                 },
                 headers: match serves(u) {
-                    true => fleet.headers_for(u),
+                    true => fleet.headers.for_endpoint(u),
                     false => String::new(),
                 },
             })
