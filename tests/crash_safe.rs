@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{bin, read_jsonl, temp_dir, text_trace, MockProcess};
+use common::{bin, read_jsonl, replay_mock, temp_dir, text_trace, MockProcess};
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -65,18 +65,7 @@ fn a_write_error_stops_the_run_with_whole_lines_and_a_summary() {
     let dir = temp_dir("crash-full");
     let trace = text_trace(&dir, 3000, 1, 2);
     let out = dir.join("run");
-    let mut cmd = bin();
-    cmd.args([
-        "replay",
-        "--mock",
-        "--quiet",
-        "--mock-ttft-ms",
-        "1",
-        "--trace",
-    ])
-    .arg(&trace)
-    .arg("--output")
-    .arg(&out);
+    let mut cmd = replay_mock(&trace, &out);
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -118,20 +107,7 @@ fn report_skips_a_last_line_cut_short() {
     let dir = temp_dir("crash-report");
     let trace = text_trace(&dir, 5, 1, 2);
     let out = dir.join("run");
-    let status = bin()
-        .args([
-            "replay",
-            "--mock",
-            "--quiet",
-            "--mock-ttft-ms",
-            "1",
-            "--trace",
-        ])
-        .arg(&trace)
-        .arg("--output")
-        .arg(&out)
-        .status()
-        .unwrap();
+    let status = replay_mock(&trace, &out).status().unwrap();
     assert!(status.success());
     let path = out.join("requests.jsonl");
     let mut bytes = std::fs::read(&path).unwrap();

@@ -8,7 +8,7 @@ use std::process::Output;
 use serde_json::Value;
 
 mod common;
-use common::{bin, read_jsonl, temp_dir};
+use common::{bin, read_jsonl, replay_mock, temp_dir};
 
 fn good(ts: u64) -> String {
     format!(r#"{{"timestamp": {ts}, "text_input": "a b c", "output_length": 2}}"#)
@@ -42,15 +42,7 @@ fn write_hostile_trace(path: &Path) {
 }
 
 fn replay(trace: &Path, out: &Path, extra: &[&str]) -> Output {
-    bin()
-        .args(["replay", "--mock", "--quiet", "--mock-ttft-ms", "1"])
-        .arg("--trace")
-        .arg(trace)
-        .arg("--output")
-        .arg(out)
-        .args(extra)
-        .output()
-        .unwrap()
+    replay_mock(trace, out).args(extra).output().unwrap()
 }
 
 #[test]

@@ -17,10 +17,54 @@ const OUTPUT_TOKENS: u64 = 30;
 /// checked), as PEM files in `dir`.
 fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
     let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
-    (cert, key)
+    write_pem(dir, "", &made.cert, &made.signing_key)
+}
+
+/// A certificate and its key as PEM files `{tag}cert.pem` and `{tag}key.pem` in `dir`.
+fn write_pem(
+    dir: &Path,
+    tag: &str,
+    cert: &rcgen::Certificate,
+    key: &rcgen::KeyPair,
+) -> (PathBuf, PathBuf) {
+    let (c, k) = (
+        dir.join(format!("{tag}cert.pem")),
+        dir.join(format!("{tag}key.pem")),
+    );
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (c, k)
+}
+
+/// A self-signed certificate made from `params`, as PEM files in `dir`.
+fn self_signed(dir: &Path, tag: &str, params: rcgen::CertificateParams) -> (PathBuf, PathBuf) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    write_pem(dir, tag, &cert, &key)
+}
+
+/// The error of a replay against a mock serving `cert`, trusted with --ca-cert.
+fn refused_with_ca_cert(dir: &Path, cert: &Path, key: &Path) -> String {
+    let mock = MockProcess::start(&["--tls-cert", s(cert), "--tls-key", s(key)]);
+    let out = dir.join(format!(
+        "refused-{}",
+        cert.file_name().unwrap().to_string_lossy()
+    ));
+    replay(&[
+        "--endpoint",
+        &format!("https://{}", mock.addr),
+        "--ca-cert",
+        s(cert),
+        "--model",
+        "m",
+        "--trace",
+        s(&trace(dir)),
+        "--output",
+        s(&out),
+    ])
+    .err()
+    .expect("the certificate is refused")
+    .to_string()
 }
 
 fn trace(dir: &Path) -> PathBuf {
@@ -139,25 +183,9 @@ fn https_is_verified_with_ca_cert_refused_without_and_skipped_with_insecure() {
 fn a_certificate_for_another_host_is_refused() {
     let dir = temp_dir("tls-name");
     let made = rcgen::generate_simple_self_signed(vec!["example.test".to_string()]).unwrap();
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
-    let mock = MockProcess::start(&["--tls-cert", s(&cert), "--tls-key", s(&key)]);
-    let err = replay(&[
-        "--endpoint",
-        &format!("https://{}", mock.addr),
-        "--ca-cert",
-        s(&cert),
-        "--model",
-        "m",
-        "--trace",
-        s(&trace(&dir)),
-        "--output",
-        s(&dir.join("out")),
-    ])
-    .err()
-    .expect("a certificate for another name is refused");
-    assert!(err.to_string().contains("does not name this host"), "{err}");
+    let (cert, key) = write_pem(&dir, "", &made.cert, &made.signing_key);
+    let err = refused_with_ca_cert(&dir, &cert, &key);
+    assert!(err.contains("does not name this host"), "{err}");
 }
 
 /// The usual self-signed certificate (`openssl req -x509 ... -addext subjectAltName=...`
@@ -170,18 +198,10 @@ fn a_self_signed_ca_certificate_given_with_ca_cert_is_trusted() {
     let made = |name: &str, tag: &str| {
         let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        let (c, k) = (
-            dir.join(format!("{tag}-cert.pem")),
-            dir.join(format!("{tag}-key.pem")),
-        );
-        std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (c, k)
+        self_signed(&dir, tag, params)
     };
     let trace = trace(&dir);
-    let (cert, key) = made("127.0.0.1", "right");
+    let (cert, key) = made("127.0.0.1", "right-");
     let mock = MockProcess::start(&["--tls-cert", s(&cert), "--tls-key", s(&key)]);
     let url = format!("https://{}", mock.addr);
     let out = dir.join("run");
@@ -202,23 +222,8 @@ fn a_self_signed_ca_certificate_given_with_ca_cert_is_trusted() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(outcome.summary.ok as u64, RECORDS);
 
-    let (cert, key) = made("example.test", "wrong");
-    let mock = MockProcess::start(&["--tls-cert", s(&cert), "--tls-key", s(&key)]);
-    let err = replay(&[
-        "--endpoint",
-        &format!("https://{}", mock.addr),
-        "--ca-cert",
-        s(&cert),
-        "--model",
-        "m",
-        "--trace",
-        s(&trace),
-        "--output",
-        s(&dir.join("wrong")),
-    ])
-    .err()
-    .expect("a certificate for another name is refused");
-    let message = err.to_string();
+    let (cert, key) = made("example.test", "wrong-");
+    let message = refused_with_ca_cert(&dir, &cert, &key);
     assert!(message.contains("does not name this host"), "{message}");
     assert!(
         message.contains("subjectAltName") && !message.contains("--ca-cert"),
@@ -233,27 +238,8 @@ fn an_expired_certificate_says_so() {
     let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
     params.not_before = rcgen::date_time_ymd(2020, 1, 1);
     params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&c, cert.pem()).unwrap();
-    std::fs::write(&k, key.serialize_pem()).unwrap();
-    let mock = MockProcess::start(&["--tls-cert", s(&c), "--tls-key", s(&k)]);
-    let err = replay(&[
-        "--endpoint",
-        &format!("https://{}", mock.addr),
-        "--ca-cert",
-        s(&c),
-        "--model",
-        "m",
-        "--trace",
-        s(&trace(&dir)),
-        "--output",
-        s(&dir.join("out")),
-    ])
-    .err()
-    .expect("an expired certificate is refused");
-    let message = err.to_string();
+    let (cert, key) = self_signed(&dir, "", params);
+    let message = refused_with_ca_cert(&dir, &cert, &key);
     assert!(
         message.contains("has expired") && message.contains("renew"),
         "{message}"

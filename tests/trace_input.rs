@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, read_jsonl, temp_dir};
+use common::{bin, read_jsonl, replay_mock, temp_dir};
 
 fn lines(n: usize) -> String {
     (0..n)
@@ -16,22 +16,6 @@ fn lines(n: usize) -> String {
             format!("{{\"timestamp\": {i}, \"text_input\": \"a b c\", \"output_length\": 2}}\n")
         })
         .collect()
-}
-
-fn replay_cmd(trace: &str, out: &Path) -> Command {
-    let mut cmd = bin();
-    cmd.args([
-        "replay",
-        "--mock",
-        "--quiet",
-        "--mock-ttft-ms",
-        "1",
-        "--trace",
-        trace,
-    ])
-    .arg("--output")
-    .arg(out);
-    cmd
 }
 
 /// The records of a run that must have succeeded: their indices.
@@ -56,7 +40,7 @@ fn mkfifo(path: &Path) {
 fn stdin_and_a_process_substitution_are_read_once_and_whole() {
     let dir = temp_dir("input-pipes");
     let out = dir.join("stdin");
-    let mut child = replay_cmd("-", &out)
+    let mut child = replay_mock("-", &out)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -128,7 +112,7 @@ fn a_fifo_is_opened_once() {
         }
     });
     let out = dir.join("run");
-    let output = replay_cmd(fifo.to_str().unwrap(), &out).output().unwrap();
+    let output = replay_mock(fifo.to_str().unwrap(), &out).output().unwrap();
     assert_eq!(replayed(&output, &out), (0..10).collect::<Vec<_>>());
 }
 
@@ -138,7 +122,7 @@ fn a_signal_ends_a_run_waiting_for_its_trace() {
     let dir = temp_dir("input-fifo-silent");
     let fifo = dir.join("silent.fifo");
     mkfifo(&fifo);
-    let mut child = replay_cmd(fifo.to_str().unwrap(), &dir.join("run"))
+    let mut child = replay_mock(fifo.to_str().unwrap(), &dir.join("run"))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -209,7 +193,7 @@ fn compressed_and_bom_traces_are_read_by_their_bytes() {
     std::fs::write(&bom, format!("\u{feff}{}", lines(6))).unwrap();
     for (trace, n) in [(zst, 9), (gz_unnamed, 8), (bom, 6)] {
         let out: PathBuf = dir.join(format!("run-{n}"));
-        let output = replay_cmd(trace.to_str().unwrap(), &out).output().unwrap();
+        let output = replay_mock(trace.to_str().unwrap(), &out).output().unwrap();
         assert_eq!(
             replayed(&output, &out),
             (0..n).collect::<Vec<_>>(),
@@ -264,7 +248,7 @@ fn skip_invalid_skips_a_bad_first_line_under_auto() {
     let trace = dir.join("t.jsonl");
     std::fs::write(&trace, format!("{{oops\n{}", lines(4))).unwrap();
     let out = dir.join("run");
-    let output = replay_cmd(trace.to_str().unwrap(), &out)
+    let output = replay_mock(trace.to_str().unwrap(), &out)
         .arg("--skip-invalid")
         .output()
         .unwrap();

@@ -109,6 +109,24 @@ pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_llmreplay"))
 }
 
+/// `llmreplay replay --mock --quiet` (a 1 ms time to first token) of `trace` into the run
+/// directory `out` (add options with `.args`).
+pub fn replay_mock(trace: impl AsRef<std::ffi::OsStr>, out: &Path) -> Command {
+    let mut cmd = bin();
+    cmd.args([
+        "replay",
+        "--mock",
+        "--quiet",
+        "--mock-ttft-ms",
+        "1",
+        "--trace",
+    ])
+    .arg(trace)
+    .arg("--output")
+    .arg(out);
+    cmd
+}
+
 /// `llmreplay replay --quiet` of `trace` against `mock` into the run directory `out` (add
 /// options with `.args`).
 /// A path as an argument.
