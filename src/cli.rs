@@ -10,6 +10,9 @@ pub use crate::plan::{OutputFormat, PromptMode};
 use crate::prompt::LengthOf;
 use crate::trace::Format;
 
+mod hosts;
+pub use hosts::{K8sJobArgs, MergeArgs, ShardArgs};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "llmreplay",
@@ -141,6 +144,13 @@ pub enum Command {
     /// rate) at growing --time-scale steps, then bisection between the last step that met
     /// --min-goodput and the first that did not; one run directory per step, sweep.html.
     Sweep(Box<SweepArgs>),
+    /// Join the run directories of the shards of one run (`replay --shard I/N`) into one
+    /// run directory: the records in index order, every statistic recomputed from them, a
+    /// per-shard table of start skew and drift.
+    Merge(Box<MergeArgs>),
+    /// Print a Kubernetes Indexed Job (one pod per shard, one common start) and a merge Job
+    /// for the replay options given after `--`.
+    K8sJob(Box<K8sJobArgs>),
 }
 
 #[derive(Debug, Args, Clone)]
@@ -686,6 +696,9 @@ pub struct ReplayArgs {
 
     #[command(flatten)]
     pub scrape: ScrapeArgs,
+
+    #[command(flatten)]
+    pub hosts: ShardArgs,
 
     /// Prompt synthesis (last, so its help heading covers only its own options).
     #[command(flatten)]

@@ -22,6 +22,7 @@ pub mod http;
 pub mod limits;
 pub mod load;
 pub mod mock;
+pub mod ntp;
 pub mod pipeline;
 pub mod plan;
 pub mod prefix_cache;
@@ -35,12 +36,14 @@ pub mod secrets;
 pub mod sender;
 pub mod server_metrics;
 pub mod session;
+pub mod shard;
 pub mod sockopt;
 pub mod stats;
 pub mod stop;
 pub mod synthetic;
 pub mod trace;
 pub mod transport;
+pub mod wall_start;
 
 use std::io::Write;
 
@@ -180,6 +183,25 @@ pub fn run(cli: Cli) -> Result<i32> {
             } else {
                 print!("{calibration}");
             }
+            Ok(0)
+        }
+        Command::Merge(args) => {
+            let merged = commands::merge::run(&plan::hosts::merge_plan(&args)?)?;
+            print_summary(&merged.summary, args.results.output_format);
+            eprint!("{merged}");
+            eprintln!("merged run in {}", merged.dir.display());
+            Ok(merged
+                .summary
+                .ended
+                .as_ref()
+                .and_then(|e| e["exit_code"].as_i64())
+                .map_or(0, |c| c as i32))
+        }
+        Command::K8sJob(args) => {
+            print!(
+                "{}",
+                commands::k8s_job::manifest(&plan::hosts::k8s_job_plan(&args)?)
+            );
             Ok(0)
         }
         Command::Inspect(args) => {

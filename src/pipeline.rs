@@ -24,6 +24,7 @@ use crate::prompt::dataset::DatasetPrompts;
 use crate::prompt::{BlockCache, PromptSynth};
 use crate::schedule::{Shaper, Slot};
 use crate::session::{SessionLink, SessionTracker, SessionTurn};
+use crate::shard::ShardFilter;
 use crate::stop::StopRequest;
 use crate::trace::{Input, OrderedReader, TraceIds, TraceRecord};
 
@@ -296,10 +297,12 @@ impl RequestBuilder {
         BlockCaches(self.synths.iter().map(|s| s.block_cache(each)).collect())
     }
 
-    /// The bytes of `record` for endpoint `endpoint`.
+    /// The bytes of `record` for endpoint `endpoint`; `seq` is its place among the records
+    /// this run sends (0, 1, 2, ...: prompts.jsonl is written in that order).
     pub fn build(
         &self,
         record: &TraceRecord,
+        seq: u64,
         endpoint: u32,
         scheduled_ns: u64,
         caches: &mut BlockCaches,
@@ -326,7 +329,7 @@ impl RequestBuilder {
             saved.as_mut(),
         )?;
         if let (Some(log), Some(line)) = (&self.prompt_log, saved) {
-            log.put(record.index, line)
+            log.put(seq, line)
                 .map_err(|e| format!("cannot write {}: {e}", log.path.display()))?;
         }
         let body_len = bytes.len() - HEAD_ROOM;
@@ -360,7 +363,8 @@ impl RequestBuilder {
 }
 
 /// `prompts.jsonl`, written in record order although producers finish out of order, so two
-/// runs with the same seed write identical files. Lines wait in a small reorder buffer (one per
+/// runs with the same seed write identical files. Lines are put by their place among the
+/// records sent (not by record index, which has gaps after `--start-offset` or in a shard). Lines wait in a small reorder buffer (one per
 /// producer in flight for a sorted trace; up to the reorder window for an unsorted one).
 pub struct PromptLog {
     path: PathBuf,
@@ -448,6 +452,10 @@ struct SharedReader {
     pass: u64,
     /// The effective schedule ([`crate::schedule`]): the plan line ran the same.
     shaper: Shaper,
+    /// Records handed out so far: the next one's place.
+    handed_out: u64,
+    /// `--shard`: only this shard's records of the schedule are built and sent.
+    shard: Option<ShardFilter>,
     router: Router,
     sessions: SessionTracker,
     finished: bool,
@@ -461,6 +469,7 @@ pub fn spawn_producers(
     reader: OrderedReader,
     passes: Passes,
     shaper: Shaper,
+    shard: Option<ShardFilter>,
     router: Router,
     sessions: SessionTracker,
     builder: Arc<RequestBuilder>,
@@ -473,6 +482,8 @@ pub fn spawn_producers(
         passes,
         pass: 0,
         shaper,
+        handed_out: 0,
+        shard,
         router,
         sessions,
         finished: false,
@@ -500,6 +511,8 @@ pub fn spawn_producers(
 /// A record with everything decided under the reader lock, in trace order.
 struct Planned {
     record: TraceRecord,
+    /// Its place among the records sent.
+    seq: u64,
     endpoint: u32,
     scheduled_ns: u64,
     link: Option<SessionLink>,
@@ -514,7 +527,7 @@ impl SharedReader {
             return Ok(None);
         }
         // Records before --start-offset are skipped.
-        let (record, scheduled_ns, warmup) = loop {
+        let (record, endpoint, scheduled_ns, warmup) = loop {
             let Some((mut record, ts)) = self.reader.next_record()? else {
                 if self.passes.left == 0 {
                     self.finished = true;
@@ -524,6 +537,9 @@ impl SharedReader {
                 self.pass += 1;
                 self.reader = (self.passes.reopen)()?;
                 self.sessions.new_pass();
+                if let Some(shard) = &mut self.shard {
+                    shard.new_pass();
+                }
                 continue;
             };
             record.index += self.pass * self.passes.per_pass;
@@ -536,13 +552,26 @@ impl SharedReader {
                 Slot::Send {
                     scheduled_ns,
                     warmup,
-                } => break (record, scheduled_ns, warmup),
+                } => {
+                    // Every record is routed, the shard's own or not: the router's state
+                    // (conversations placed, round-robin turns) is the same on every host.
+                    let endpoint = self.router.pick(&record);
+                    let pass = self.pass;
+                    if self
+                        .shard
+                        .as_mut()
+                        .is_none_or(|shard| shard.keeps(&record, pass, endpoint))
+                    {
+                        break (record, endpoint, scheduled_ns, warmup);
+                    }
+                }
             }
         };
-        let endpoint = self.router.pick(&record);
         let link = self.sessions.link(&record, scheduled_ns);
+        self.handed_out += 1;
         Ok(Some(Planned {
             record,
+            seq: self.handed_out - 1,
             endpoint,
             scheduled_ns,
             link,
@@ -578,7 +607,7 @@ fn produce(
                 })?;
         }
         let mut request = builder
-            .build(&p.record, p.endpoint, p.scheduled_ns, &mut caches)
+            .build(&p.record, p.seq, p.endpoint, p.scheduled_ns, &mut caches)
             .map_err(|message| Error::Trace {
                 file: lock()
                     .map(|s| s.reader.reader().path().to_path_buf())
@@ -678,7 +707,7 @@ mod tests {
             extra: None,
         };
         let req = builder
-            .build(&record, 0, 77, &mut builder.new_caches())
+            .build(&record, 0, 0, 77, &mut builder.new_caches())
             .unwrap();
         let text = std::str::from_utf8(req.payload()).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();

@@ -19,6 +19,9 @@ use crate::synthetic::SyntheticSpec;
 use crate::trace::{Format, ReadOptions};
 use crate::transport::TlsOptions;
 
+pub mod hosts;
+pub use hosts::HostsPlan;
+
 /// Threads of one kind a run may start: more is a typo, not a plan.
 const MAX_THREADS: usize = 256;
 
@@ -259,6 +262,8 @@ pub struct ReplayPlan {
     pub render: RenderOptions,
     pub output_format: OutputFormat,
     pub quiet: bool,
+    /// `--shard`, `--start-at`, `--ntp`: one host of a run across many.
+    pub hosts: HostsPlan,
 }
 
 fn positive(name: &str, v: f64) -> Result<f64> {
@@ -392,6 +397,21 @@ impl ReplayPlan {
                 Some((spec, a.max_requests.unwrap_or(DEFAULT_SYNTHETIC_REQUESTS)))
             }
         };
+        let scrape = scrape_plan(&a.scrape)?;
+        let hosts = hosts::hosts_plan(
+            &a.hosts,
+            &hosts::Context {
+                pace: load.pace,
+                max_error_rate: a.max_error_rate.is_some(),
+                route: a.route,
+                endpoints: match &targets {
+                    Targets::Mock { .. } => 1,
+                    Targets::Servers(s) => s.len(),
+                },
+                scrapes: scrape.is_some(),
+            },
+        )?;
+        let scrape = scrape.filter(|_| !hosts.scrape_left_to_shard0);
         let trace = match (&a.trace, &synthetic) {
             (Some(t), _) => t.clone(),
             (None, _) => std::env::temp_dir().join(format!(
@@ -470,7 +490,7 @@ impl ReplayPlan {
             warmup_requests: a.warmup_requests,
             expected_cache_blocks: a.expected_cache_blocks,
             server_block_size: a.server_block_size,
-            scrape: scrape_plan(&a.scrape)?,
+            scrape,
             prompt_dataset: match (a.prompt_source, &a.prompt_dataset) {
                 (PromptSource::Dataset, Some(p)) => Some(p.clone()),
                 (PromptSource::Dataset, None) => {
@@ -532,6 +552,7 @@ impl ReplayPlan {
             },
             output_format: a.results.output_format,
             quiet: a.quiet,
+            hosts,
         })
     }
 
@@ -595,6 +616,7 @@ impl ReplayPlan {
             render: RenderOptions::default(),
             output_format: OutputFormat::Text,
             quiet: true,
+            hosts: HostsPlan::default(),
         }
     }
 }
@@ -617,6 +639,11 @@ pub struct SweepPlan {
 
 impl SweepPlan {
     pub fn from_args(a: &cli::SweepArgs) -> Result<SweepPlan> {
+        if hosts::asked(&a.replay.hosts) {
+            return Err(Error::Usage(
+                "a sweep runs on one host: --shard, --start-at and --ntp are replay's".into(),
+            ));
+        }
         let base = ReplayPlan::from_args(&a.replay)?;
         if base.render.slo.is_none() {
             return Err(Error::Usage(

@@ -2,6 +2,8 @@
 //! clap type, and returns what it measured; printing and exit codes are the caller's.
 
 pub mod calibrate;
+pub mod k8s_job;
+pub mod merge;
 pub mod prompts;
 pub mod replay;
 pub mod report;

@@ -57,7 +57,7 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<()> {
 }
 
 /// Every file a run or `report` writes into a run directory.
-pub const RUN_FILES: [&str; 10] = [
+pub const RUN_FILES: [&str; 12] = [
     "requests.jsonl",
     "summary.json",
     "summary.txt",
@@ -68,6 +68,8 @@ pub const RUN_FILES: [&str; 10] = [
     "prompts.jsonl",
     "compare.html",
     "synthetic_trace.jsonl",
+    "shards.txt",
+    "server_metrics.jsonl",
 ];
 
 /// `llmreplay-results/<UTC yyyymmdd-hhmmss>`, with `-2`, `-3`... when runs start within the
@@ -155,7 +157,7 @@ pub fn save_itl(dir: &Path, itl: &Histogram<u64>, token_itl: &Histogram<u64>) ->
     write_atomic(&dir.join(ITL_FILE), value.to_string().as_bytes())
 }
 
-fn load_itl(dir: &Path) -> Result<Option<(Histogram<u64>, Histogram<u64>)>> {
+pub fn load_itl(dir: &Path) -> Result<Option<(Histogram<u64>, Histogram<u64>)>> {
     let path = dir.join(ITL_FILE);
     if !path.is_file() {
         return Ok(None);

@@ -41,6 +41,7 @@ use crate::server_metrics::{ScrapeConfig, Scraper};
 use crate::session::{SessionMode, SessionTracker};
 use crate::stats::{latency_histogram, Summary};
 use crate::stop::{signals_received, StopRequest};
+use crate::wall_start::StartReport;
 use setup::{Fleet, Output, Prompts, Say, TraceInput};
 
 /// Time between the senders' connections being open and the first possible deadline:
@@ -49,6 +50,11 @@ const START_LEAD_NS: u64 = 500_000_000;
 /// Connections for the requests due in the run's first second are opened before the start,
 /// up to this many per sender and endpoint: a bound on what is opened in one go.
 const WARM_MAX_PER_POOL: usize = 16_384;
+/// `--start-at`: the senders open their connections this long before the instant (servers
+/// close idle keep-alive connections after a few seconds: vLLM's uvicorn after 5).
+const START_AT_LEAD: Duration = Duration::from_secs(2);
+/// A shard ready after its `--start-at` instant starts this soon.
+const LATE_START_NS: u64 = 1_000_000;
 
 /// What a finished replay leaves behind.
 pub struct RunOutcome {
@@ -159,6 +165,9 @@ fn prime(
     pass.force = true;
     pass.quiet = true;
     pass.scrape = None;
+    // Primed as soon as ready; the measured run is the one that starts at --start-at.
+    pass.hosts.start_at_unix_ns = None;
+    pass.hosts.ntp = None;
     say.say(format!(
         "priming: the same schedule once, unmeasured, to fill the servers' caches (its records: \
          {})",
@@ -210,6 +219,7 @@ fn start(
     expected: &Arc<SharedExpected>,
     say: &Say,
 ) -> Result<Stages> {
+    let clock_check = check_clock(plan, say)?;
     let num_sender = plan.num_sender;
     let cores = core_affinity::get_core_ids().map_or(1, |c| c.len());
     let num_producer = plan
@@ -300,6 +310,7 @@ fn start(
         reader,
         passes,
         trace.shaping.shaper(),
+        plan.hosts.shard.map(crate::shard::ShardFilter::new),
         router,
         SessionTracker::new(
             plan.session_mode,
@@ -320,6 +331,13 @@ fn start(
         .map(|config| Scraper::start(config, clock.clone(), &out.dir))
         .transpose()
         .map_err(|e| Error::io(&out.dir, e))?;
+    if let Some(at) = plan.hosts.start_at_unix_ns {
+        say.say(format!(
+            "waiting for the common start at {} (--start-at)",
+            crate::wall_start::rfc3339_utc(at)
+        ));
+        crate::wall_start::sleep_until(at, START_AT_LEAD, || signals_received() > 0);
+    }
     let progress = Arc::new(Progress::default());
     let senders: Vec<_> = (0..num_sender)
         .map(|i| {
@@ -348,13 +366,24 @@ fn start(
     }
     let connections_at_start =
         gate.wait_ready(|id| senders[id].is_finished(), || signals_received() > 0);
-    let t0_ns = clock.now_ns() + START_LEAD_NS;
+    let (t0_ns, common_start) = time_zero(plan, &clock);
     let t0_monotonic_ns = on_monotonic(&clock, t0_ns);
-    let started_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-        + START_LEAD_NS / 1_000_000;
+    let started_unix_ms = match common_start {
+        Some(s) => s.actual_unix_ns / 1_000_000,
+        None => {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+                + START_LEAD_NS / 1_000_000
+        }
+    };
     gate.start(t0_ns);
+    if let Some(late) = common_start.filter(|s| s.late_ns > 0) {
+        eprintln!(
+            "warning: this host was ready {:.1} ms after --start-at: its schedule runs that much              later than the other shards' (run.json records it as start.late_ms)",
+            late.late_ns as f64 / 1e6
+        );
+    }
     if let Some(scraper) = &scraper {
         scraper.begin(t0_ns);
     }
@@ -367,6 +396,8 @@ fn start(
             started_unix_ms,
             t0_monotonic_ns,
             connections_at_start,
+            common_start,
+            clock_check: clock_check.as_ref(),
         };
         let run = run_json::run_json(plan, &resolved);
         report::write_json(&out.dir.join("run.json"), &run)?;
@@ -384,6 +415,50 @@ fn start(
         scraper,
         _pinned: pinned,
     })
+}
+
+/// `--ntp`: this host's clock against the server's, before the start (an error when the
+/// server does not answer: the user asked for a checked clock).
+fn check_clock(plan: &ReplayPlan, say: &Say) -> Result<Option<crate::ntp::ClockCheck>> {
+    let Some(server) = &plan.hosts.ntp else {
+        return Ok(None);
+    };
+    let check = crate::ntp::check(server).map_err(Error::Run)?;
+    let offset_ms = check.offset_ns as f64 / 1e6;
+    say.say(format!(
+        "clock: {offset_ms:+.3} ms from {server} (+-{:.3} ms)",
+        check.uncertainty_ns as f64 / 1e6
+    ));
+    if offset_ms.abs() > 5.0 {
+        eprintln!(
+            "warning: this host's clock is {offset_ms:+.1} ms off {server}: with --start-at its              shard starts that far from the others (merge corrects the skew it reports, not the              load); steer the clock with chrony or ntpd"
+        );
+    }
+    Ok(Some(check))
+}
+
+/// The run clock's time 0: with `--start-at`, the agreed instant (or at once when it has
+/// passed, and how late); else now and a lead for the first deadlines.
+fn time_zero(plan: &ReplayPlan, clock: &RunClock) -> (u64, Option<StartReport>) {
+    let Some(at) = plan.hosts.start_at_unix_ns else {
+        return (clock.now_ns() + START_LEAD_NS, None);
+    };
+    let target = crate::wall_start::run_ns_at(clock, at);
+    let earliest = clock.now_ns() + LATE_START_NS;
+    let t0 = if target >= i128::from(earliest) {
+        target as u64
+    } else {
+        earliest
+    };
+    let late_ns = (i128::from(t0) - target).max(0) as u64;
+    (
+        t0,
+        Some(StartReport {
+            requested_unix_ns: at,
+            actual_unix_ns: at + late_ns,
+            late_ns,
+        }),
+    )
 }
 
 /// How each endpoint's bodies are written: its dialect, model and prompt synthesis.
@@ -676,6 +751,13 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         "run_ns": end_ns.saturating_sub(stages.t0_ns),
         "monotonic_ns": on_monotonic(&stages.clock, end_ns),
     });
+    // `--ntp`: checked again at the end (the clock may have been stepped during the run).
+    if let Some(server) = &plan.hosts.ntp {
+        run["clock_check"]["end"] = match crate::ntp::check(server) {
+            Ok(c) => c.to_json(),
+            Err(e) => json!({"error": e}),
+        };
+    }
     report::write_json(&c.dir.join("run.json"), &run)?;
     // Everything in the directory is rendered from requests.jsonl, as `report DIR` does.
     report::save_itl(&c.dir, &itl, &token_itl)?;

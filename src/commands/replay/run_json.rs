@@ -17,6 +17,10 @@ pub struct Resolved<'a> {
     /// The run's time 0 on CLOCK_MONOTONIC.
     pub t0_monotonic_ns: u64,
     pub connections_at_start: usize,
+    /// `--start-at`: how the common start went.
+    pub common_start: Option<crate::wall_start::StartReport>,
+    /// `--ntp`: the clock check before the start.
+    pub clock_check: Option<&'a crate::ntp::ClockCheck>,
 }
 
 /// The configuration; `fleet` has one object per endpoint (url, api, model, weight, prompt
@@ -156,6 +160,33 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     );
     put("fleet", json!(fleet));
     put("connections_at_start", json!(r.connections_at_start));
+    put(
+        "shard",
+        match (plan.hosts.shard, &r.trace.shares) {
+            (Some(shard), Some((shares, _))) => shares.to_json(shard),
+            _ => Value::Null,
+        },
+    );
+    put(
+        "trace_digest",
+        json!(r.trace.shares.as_ref().map(|(_, digest)| digest)),
+    );
+    put(
+        "start",
+        json!(r.common_start.map(|s| json!({
+            "at": crate::wall_start::rfc3339_utc(s.requested_unix_ns),
+            "at_unix_ms": s.requested_unix_ns as f64 / 1e6,
+            "actual_unix_ms": s.actual_unix_ns as f64 / 1e6,
+            "late_ms": s.late_ns as f64 / 1e6,
+        }))),
+    );
+    put(
+        "clock_check",
+        match r.clock_check {
+            Some(c) => json!({"start": c.to_json()}),
+            None => json!({"checked": false, "why": "no --ntp: this host's clock was not checked"}),
+        },
+    );
     Value::Object(m)
 }
 

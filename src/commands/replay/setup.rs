@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::api::Api;
 use crate::error::{Error, Result};
-use crate::fleet::EndpointSpec;
+use crate::fleet::{EndpointSpec, Router};
 use crate::http::endpoint::Endpoint;
 use crate::http::probe;
 use crate::limits;
@@ -23,6 +23,7 @@ use crate::report;
 use crate::schedule::{Preview, PreviewBuilder, Shaping};
 use crate::server_metrics::{self, ScrapeConfig, ScrapeTarget};
 use crate::session::SessionMode;
+use crate::shard::{Shard, Shares};
 use crate::trace::inspect::TraceStats;
 use crate::trace::{Format, OrderedReader, ReadOptions, TraceFile, TraceReader, ORDER_WINDOW};
 use crate::transport::{ClientTls, TlsOptions, TlsTarget};
@@ -51,6 +52,9 @@ pub struct TraceInput {
     pub shaping: Shaping,
     /// What the shaping sends: the plan line, `--dry-run` and run.json read it.
     pub preview: Preview,
+    /// `--shard`: every shard's share of that schedule, and the trace's digest (merge checks
+    /// that the shards replayed the same trace).
+    pub shares: Option<(Shares, String)>,
 }
 
 /// `--synthetic`: writes the generated records where the plan's trace is; returns that path
@@ -140,6 +144,10 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
     if let Some(w) = preview.warning() {
         eprintln!("warning: {w}");
     }
+    let shares = match plan.hosts.shard {
+        None => None,
+        Some(shard) => Some(shard_shares(plan, &file, format, &shaping, shard)?),
+    };
     Ok(TraceInput {
         file,
         format,
@@ -147,7 +155,47 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         stats,
         shaping,
         preview,
+        shares,
     })
+}
+
+/// `--shard`: every shard's share (refused when this one has none, or when conversations
+/// would be split across hosts), and the digest of the trace's content.
+fn shard_shares(
+    plan: &ReplayPlan,
+    file: &TraceFile,
+    format: Format,
+    shaping: &Shaping,
+    shard: Shard,
+) -> Result<(Shares, String)> {
+    let weights: Vec<u32> = match &plan.targets {
+        Targets::Mock { .. } => vec![1],
+        Targets::Servers(specs) => specs.iter().map(|s| s.weight).collect(),
+    };
+    let shares = Shares::count(
+        || replay_reader(file, format, plan.read),
+        shaping,
+        Router::new(plan.route, &weights),
+        shard,
+    )?;
+    let refuse = |why: String| Err(Error::Usage(format!("--shard {}: {why}", shard.name())));
+    if shares.split_conversations > 0 && plan.session_mode == SessionMode::AfterParent {
+        return refuse(format!(
+            "--route {} puts the turns of {} conversations on endpoints of different shards,              where a turn could not wait for its parent's answer; use --route session (or              --shard-by session)",
+            plan.route.name(),
+            shares.split_conversations
+        ));
+    }
+    if shares.records[shard.index as usize] == 0 {
+        return refuse(format!(
+            "this shard has none of the schedule's {} records (shares {:?}); use fewer shards",
+            shares.records.iter().sum::<u64>(),
+            shares.records
+        ));
+    }
+    let mut content = file.open()?;
+    let digest = crate::shard::digest(&mut content).map_err(|e| Error::io(file.shown(), e))?;
+    Ok((shares, digest))
 }
 
 /// The preview of a trace too long to keep its timestamps: each pass read again, as the
@@ -310,6 +358,19 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
         line.push_str(&format!(
             "; the first {} are warmup, in no statistic",
             p.warmup
+        ));
+    }
+    if let (Some(shard), Some((shares, _))) = (plan.hosts.shard, &trace.shares) {
+        line.push_str(&format!("; {}", shares.describe(shard)));
+    }
+    if plan.hosts.scrape_left_to_shard0 {
+        line.push_str("; server metrics are scraped by shard 0 (--scrape-every-shard for all)");
+    }
+    if let Some(at) = plan.hosts.start_at_unix_ns {
+        line.push_str(&format!(
+            "; time 0 at {} ({:.1} s from now, --start-at)",
+            crate::wall_start::rfc3339_utc(at),
+            (at as f64 - crate::wall_start::unix_ns_now() as f64) / 1e9
         ));
     }
     let mut warnings = Vec::new();

@@ -1,0 +1,126 @@
+//! Options of runs across many hosts: `replay`'s shard and start options, `merge` and
+//! `k8s-job` (README "Running on many machines").
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::ResultArgs;
+use crate::shard::ShardBy;
+
+/// A replay as one shard of a run across hosts.
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Many hosts")]
+pub struct ShardArgs {
+    /// Send only shard I of N (0-based) of the one schedule: every host reads the same trace
+    /// and builds the same prompts, and `llmreplay merge` joins the shards' results exactly.
+    /// `auto` reads the index from JOB_COMPLETION_INDEX (Kubernetes Indexed Job, with
+    /// --shard-count) or SLURM_PROCID and SLURM_NTASKS (Slurm).
+    #[arg(long, value_name = "I/N|auto")]
+    pub shard: Option<String>,
+
+    /// The number of shards, with the index from the environment (as --shard auto).
+    #[arg(long, value_name = "N")]
+    pub shard_count: Option<u32>,
+
+    /// How records are shared out: `session` keeps each conversation on one shard (a stable
+    /// hash of its root; other records round-robin by index); `endpoint` gives shard I the
+    /// records routed to endpoints I, I+N, ... (hosts placed near their instance group).
+    #[arg(long, value_enum, default_value = "session")]
+    pub shard_by: ShardBy,
+
+    /// Put the schedule's time 0 at this wall-clock instant: Unix milliseconds or RFC 3339
+    /// (`2026-11-24T10:00:00Z`). Shards given the same instant start together; one ready
+    /// only after it starts at once, says how late, and run.json records it.
+    #[arg(long, value_name = "RFC3339|UNIX_MS")]
+    pub start_at: Option<String>,
+
+    /// Measure this host's clock against an NTP server by SNTP (a few exchanges, the
+    /// least-delay one kept), at the start and at the end; run.json records offset and
+    /// uncertainty and `merge` corrects each shard's start by it. Measured, not applied.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub ntp: Option<String>,
+
+    /// Scrape --server-metrics / --scrape-server from every shard (by default only shard 0
+    /// scrapes, so that N hosts do not multiply the scrapes).
+    #[arg(long)]
+    pub scrape_every_shard: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct MergeArgs {
+    /// The merged run directory (created; empty unless --force).
+    #[arg(value_name = "OUT")]
+    pub out: PathBuf,
+
+    /// The shards' run directories, every index of one run once.
+    #[arg(value_name = "DIR", num_args = 1.., required = true)]
+    pub dirs: Vec<PathBuf>,
+
+    /// Wait up to this many seconds for every shard to finish (its run.json says how the run
+    /// ended), as a merge step started beside the shards does.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub wait: f64,
+
+    /// Write into a non-empty OUT.
+    #[arg(long)]
+    pub force: bool,
+
+    #[command(flatten)]
+    pub results: ResultArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct K8sJobArgs {
+    /// Shards: the Indexed Job's completions and parallelism, one pod each.
+    #[arg(long, value_name = "N")]
+    pub shards: u32,
+
+    /// The container image holding llmreplay (see Containerfile).
+    #[arg(long, value_name = "IMAGE", default_value = concat!("llmreplay:", env!("CARGO_PKG_VERSION")))]
+    pub image: String,
+
+    /// The Job's name (the merge Job is NAME-merge; results go to RESULTS/NAME/).
+    #[arg(long, value_name = "NAME", default_value = "llmreplay")]
+    pub name: String,
+
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+
+    /// Seconds from now to the common start, written into the manifest once (pods must be
+    /// scheduled and their image pulled by then; a late pod starts at once and says so).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 120.0,
+        conflicts_with = "start_at"
+    )]
+    pub start_in: f64,
+
+    /// The common start instant instead (RFC 3339 or Unix ms).
+    #[arg(long, value_name = "RFC3339|UNIX_MS")]
+    pub start_at: Option<String>,
+
+    /// ConfigMap holding the trace (and small inputs), mounted at /inputs
+    /// (`kubectl create configmap NAME --from-file=trace.jsonl`; ConfigMaps hold at most
+    /// 1 MiB: larger traces go on a volume, --inputs-claim).
+    #[arg(long, value_name = "NAME", conflicts_with = "inputs_claim")]
+    pub inputs_configmap: Option<String>,
+
+    /// PersistentVolumeClaim holding the trace and tokenizer, mounted read-only at /inputs.
+    #[arg(long, value_name = "CLAIM")]
+    pub inputs_claim: Option<String>,
+
+    /// PersistentVolumeClaim (ReadWriteMany) the shards and the merge step write to, mounted
+    /// at /results.
+    #[arg(long, value_name = "CLAIM", default_value = "llmreplay-results")]
+    pub results_claim: String,
+
+    #[arg(long, value_enum, default_value = "session")]
+    pub shard_by: ShardBy,
+
+    /// The replay options every shard runs, after `--` (paths as the pods see them: the
+    /// inputs under /inputs). --shard, --start-at and --output are the manifest's.
+    #[arg(last = true, value_name = "REPLAY OPTIONS", required = true)]
+    pub replay: Vec<String>,
+}

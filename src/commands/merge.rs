@@ -1,0 +1,470 @@
+//! `llmreplay merge OUT DIR...`: the shards of one run (`replay --shard I/N`) joined into one
+//! ordinary run directory.
+//!
+//! Every shard's run.json must say the same run (trace digest, schedule options, seed, shard
+//! count) and every index must be there once. The records are written in index order and
+//! every statistic is computed from them, as `report DIR` does: nothing is averaged or
+//! merged from per-shard percentiles. The per-shard table says how far apart the shards
+//! started (corrected by each one's measured clock offset) and how each kept its schedule.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::error::{Error, Result};
+use crate::report::{self, RenderOptions};
+use crate::stats::{Distribution, Summary};
+
+/// `merge`, validated.
+#[derive(Clone, Debug)]
+pub struct MergePlan {
+    pub out: PathBuf,
+    pub dirs: Vec<PathBuf>,
+    pub wait: Duration,
+    pub force: bool,
+    pub render: RenderOptions,
+}
+
+/// run.json fields that make the schedule and the prompts: shards that differ in any of them
+/// are not shards of one run.
+const SAME_RUN: [&str; 23] = [
+    "version",
+    "trace_digest",
+    "format",
+    "block_size",
+    "seed",
+    "prompt_mode",
+    "input_length_of",
+    "time_scale",
+    "duration_s",
+    "max_requests",
+    "time_in_secs",
+    "loop",
+    "load",
+    "session_mode",
+    "think_time_s",
+    "warmup_requests",
+    "route",
+    "endpoints",
+    "api",
+    "model",
+    "stream",
+    "exact_output",
+    "record_itl",
+];
+
+/// One shard, read back.
+struct ShardRun {
+    dir: PathBuf,
+    run: Value,
+    index: u32,
+}
+
+/// What one shard did, for the per-shard table.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ShardRow {
+    pub shard: String,
+    pub dir: String,
+    pub records: u64,
+    pub failed: u64,
+    pub ended: String,
+    /// Its time 0 minus the agreed instant (or shard 0's), corrected by its clock offset.
+    pub start_skew_ms: Option<f64>,
+    pub clock_offset_ms: Option<f64>,
+    pub clock_uncertainty_ms: Option<f64>,
+    pub late_ms: Option<f64>,
+    pub drift_p50_ms: Option<f64>,
+    pub drift_p99_ms: Option<f64>,
+    pub drift_max_ms: Option<f64>,
+}
+
+/// A finished merge.
+pub struct Merged {
+    pub summary: Summary,
+    pub rows: Vec<ShardRow>,
+    pub dir: PathBuf,
+    /// Notes on what was merged how (ITL, server metrics).
+    pub notes: Vec<String>,
+}
+
+pub fn run(plan: &MergePlan) -> Result<Merged> {
+    wait_for_shards(&plan.dirs, plan.wait)?;
+    let shards = read_shards(&plan.dirs)?;
+    report::prepare_dir(&plan.out, plan.force)?;
+    let mut rows = Vec::new();
+    let mut lines: BTreeMap<u64, (u32, Vec<u8>)> = BTreeMap::new();
+    for s in &shards {
+        let (row, records) = read_records(s)?;
+        for (index, line) in records {
+            if let Some((other, _)) = lines.insert(index, (s.index, line)) {
+                return Err(Error::Usage(format!(
+                    "record {index} is in shard {other} and in shard {} ({}): not one run's \
+                     shards",
+                    s.index,
+                    s.dir.display()
+                )));
+            }
+        }
+        rows.push(row);
+    }
+    correct_skew(&shards, &mut rows);
+    let requests = plan.out.join("requests.jsonl");
+    write_lines(&requests, lines.into_values().map(|(_, l)| l))?;
+    let mut notes = Vec::new();
+    merge_prompts(&shards, &plan.out, &mut notes)?;
+    merge_itl(&shards, &plan.out, &mut notes)?;
+    copy_server_metrics(&shards, &plan.out, &mut notes)?;
+    report::write_json(&plan.out.join("run.json"), &merged_run_json(&shards, &rows))?;
+    let summary = report::render(&plan.out, &requests, &plan.render)?;
+    let merged = Merged {
+        summary,
+        rows,
+        dir: plan.out.clone(),
+        notes,
+    };
+    report::write_atomic(&plan.out.join("shards.txt"), merged.to_string().as_bytes())?;
+    Ok(merged)
+}
+
+/// `--wait`: until every shard's run.json says how its run ended.
+fn wait_for_shards(dirs: &[PathBuf], wait: Duration) -> Result<()> {
+    let finished = |d: &PathBuf| report::run_config(d).is_some_and(|r| r["ended"].is_object());
+    let deadline = Instant::now() + wait;
+    loop {
+        let pending: Vec<String> = dirs
+            .iter()
+            .filter(|d| !finished(d))
+            .map(|d| d.display().to_string())
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let why = match wait.is_zero() {
+                true => "(add --wait SECS to wait for shards still running)".to_string(),
+                false => format!("after waiting {} s", wait.as_secs()),
+            };
+            return Err(Error::Usage(format!(
+                "not finished: {} has no run.json saying how its run ended {why}",
+                pending.join(", ")
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Each shard's run.json, checked to be one run's, every index once, in index order.
+fn read_shards(dirs: &[PathBuf]) -> Result<Vec<ShardRun>> {
+    let mut shards: Vec<ShardRun> = Vec::new();
+    for dir in dirs {
+        let run = report::run_config(dir)
+            .ok_or_else(|| Error::Usage(format!("{}: no readable run.json", dir.display())))?;
+        let index = run["shard"]["index"].as_u64().ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: not a shard (its run.json has no shard: it was replayed without --shard)",
+                dir.display()
+            ))
+        })? as u32;
+        if let Some(first) = shards.first() {
+            check_same_run(first, dir, &run)?;
+        }
+        if let Some(twin) = shards.iter().find(|s| s.index == index) {
+            return Err(Error::Usage(format!(
+                "shard {index} given twice: {} and {}",
+                twin.dir.display(),
+                dir.display()
+            )));
+        }
+        shards.push(ShardRun {
+            dir: dir.clone(),
+            run,
+            index,
+        });
+    }
+    let count = shards[0].run["shard"]["count"].as_u64().unwrap_or(0) as u32;
+    let missing: Vec<String> = (0..count)
+        .filter(|i| !shards.iter().any(|s| s.index == *i))
+        .map(|i| format!("{i}/{count}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::Usage(format!(
+            "shard {} missing: the run has {count} shards, {} given",
+            missing.join(", "),
+            shards.len()
+        )));
+    }
+    shards.sort_by_key(|s| s.index);
+    Ok(shards)
+}
+
+fn check_same_run(first: &ShardRun, dir: &Path, run: &Value) -> Result<()> {
+    let field = |r: &Value, key: &str| match key {
+        "shard.count" => r["shard"]["count"].clone(),
+        "shard.by" => r["shard"]["by"].clone(),
+        "shard.records_per_shard" => r["shard"]["records_per_shard"].clone(),
+        "start" => r["start"]["at_unix_ms"].clone(),
+        // Each shard's in-process mock listens on a port of its own.
+        "endpoints" if !r["mock"].is_null() => json!("the in-process mock"),
+        key => r[key].clone(),
+    };
+    let keys = SAME_RUN.iter().copied().chain([
+        "shard.count",
+        "shard.by",
+        "shard.records_per_shard",
+        "start",
+    ]);
+    for key in keys {
+        let (a, b) = (field(&first.run, key), field(run, key));
+        if a != b {
+            return Err(Error::Usage(format!(
+                "{} and {} are not shards of one run: their `{key}` differs ({a} vs {b})",
+                first.dir.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Record lines as read, with their index.
+type IndexedLines = Vec<(u64, Vec<u8>)>;
+
+/// A shard's records as raw lines by index, and its row (counts, drift).
+fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
+    let path = s.dir.join("requests.jsonl");
+    let mut input = BufReader::new(fs::File::open(&path).map_err(|e| Error::io(&path, e))?);
+    let (mut records, mut drifts, mut failed) = (Vec::new(), Vec::new(), 0);
+    let mut line = Vec::new();
+    for n in 1u64.. {
+        line.clear();
+        if input
+            .read_until(b'\n', &mut line)
+            .map_err(|e| Error::io(&path, e))?
+            == 0
+        {
+            break;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if line.last() != Some(&b'\n') {
+            eprintln!(
+                "warning: {}:{n}: the last line is cut short; it is left out",
+                path.display()
+            );
+            break;
+        }
+        let v: Value = serde_json::from_slice(&line)
+            .map_err(|e| report::line_error(&path, n, format!("invalid JSON: {e}")))?;
+        let index = v["index"]
+            .as_u64()
+            .ok_or_else(|| report::line_error(&path, n, "no `index`".into()))?;
+        if v["warmup"] != true {
+            drifts.extend(v["drift_ms"].as_f64());
+            failed += u64::from(!v["error"].is_null());
+        }
+        records.push((index, line.clone()));
+    }
+    let drift = Distribution::of(&mut drifts, &[]);
+    let run = &s.run;
+    let check = &run["clock_check"]["start"];
+    let row = ShardRow {
+        shard: format!("{}/{}", s.index, run["shard"]["count"]),
+        dir: s.dir.display().to_string(),
+        records: records.len() as u64,
+        failed,
+        ended: run["ended"]["how"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string(),
+        start_skew_ms: None,
+        clock_offset_ms: check["offset_ms"].as_f64(),
+        clock_uncertainty_ms: check["uncertainty_ms"].as_f64(),
+        late_ms: run["start"]["late_ms"].as_f64(),
+        drift_p50_ms: drift.as_ref().and_then(|d| d.percentile(50.0)),
+        drift_p99_ms: drift.as_ref().and_then(|d| d.percentile(99.0)),
+        drift_max_ms: drift.as_ref().map(|d| d.max),
+    };
+    Ok((row, records))
+}
+
+/// Each shard's time 0 on the reference clock (its own plus its measured offset), against the
+/// agreed `--start-at` instant, or against shard 0's without one.
+fn correct_skew(shards: &[ShardRun], rows: &mut [ShardRow]) {
+    let start_of = |s: &ShardRun, row: &ShardRow| {
+        let own = s.run["start"]["actual_unix_ms"]
+            .as_f64()
+            .or_else(|| s.run["started_unix_ms"].as_f64())?;
+        Some(own + row.clock_offset_ms.unwrap_or(0.0))
+    };
+    let reference = shards[0].run["start"]["at_unix_ms"]
+        .as_f64()
+        .or_else(|| start_of(&shards[0], &rows[0]));
+    for (s, row) in shards.iter().zip(rows.iter_mut()) {
+        row.start_skew_ms = match (start_of(s, row), reference) {
+            (Some(start), Some(r)) => Some(start - r),
+            _ => None,
+        };
+    }
+}
+
+fn write_lines(path: &Path, lines: impl Iterator<Item = Vec<u8>>) -> Result<()> {
+    let file = fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    for line in lines {
+        out.write_all(&line).map_err(|e| Error::io(path, e))?;
+    }
+    out.flush().map_err(|e| Error::io(path, e))
+}
+
+/// `--save-prompts`: the shards' prompts.jsonl in index order, when every shard saved them.
+fn merge_prompts(shards: &[ShardRun], out: &Path, notes: &mut Vec<String>) -> Result<()> {
+    let files: Vec<PathBuf> = shards.iter().map(|s| s.dir.join("prompts.jsonl")).collect();
+    if !files.iter().all(|f| f.is_file()) {
+        if files.iter().any(|f| f.is_file()) {
+            notes.push("prompts.jsonl: not every shard saved its prompts; none merged".into());
+        }
+        return Ok(());
+    }
+    let mut lines = BTreeMap::new();
+    for path in &files {
+        report::each_json_line(path, |n, v| {
+            let index = v["index"]
+                .as_u64()
+                .ok_or_else(|| report::line_error(path, n, "no `index`".into()))?;
+            let mut line = serde_json::to_vec(&v).expect("JSON values serialise");
+            line.push(b'\n');
+            lines.insert(index, line);
+            Ok(())
+        })?;
+    }
+    write_lines(&out.join("prompts.jsonl"), lines.into_values())
+}
+
+/// ITL: recomputed from the records' chunk times when they have them (`--record-itl`);
+/// else the shards' itl.json histograms are added, which gives the very histogram one process
+/// would have filled with the same gaps.
+fn merge_itl(shards: &[ShardRun], out: &Path, notes: &mut Vec<String>) -> Result<()> {
+    if shards.iter().all(|s| s.run["record_itl"] == true) {
+        notes.push("ITL: recomputed from every record's chunk times (--record-itl)".into());
+        return Ok(());
+    }
+    let mut sums: Option<(hdrhistogram::Histogram<u64>, hdrhistogram::Histogram<u64>)> = None;
+    for s in shards {
+        let Some((itl, token_itl)) = report::load_itl(&s.dir)? else {
+            notes.push(format!(
+                "ITL: {} has no itl.json and no chunk times; ITL is left out",
+                s.dir.display()
+            ));
+            return Ok(());
+        };
+        match &mut sums {
+            None => sums = Some((itl, token_itl)),
+            Some((a, b)) => {
+                a.add(&itl).ok();
+                b.add(&token_itl).ok();
+            }
+        }
+    }
+    if let Some((itl, token_itl)) = sums {
+        report::save_itl(out, &itl, &token_itl)?;
+        notes.push(
+            "ITL: the shards' gap histograms added (the records hold no chunk times; replay \
+             with --record-itl to recompute ITL from them)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// Server metrics come from the lowest shard that scraped them (shard 0 unless
+/// `--scrape-every-shard` or shard 0 had none).
+fn copy_server_metrics(shards: &[ShardRun], out: &Path, notes: &mut Vec<String>) -> Result<()> {
+    let name = crate::server_metrics::METRICS_FILE;
+    if let Some(s) = shards.iter().find(|s| s.dir.join(name).is_file()) {
+        let (from, to) = (s.dir.join(name), out.join(name));
+        fs::copy(&from, &to).map_err(|e| Error::io(&to, e))?;
+        notes.push(format!("server metrics: shard {}'s scrapes", s.index));
+    }
+    Ok(())
+}
+
+/// Shard 0's run.json, without what is one shard's own, with the shards listed.
+fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
+    let mut run = shards[0].run.clone();
+    let whole = &shards[0].run["shard"];
+    if let Some(m) = run.as_object_mut() {
+        for own in [
+            "shard",
+            "connections_at_start",
+            "clock_check",
+            "num_producer",
+        ] {
+            m.remove(own);
+        }
+    }
+    run["merged"] = json!({
+        "count": whole["count"],
+        "by": whole["by"],
+        "records": whole["records_whole"],
+        "conversations": whole["conversations_whole"],
+        "shards": rows,
+    });
+    let first_failure = shards.iter().find(|s| s.run["ended"]["how"] != "completed");
+    if let Some(s) = first_failure {
+        let mut ended = s.run["ended"].clone();
+        ended["detail"] = json!(format!(
+            "shard {}: {}",
+            s.index,
+            ended["detail"].as_str().unwrap_or("ended early")
+        ));
+        run["ended"] = ended;
+    }
+    run
+}
+
+impl fmt::Display for Merged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |x| format!("{x:.p$}"));
+        writeln!(
+            f,
+            "{:<7} {:>9} {:>7} {:>11} {:>14} {:>10} {:>10} {:>10}  ended",
+            "shard",
+            "records",
+            "failed",
+            "skew ms",
+            "clock ms",
+            "drift p50",
+            "drift p99",
+            "drift max",
+        )?;
+        for r in &self.rows {
+            let clock = match (r.clock_offset_ms, r.clock_uncertainty_ms) {
+                (Some(o), Some(u)) => format!("{o:+.2}+-{u:.2}"),
+                _ => "unchecked".into(),
+            };
+            writeln!(
+                f,
+                "{:<7} {:>9} {:>7} {:>11} {:>14} {:>10} {:>10} {:>10}  {}",
+                r.shard,
+                r.records,
+                r.failed,
+                opt(r.start_skew_ms, 3),
+                clock,
+                opt(r.drift_p50_ms, 3),
+                opt(r.drift_p99_ms, 3),
+                opt(r.drift_max_ms, 3),
+                r.ended
+            )?;
+        }
+        for n in &self.notes {
+            writeln!(f, "{n}")?;
+        }
+        Ok(())
+    }
+}

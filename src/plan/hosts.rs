@@ -1,0 +1,209 @@
+//! `--shard`, `--start-at`, `--ntp` validated: a replay as one shard of a run across hosts.
+
+use crate::cli::ShardArgs;
+use crate::error::{Error, Result};
+use crate::fleet::Route;
+use crate::load::Pace;
+use crate::shard::{Shard, ShardBy};
+use crate::wall_start;
+
+/// Where this replay stands among the hosts of one run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostsPlan {
+    pub shard: Option<Shard>,
+    /// `--start-at`, Unix ns.
+    pub start_at_unix_ns: Option<u64>,
+    pub ntp: Option<String>,
+    /// Scraping was asked for, but this shard leaves it to shard 0.
+    pub scrape_left_to_shard0: bool,
+}
+
+/// What of the rest of the plan the shard options must agree with.
+pub struct Context {
+    pub pace: Pace,
+    pub max_error_rate: bool,
+    pub route: Route,
+    pub endpoints: usize,
+    pub scrapes: bool,
+}
+
+pub fn hosts_plan(a: &ShardArgs, c: &Context) -> Result<HostsPlan> {
+    let shard = Shard::resolve(a.shard.as_deref(), a.shard_count, a.shard_by, |v| {
+        std::env::var(v).ok()
+    })
+    .map_err(Error::Usage)?;
+    if let Some(s) = shard {
+        let refuse = |why: String| Err(Error::Usage(format!("--shard {}: {why}", s.name())));
+        if let Pace::Closed { .. } = c.pace {
+            return refuse(
+                "a closed loop (--concurrency) has no schedule to share out; give each host \
+                 its own --concurrency and no --shard, or replay the trace's timing or a --rate"
+                    .into(),
+            );
+        }
+        if c.max_error_rate {
+            return refuse(
+                "--max-error-rate would stop one shard while the others go on; judge the \
+                 merged run's errors instead"
+                    .into(),
+            );
+        }
+        if s.by == ShardBy::Endpoint {
+            if c.route == Route::LeastInflight {
+                return refuse(
+                    "--shard-by endpoint needs the endpoint fixed when the request is built, \
+                     but --route least-inflight picks it when the request is due, from one \
+                     host's in-flight counts; use --route round-robin or session, or \
+                     --shard-by session"
+                        .into(),
+                );
+            }
+            if c.endpoints < s.count as usize {
+                return refuse(format!(
+                    "--shard-by endpoint gives each shard its own endpoints, but there are {} \
+                     for {} shards",
+                    c.endpoints, s.count
+                ));
+            }
+        }
+    }
+    let start_at_unix_ns = a
+        .start_at
+        .as_deref()
+        .map(wall_start::parse)
+        .transpose()
+        .map_err(Error::Usage)?;
+    if let Some(at) = start_at_unix_ns {
+        let ahead_s = at.saturating_sub(wall_start::unix_ns_now()) / 1_000_000_000;
+        if ahead_s > wall_start::MAX_AHEAD_S {
+            return Err(Error::Usage(format!(
+                "--start-at is {:.1} days ahead; at most {} days",
+                ahead_s as f64 / 86_400.0,
+                wall_start::MAX_AHEAD_S / 86_400
+            )));
+        }
+    }
+    Ok(HostsPlan {
+        shard,
+        start_at_unix_ns,
+        ntp: a.ntp.clone(),
+        scrape_left_to_shard0: c.scrapes
+            && !a.scrape_every_shard
+            && shard.is_some_and(|s| s.index > 0),
+    })
+}
+
+/// Whether any option of a run across hosts is given (commands that run alone refuse them).
+pub fn asked(a: &ShardArgs) -> bool {
+    a.shard.is_some() || a.shard_count.is_some() || a.start_at.is_some() || a.ntp.is_some()
+}
+
+/// `merge`, validated.
+pub fn merge_plan(a: &crate::cli::MergeArgs) -> Result<crate::commands::merge::MergePlan> {
+    if !(a.wait >= 0.0 && a.wait <= 30.0 * 86_400.0) {
+        return Err(Error::Usage(format!(
+            "--wait {}: give seconds, 0 to 30 days",
+            a.wait
+        )));
+    }
+    Ok(crate::commands::merge::MergePlan {
+        out: a.out.clone(),
+        dirs: a.dirs.clone(),
+        wait: std::time::Duration::from_secs_f64(a.wait),
+        force: a.force,
+        render: super::render_options(&a.results)?,
+    })
+}
+
+/// Options of `replay` that `k8s-job` writes itself.
+const MANIFEST_OWNS: [&str; 6] = [
+    "--shard",
+    "--shard-count",
+    "--shard-by",
+    "--start-at",
+    "--output",
+    "--dry-run",
+];
+
+/// `k8s-job`, validated: the replay options must parse as a shard's would.
+pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<crate::commands::k8s_job::K8sJobPlan> {
+    use crate::commands::k8s_job::{Inputs, K8sJobPlan, INPUTS_DIR};
+    if a.shards == 0 {
+        return Err(Error::Usage("--shards must be at least 1".into()));
+    }
+    if let Some(own) = a.replay.iter().find(|o| {
+        MANIFEST_OWNS
+            .iter()
+            .any(|m| *o == m || o.starts_with(&format!("{m}=")))
+    }) {
+        return Err(Error::Usage(format!(
+            "{own}: the manifest sets --shard-count, --shard-by, --start-at and --output itself \
+             (give --shard-by and --start-at to k8s-job, before `--`)"
+        )));
+    }
+    let mut line: Vec<std::ffi::OsString> = vec!["llmreplay".into(), "replay".into()];
+    line.extend(a.replay.iter().map(Into::into));
+    line.extend(["--shard".into(), format!("0/{}", a.shards).into()]);
+    let cli = crate::cli::parse(line).map_err(|e| {
+        Error::Usage(format!(
+            "the replay options after `--` do not parse:\n{}",
+            e.message
+        ))
+    })?;
+    let inputs = match (&a.inputs_configmap, &a.inputs_claim) {
+        (Some(c), _) => Inputs::ConfigMap(c.clone()),
+        (_, Some(c)) => Inputs::Claim(c.clone()),
+        (None, None) => Inputs::None,
+    };
+    if let crate::cli::Command::Replay(r) = &cli.command {
+        // The combinations a shard refuses (a closed loop, --max-error-rate, ...), now.
+        super::ReplayPlan::from_args(r)?;
+        let under_inputs = r.trace.as_ref().is_some_and(|t| t.starts_with(INPUTS_DIR));
+        if inputs != Inputs::None && r.trace.is_some() && !under_inputs {
+            return Err(Error::Usage(format!(
+                "--trace {}: the pods see the inputs volume at {INPUTS_DIR}; give the trace's \
+                 path there (e.g. --trace {INPUTS_DIR}/trace.jsonl)",
+                r.trace
+                    .as_ref()
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default()
+            )));
+        }
+    }
+    let start_at_unix_ns = match &a.start_at {
+        Some(t) => wall_start::parse(t).map_err(Error::Usage)?,
+        None if a.start_in >= 0.0 && a.start_in <= wall_start::MAX_AHEAD_S as f64 => {
+            wall_start::unix_ns_now() + (a.start_in * 1e9) as u64
+        }
+        None => {
+            return Err(Error::Usage(format!(
+                "--start-in {}: give seconds, 0 to 7 days",
+                a.start_in
+            )))
+        }
+    };
+    let name_ok = !a.name.is_empty()
+        && a.name.len() <= 52
+        && a.name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !a.name.starts_with('-')
+        && !a.name.ends_with('-');
+    if !name_ok {
+        return Err(Error::Usage(format!(
+            "--name {:?}: a Job name is lower-case letters, digits and '-', at most 52 long",
+            a.name
+        )));
+    }
+    Ok(K8sJobPlan {
+        shards: a.shards,
+        image: a.image.clone(),
+        name: a.name.clone(),
+        namespace: a.namespace.clone(),
+        start_at_unix_ns,
+        inputs,
+        results_claim: a.results_claim.clone(),
+        shard_by: a.shard_by,
+        replay: a.replay.clone(),
+    })
+}
