@@ -363,21 +363,10 @@ impl Shares {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Input, TraceIds};
+    use crate::trace::TraceIds;
 
     fn rec(index: u64, ids: TraceIds) -> TraceRecord {
-        TraceRecord {
-            index,
-            line: index + 1,
-            timestamp_ms: Some(index as f64),
-            input: Input::Synthetic {
-                input_length: 16,
-                hash_ids: vec![index],
-            },
-            output_length: Some(1),
-            ids,
-            extra: None,
-        }
+        TraceRecord::for_test(index, ids)
     }
 
     #[test]

@@ -79,47 +79,52 @@ pub fn manifest(p: &K8sJobPlan) -> String {
         }
     }
     let labels = json!({"app.kubernetes.io/name": "llmreplay", "llmreplay/run": p.name});
-    let metadata = |name: &str| {
-        let mut m = json!({"name": name, "labels": labels});
+    // A Job of one pod template; neither is retried: a shard retried later would miss the
+    // common start (a failed shard is seen, merge names it, rather than rerun).
+    let job = |name: &str, container: Value, volumes: Value| {
+        let mut metadata = json!({"name": name, "labels": labels});
         if let Some(ns) = &p.namespace {
-            m["namespace"] = json!(ns);
+            metadata["namespace"] = json!(ns);
         }
-        m
-    };
-    let shards_job = json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata(&p.name),
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": p.shards,
-            "parallelism": p.shards,
-            // A shard retried later would miss the common start: a failed shard is seen
-            // (merge names it) rather than rerun.
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{
-                        "name": "replay",
-                        "image": p.image,
-                        "args": args,
-                        "env": [
-                            {"name": "LLMREPLAY_START_AT", "value": start_ms.to_string()},
-                            {
-                                "name": "JOB_COMPLETION_INDEX",
-                                "valueFrom": {"fieldRef": {"fieldPath":
-                                    "metadata.annotations['batch.kubernetes.io/job-completion-index']"}},
-                            },
-                        ],
-                        "volumeMounts": mounts,
-                    }],
-                    "volumes": volumes,
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": metadata,
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [container],
+                        "volumes": volumes,
+                    },
                 },
             },
-        },
-    });
+        })
+    };
+    let mut shards_job = job(
+        &p.name,
+        json!({
+            "name": "replay",
+            "image": p.image,
+            "args": args,
+            "env": [
+                {"name": "LLMREPLAY_START_AT", "value": start_ms.to_string()},
+                {
+                    "name": "JOB_COMPLETION_INDEX",
+                    "valueFrom": {"fieldRef": {"fieldPath":
+                        "metadata.annotations['batch.kubernetes.io/job-completion-index']"}},
+                },
+            ],
+            "volumeMounts": mounts,
+        }),
+        json!(volumes),
+    );
+    let spec = &mut shards_job["spec"];
+    spec["completionMode"] = json!("Indexed");
+    spec["completions"] = json!(p.shards);
+    spec["parallelism"] = json!(p.shards);
     let mut merge_args = vec![json!("merge"), json!(format!("{results}/merged"))];
     merge_args.extend((0..p.shards).map(|i| json!(format!("{results}/shard-{i}"))));
     merge_args.extend([
@@ -127,30 +132,16 @@ pub fn manifest(p: &K8sJobPlan) -> String {
         json!(MERGE_WAIT_S.to_string()),
         json!("--force"),
     ]);
-    let merge_job = json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata(&format!("{}-merge", p.name)),
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{
-                        "name": "merge",
-                        "image": p.image,
-                        "args": merge_args,
-                        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
-                    }],
-                    "volumes": [{
-                        "name": "results",
-                        "persistentVolumeClaim": {"claimName": p.results_claim},
-                    }],
-                },
-            },
-        },
-    });
+    let merge_job = job(
+        &format!("{}-merge", p.name),
+        json!({
+            "name": "merge",
+            "image": p.image,
+            "args": merge_args,
+            "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
+        }),
+        json!([volumes[0]]),
+    );
     let start = crate::wall_start::rfc3339_utc(p.start_at_unix_ns);
     let mut text = format!(
         "# llmreplay {}: {} shards of one run, starting together at {start}.\n\

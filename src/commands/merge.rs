@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::report::{self, RenderOptions};
 use crate::stats::{Distribution, Summary};
@@ -71,6 +72,8 @@ pub struct ShardRow {
     pub shard: String,
     pub dir: String,
     pub records: u64,
+    /// Measured (not warmup) records that succeeded, and that failed.
+    pub ok: u64,
     pub failed: u64,
     pub ended: String,
     /// Its time 0 minus the agreed instant (or shard 0's), corrected by its clock offset.
@@ -238,7 +241,7 @@ type IndexedLines = Vec<(u64, Vec<u8>)>;
 fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
     let path = s.dir.join("requests.jsonl");
     let mut input = BufReader::new(fs::File::open(&path).map_err(|e| Error::io(&path, e))?);
-    let (mut records, mut drifts, mut failed) = (Vec::new(), Vec::new(), 0);
+    let (mut records, mut drifts, mut ok, mut failed) = (Vec::new(), Vec::new(), 0, 0);
     let mut line = Vec::new();
     for n in 1u64.. {
         line.clear();
@@ -266,7 +269,10 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
             .ok_or_else(|| report::line_error(&path, n, "no `index`".into()))?;
         if v["warmup"] != true {
             drifts.extend(v["drift_ms"].as_f64());
-            failed += u64::from(!v["error"].is_null());
+            let status = v["status"].as_u64().unwrap_or(0);
+            let good = v["error"].is_null() && (200..300).contains(&status);
+            ok += u64::from(good);
+            failed += u64::from(!good);
         }
         records.push((index, line.clone()));
     }
@@ -277,6 +283,7 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
         shard: format!("{}/{}", s.index, run["shard"]["count"]),
         dir: s.dir.display().to_string(),
         records: records.len() as u64,
+        ok,
         failed,
         ended: run["ended"]["how"]
             .as_str()
@@ -415,16 +422,30 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
         "conversations": whole["conversations_whole"],
         "shards": rows,
     });
-    let first_failure = shards.iter().find(|s| s.run["ended"]["how"] != "completed");
-    if let Some(s) = first_failure {
-        let mut ended = s.run["ended"].clone();
-        ended["detail"] = json!(format!(
-            "shard {}: {}",
-            s.index,
-            ended["detail"].as_str().unwrap_or("ended early")
-        ));
-        run["ended"] = ended;
-    }
+    // A shard stopped early (a signal, a full disk, its error rate) ends the merged run so;
+    // else it completed, with or without a success among all the shards' records.
+    let stopped = shards.iter().find(|s| {
+        !matches!(
+            s.run["ended"]["how"].as_str(),
+            Some("completed" | "no-success")
+        )
+    });
+    run["ended"] = match stopped {
+        Some(s) => {
+            let mut ended = s.run["ended"].clone();
+            ended["detail"] = json!(format!(
+                "shard {}: {}",
+                s.index,
+                ended["detail"].as_str().unwrap_or("ended early")
+            ));
+            ended
+        }
+        None if rows.iter().all(|r| r.ok == 0) => Ending::NoSuccess {
+            failed: rows.iter().map(|r| r.failed).sum(),
+        }
+        .to_json(),
+        None => Ending::Completed.to_json(),
+    };
     run
 }
 

@@ -132,4 +132,22 @@ impl TraceRecord {
             _ => &[],
         }
     }
+
+    /// Record `index` at `index` ms with one 16-token block, for unit tests of what is
+    /// decided from ids.
+    #[cfg(test)]
+    pub fn for_test(index: u64, ids: TraceIds) -> TraceRecord {
+        TraceRecord {
+            index,
+            line: index + 1,
+            timestamp_ms: Some(index as f64),
+            input: Input::Synthetic {
+                input_length: 16,
+                hash_ids: vec![index],
+            },
+            output_length: Some(1),
+            ids,
+            extra: None,
+        }
+    }
 }

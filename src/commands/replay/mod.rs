@@ -380,7 +380,8 @@ fn start(
     gate.start(t0_ns);
     if let Some(late) = common_start.filter(|s| s.late_ns > 0) {
         eprintln!(
-            "warning: this host was ready {:.1} ms after --start-at: its schedule runs that much              later than the other shards' (run.json records it as start.late_ms)",
+            "warning: this host was ready {:.1} ms after --start-at: its schedule runs that much \
+             later than the other shards' (run.json records it as start.late_ms)",
             late.late_ns as f64 / 1e6
         );
     }
@@ -431,7 +432,9 @@ fn check_clock(plan: &ReplayPlan, say: &Say) -> Result<Option<crate::ntp::ClockC
     ));
     if offset_ms.abs() > 5.0 {
         eprintln!(
-            "warning: this host's clock is {offset_ms:+.1} ms off {server}: with --start-at its              shard starts that far from the others (merge corrects the skew it reports, not the              load); steer the clock with chrony or ntpd"
+            "warning: this host's clock is {offset_ms:+.1} ms off {server}: with --start-at its \
+             shard starts that far from the others (merge corrects the skew it reports, not the \
+             load); steer the clock with chrony or ntpd"
         );
     }
     Ok(Some(check))

@@ -175,8 +175,8 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
         "start",
         json!(r.common_start.map(|s| json!({
             "at": crate::wall_start::rfc3339_utc(s.requested_unix_ns),
-            "at_unix_ms": s.requested_unix_ns as f64 / 1e6,
-            "actual_unix_ms": s.actual_unix_ns as f64 / 1e6,
+            "at_unix_ms": unix_ms(s.requested_unix_ns),
+            "actual_unix_ms": unix_ms(s.actual_unix_ns),
             "late_ms": s.late_ns as f64 / 1e6,
         }))),
     );
@@ -188,6 +188,11 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
         },
     );
     Value::Object(m)
+}
+
+/// Unix ns as ms, exact for whole milliseconds (ns as f64 is not: it passes 2^53).
+fn unix_ms(ns: u64) -> f64 {
+    (ns / 1_000_000) as f64 + (ns % 1_000_000) as f64 / 1e6
 }
 
 /// The load mode, as run.json says it.

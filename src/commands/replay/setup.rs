@@ -181,7 +181,9 @@ fn shard_shares(
     let refuse = |why: String| Err(Error::Usage(format!("--shard {}: {why}", shard.name())));
     if shares.split_conversations > 0 && plan.session_mode == SessionMode::AfterParent {
         return refuse(format!(
-            "--route {} puts the turns of {} conversations on endpoints of different shards,              where a turn could not wait for its parent's answer; use --route session (or              --shard-by session)",
+            "--route {} puts the turns of {} conversations on endpoints of different shards, \
+             where a turn could not wait for its parent's answer; use --route session (or \
+             --shard-by session)",
             plan.route.name(),
             shares.split_conversations
         ));
