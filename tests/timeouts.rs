@@ -96,7 +96,12 @@ fn a_live_server_slow_to_its_first_token_is_waited_for_until_the_first_token_tim
     assert!(output.status.success(), "{stderr}");
     let records = read_jsonl(&out.join("requests.jsonl"));
     assert_eq!(kinds(&records).get("ok"), Some(&4), "{stderr}");
-    assert!(records
+    // Each waited through the mock's 3 s, well past the 1 s stall timeout. (Not >= 3000: the
+    // client stamps a send after its write returns, and a preemption there, on a busy
+    // machine, makes a TTFT read a little short of the mock's.)
+    let ttfts: Vec<f64> = records
         .iter()
-        .all(|r| r["ttft_ms"].as_f64().unwrap() >= 3000.0));
+        .map(|r| r["ttft_ms"].as_f64().unwrap())
+        .collect();
+    assert!(ttfts.iter().all(|&t| t >= 2500.0), "{ttfts:?}");
 }
