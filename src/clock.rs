@@ -29,6 +29,26 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// `inner()` minus the midpoint of two `outer()` reads around it, in ns: how to turn one clock
+/// into another. The tightest of a few tries is kept: a preemption between the reads (a busy
+/// machine) would otherwise shift every mapped time by a scheduling slice.
+pub fn paired_offset(outer: impl Fn() -> u64, inner: impl Fn() -> u64) -> i128 {
+    let (mut best_width, mut best) = (u64::MAX, 0i128);
+    for _ in 0..16 {
+        let before = outer();
+        let read = inner();
+        let after = outer();
+        let width = after.saturating_sub(before);
+        if width < best_width {
+            (best_width, best) = (width, i128::from(read) - i128::from(before + width / 2));
+        }
+        if width < 2_000 {
+            break;
+        }
+    }
+    best
+}
+
 /// Nanoseconds since this clock's origin (the same origin in every clone).
 #[derive(Clone)]
 pub struct RunClock {

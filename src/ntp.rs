@@ -7,9 +7,11 @@
 //! corrects each shard's start skew by its measured offset.
 
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{json, Value};
+
+use crate::wall_start::unix_ns_now;
 
 /// Seconds from the NTP era (1900) to the Unix epoch.
 const NTP_UNIX_OFFSET_S: u64 = 2_208_988_800;
@@ -39,12 +41,6 @@ impl ClockCheck {
             "samples": self.answered,
         })
     }
-}
-
-fn unix_ns_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Unix ns as a 64-bit NTP timestamp (32.32 fixed point since 1900).

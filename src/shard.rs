@@ -135,9 +135,17 @@ fn from_env(
     ))
 }
 
+/// FNV-1a's starting state.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
 /// FNV-1a, 64 bits: the same on every host and build.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+    fnv1a_extend(FNV_OFFSET, bytes)
+}
+
+/// FNV-1a state `h` after `bytes` more.
+fn fnv1a_extend(h: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(h, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
@@ -145,15 +153,13 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 /// The digest of a trace's content (FNV-1a over its bytes, as read: decompressed), as
 /// 16 hex digits: equal on every host that reads the same trace.
 pub fn digest(content: &mut dyn std::io::BufRead) -> std::io::Result<String> {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = FNV_OFFSET;
     loop {
         let buf = content.fill_buf()?;
         if buf.is_empty() {
             return Ok(format!("fnv1a64:{h:016x}"));
         }
-        for &b in buf {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        h = fnv1a_extend(h, buf);
         let n = buf.len();
         content.consume(n);
     }

@@ -121,24 +121,9 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 /// The run clock's reading at Unix time `unix_ns` (may be in the past: negative offsets are
-/// kept as i128). The two clocks are read back to back, the tightest of a few tries kept, so
-/// that a preemption between the reads does not move the start.
+/// kept as i128), from the two clocks read back to back.
 pub fn run_ns_at(clock: &RunClock, unix_ns: u64) -> i128 {
-    let (mut best_width, mut best) = (u64::MAX, 0i128);
-    for _ in 0..16 {
-        let before = clock.now_ns();
-        let wall = unix_ns_now();
-        let after = clock.now_ns();
-        let width = after.saturating_sub(before);
-        if width < best_width {
-            let mid = i128::from(before + width / 2);
-            (best_width, best) = (width, mid + i128::from(unix_ns) - i128::from(wall));
-        }
-        if width < 2_000 {
-            break;
-        }
-    }
-    best
+    i128::from(unix_ns) - crate::clock::paired_offset(|| clock.now_ns(), unix_ns_now)
 }
 
 /// Sleeps until `unix_ns - lead` by this host's clock, waking early when `stop()` says so.

@@ -239,34 +239,8 @@ type IndexedLines = Vec<(u64, Vec<u8>)>;
 
 /// A shard's records as raw lines by index, and its row (counts, drift).
 fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
-    let path = s.dir.join("requests.jsonl");
-    let mut input = BufReader::new(fs::File::open(&path).map_err(|e| Error::io(&path, e))?);
     let (mut records, mut drifts, mut ok, mut failed) = (Vec::new(), Vec::new(), 0, 0);
-    let mut line = Vec::new();
-    for n in 1u64.. {
-        line.clear();
-        if input
-            .read_until(b'\n', &mut line)
-            .map_err(|e| Error::io(&path, e))?
-            == 0
-        {
-            break;
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        if line.last() != Some(&b'\n') {
-            eprintln!(
-                "warning: {}:{n}: the last line is cut short; it is left out",
-                path.display()
-            );
-            break;
-        }
-        let v: Value = serde_json::from_slice(&line)
-            .map_err(|e| report::line_error(&path, n, format!("invalid JSON: {e}")))?;
-        let index = v["index"]
-            .as_u64()
-            .ok_or_else(|| report::line_error(&path, n, "no `index`".into()))?;
+    each_indexed_line(&s.dir.join("requests.jsonl"), |index, v, line| {
         if v["warmup"] != true {
             drifts.extend(v["drift_ms"].as_f64());
             let status = v["status"].as_u64().unwrap_or(0);
@@ -274,8 +248,8 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
             ok += u64::from(good);
             failed += u64::from(!good);
         }
-        records.push((index, line.clone()));
-    }
+        records.push((index, line.to_vec()));
+    })?;
     let drift = Distribution::of(&mut drifts, &[]);
     let run = &s.run;
     let check = &run["clock_check"]["start"];
@@ -298,6 +272,41 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
         drift_max_ms: drift.as_ref().map(|d| d.max),
     };
     Ok((row, records))
+}
+
+/// Calls `each` with every line of a shard's JSONL file (records or prompts) that has an
+/// `index`: the index, the line parsed, and the line as written (copied verbatim). A last
+/// line cut short (a shard killed mid-write) is left out with a warning.
+fn each_indexed_line(path: &Path, mut each: impl FnMut(u64, &Value, &[u8])) -> Result<()> {
+    let mut input = BufReader::new(fs::File::open(path).map_err(|e| Error::io(path, e))?);
+    let mut line = Vec::new();
+    for n in 1u64.. {
+        line.clear();
+        if input
+            .read_until(b'\n', &mut line)
+            .map_err(|e| Error::io(path, e))?
+            == 0
+        {
+            return Ok(());
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if line.last() != Some(&b'\n') {
+            eprintln!(
+                "warning: {}:{n}: the last line is cut short; it is left out",
+                path.display()
+            );
+            return Ok(());
+        }
+        let v: Value = serde_json::from_slice(&line)
+            .map_err(|e| report::line_error(path, n, format!("invalid JSON: {e}")))?;
+        let index = v["index"]
+            .as_u64()
+            .ok_or_else(|| report::line_error(path, n, "no `index`".into()))?;
+        each(index, &v, &line);
+    }
+    Ok(())
 }
 
 /// Each shard's time 0 on the reference clock (its own plus its measured offset), against the
@@ -340,14 +349,8 @@ fn merge_prompts(shards: &[ShardRun], out: &Path, notes: &mut Vec<String>) -> Re
     }
     let mut lines = BTreeMap::new();
     for path in &files {
-        report::each_json_line(path, |n, v| {
-            let index = v["index"]
-                .as_u64()
-                .ok_or_else(|| report::line_error(path, n, "no `index`".into()))?;
-            let mut line = serde_json::to_vec(&v).expect("JSON values serialise");
-            line.push(b'\n');
-            lines.insert(index, line);
-            Ok(())
+        each_indexed_line(path, |index, _, line| {
+            lines.insert(index, line.to_vec());
         })?;
     }
     write_lines(&out.join("prompts.jsonl"), lines.into_values())

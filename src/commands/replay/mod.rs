@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -369,14 +369,9 @@ fn start(
     let (t0_ns, common_start) = time_zero(plan, &clock);
     let t0_monotonic_ns = on_monotonic(&clock, t0_ns);
     let started_unix_ms = match common_start {
-        Some(s) => s.actual_unix_ns / 1_000_000,
-        None => {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64)
-                + START_LEAD_NS / 1_000_000
-        }
-    };
+        Some(s) => s.actual_unix_ns,
+        None => crate::wall_start::unix_ns_now() + START_LEAD_NS,
+    } / 1_000_000;
     gate.start(t0_ns);
     if let Some(late) = common_start.filter(|s| s.late_ns > 0) {
         eprintln!(
@@ -780,25 +775,10 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     })
 }
 
-/// The run clock's `at_ns` on CLOCK_MONOTONIC. The two clocks are read between two monotonic
-/// reads, the tightest of a few tries kept: a preemption between the reads (a busy machine)
-/// would otherwise shift every mapped time by a scheduling slice.
+/// The run clock's `at_ns` on CLOCK_MONOTONIC.
 fn on_monotonic(clock: &RunClock, at_ns: u64) -> u64 {
-    let (mut best_width, mut best) = (u64::MAX, 0i64);
-    for _ in 0..16 {
-        let before = crate::clock::monotonic_ns();
-        let now = clock.now_ns();
-        let after = crate::clock::monotonic_ns();
-        let width = after.saturating_sub(before);
-        if width < best_width {
-            let mid = before + width / 2;
-            (best_width, best) = (width, mid as i64 - now as i64);
-        }
-        if width < 2_000 {
-            break;
-        }
-    }
-    (at_ns as i64 + best) as u64
+    let offset = crate::clock::paired_offset(crate::clock::monotonic_ns, || clock.now_ns());
+    (i128::from(at_ns) - offset) as u64
 }
 
 /// Request bodies of large prompts (100 KB and more) would each be an mmap/munmap pair in
