@@ -267,10 +267,12 @@ pub struct ReportArgs {
 #[derive(Debug, Args, Clone)]
 #[command(next_help_heading = "Prompt synthesis")]
 pub struct PromptArgs {
-    /// Tokenizer for synthetic prompts: a `tokenizer.json`, or a directory holding one (and
-    /// `tokenizer_config.json`, whose chat template is then accounted for). Needed when the
-    /// trace gives lengths instead of text.
-    #[arg(long, value_name = "PATH")]
+    /// Tokenizer for synthetic prompts: a `tokenizer.json`, a directory holding one (and
+    /// `tokenizer_config.json`, whose chat template is then accounted for), or a model name
+    /// `ORG/NAME[@REV]` found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME, or
+    /// ~/.cache/huggingface/hub; never downloaded). Needed when the trace gives lengths
+    /// instead of text.
+    #[arg(long, value_name = "PATH|ORG/NAME[@REV]")]
     pub tokenizer: Option<PathBuf>,
 
     /// `tokenizer_config.json` whose chat template the server applies (default: the one beside
@@ -762,7 +764,8 @@ pub struct MockArgs {
     #[arg(long, default_value = "mock-model")]
     pub model: String,
 
-    /// Count prompt tokens with this tokenizer (a tokenizer.json or a directory) and its chat
+    /// Count prompt tokens with this tokenizer (a tokenizer.json, a directory, or ORG/NAME[@REV]
+    /// from the local Hugging Face cache) and its chat
     /// template, as a vLLM server does, to report true `usage.prompt_tokens`. Counting runs
     /// on --count-threads threads while the answer streams (only the closing usage event
     /// waits for it), so the TTFT holds. Without it the mock counts whitespace-separated

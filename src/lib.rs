@@ -12,6 +12,7 @@ pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod commands;
+pub mod digest;
 pub mod ending;
 pub mod error;
 pub mod error_rate;

@@ -45,7 +45,10 @@ pub enum PromptMode {
 /// How synthetic prompts are built.
 #[derive(Clone, Debug, Default)]
 pub struct PromptPlan {
+    /// A file or directory: a model name given as `--tokenizer` is resolved already.
     pub tokenizer: Option<PathBuf>,
+    /// The model and commit `--tokenizer ORG/NAME[@REV]` resolved to.
+    pub tokenizer_model: Option<crate::prompt::hub::Snapshot>,
     pub tokenizer_config: Option<PathBuf>,
     pub length_of: LengthOf,
     pub mode: PromptMode,
@@ -95,8 +98,16 @@ impl PromptPlan {
         if a.block_size == Some(0) {
             return Err(Error::Usage("--block-size must be at least 1".into()));
         }
+        let (tokenizer, tokenizer_model) = match &a.tokenizer {
+            Some(spec) => {
+                let (path, snapshot) = crate::prompt::hub::resolve(spec)?;
+                (Some(path), snapshot)
+            }
+            None => (None, None),
+        };
         Ok(PromptPlan {
-            tokenizer: a.tokenizer.clone(),
+            tokenizer,
+            tokenizer_model,
             tokenizer_config: a.tokenizer_config.clone(),
             length_of: a.input_length_of,
             mode: a.prompt_mode,

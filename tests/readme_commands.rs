@@ -9,6 +9,8 @@
 //! - `trace.jsonl` is the bundled 500-record sample and `/models/Qwen3-8B` the bundled Qwen3
 //!   tokenizer; replays of `trace.jsonl` get `--max-requests 40 --time-scale 100` (the
 //!   sample lasts 165 s at its own pace).
+//! - The local Hugging Face cache (`HF_HUB_CACHE`) is one made in the scratch directory, whose
+//!   `Qwen/Qwen3-8B` snapshot holds the bundled Qwen3 tokenizer.
 //! - `replay ...` is the replay command above it, with what follows added.
 //! - `mock --listen ADDR` listens on a free port (its `--*-log` files go to the scratch
 //!   directory); a mock line ending in `&` serves the
@@ -150,6 +152,7 @@ fn run(cwd: &Path, args: &[String]) -> (i32, String) {
     let mut child = bin()
         .args(args)
         .current_dir(cwd)
+        .env("HF_HUB_CACHE", cwd.join("hf-hub"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -243,6 +246,21 @@ fn check_run(dir: &Path, args: &[String]) {
 #[test]
 fn every_readme_command_runs_against_the_mock() {
     let cwd = temp_dir("readme");
+    let snapshot = cwd.join("hf-hub/models--Qwen--Qwen3-8B/snapshots/c0ffee");
+    std::fs::create_dir_all(&snapshot).unwrap();
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(
+            Path::new(REPO).join("assets/tokenizers/qwen3").join(f),
+            snapshot.join(f),
+        )
+        .unwrap();
+    }
+    std::fs::create_dir_all(cwd.join("hf-hub/models--Qwen--Qwen3-8B/refs")).unwrap();
+    std::fs::write(
+        cwd.join("hf-hub/models--Qwen--Qwen3-8B/refs/main"),
+        "c0ffee",
+    )
+    .unwrap();
     let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
     let cert = (cwd.join("cert.pem"), cwd.join("key.pem"));
     std::fs::write(&cert.0, made.cert.pem()).unwrap();

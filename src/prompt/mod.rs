@@ -12,8 +12,10 @@
 //! - what the server adds around the content (chat template, special tokens) is measured once
 //!   with the real template and tokenizer ([`PromptCounter`]) and taken off the content.
 
+pub mod analysis;
 mod cache;
 pub mod dataset;
+pub mod hub;
 mod synth;
 mod template;
 pub mod verify;
@@ -51,6 +53,24 @@ pub struct SynthOptions {
     pub block_size: u32,
 }
 
+/// The `tokenizer.json` that `spec` names: the file, the one in a directory, or the one of
+/// a model in the local Hugging Face cache.
+pub fn tokenizer_file(spec: &Path) -> Result<PathBuf> {
+    let (path, _) = hub::resolve(spec)?;
+    let file = if path.is_dir() {
+        path.join("tokenizer.json")
+    } else {
+        path
+    };
+    if !file.is_file() {
+        return Err(Error::Tokenizer {
+            path: file,
+            message: "no such file (give a tokenizer.json, a directory holding one, or ORG/NAME of a model in the local Hugging Face cache)".into(),
+        });
+    }
+    Ok(file)
+}
+
 /// A ready synthesiser, with the counter that measured its overhead (kept for verification).
 pub struct Prepared {
     pub synth: Arc<PromptSynth>,
@@ -59,14 +79,18 @@ pub struct Prepared {
     pub description: String,
     /// A warning to show, e.g. chat requests without a template to count them.
     pub warning: Option<String>,
+    /// For run.json: the analysed files' digests, and whether they came from the cache.
+    pub analysis: serde_json::Value,
 }
 
-/// Loads the tokenizer, finds its stable tokens and measures the server-side overhead.
+/// Loads the tokenizer, finds its stable tokens and measures the server-side overhead (or
+/// reads what an earlier run found from the analysis cache, see [`analysis`]).
 pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
     let started = std::time::Instant::now();
-    let (tokenizer, file) = load_tokenizer(&opts.tokenizer)?;
-    let vocab = SafeVocab::from_tokenizer(&tokenizer, &file)?;
-    let counter = PromptCounter::new(tokenizer, &file, opts.tokenizer_config.as_deref())?;
+    let file = tokenizer_file(&opts.tokenizer)?;
+    let cache = analysis::cache_dir(|k| std::env::var(k).ok());
+    let (analysis, counter) =
+        analysis::load_or_make(&file, opts.tokenizer_config.as_deref(), cache.as_deref())?;
     let fail = |path: &Path, message: String| Error::Tokenizer {
         path: path.to_path_buf(),
         message,
@@ -74,8 +98,9 @@ pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
     let mut warning = None;
     // The frame is measured whichever count input_length is: the expected prefix-cache hits
     // include the head the server shares between prompts.
-    let frame = match (opts.wrapping, counter.template_path()) {
-        (Wrapping::Chat, None) => {
+    let frame = match analysis.frame(opts.wrapping) {
+        Ok(Some(frame)) => frame,
+        Ok(None) => {
             if opts.length_of == LengthOf::Prompt {
                 warning = Some(format!(
                     "no chat template found beside {} (give --tokenizer-config): the server's prompt_tokens \
@@ -85,9 +110,7 @@ pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
             }
             Frame::default()
         }
-        (wrapping, template) => counter
-            .frame(wrapping, &vocab)
-            .map_err(|m| fail(template.unwrap_or(&file), m))?,
+        Err(m) => return Err(fail(counter.template_path().unwrap_or(&file), m)),
     };
     let overhead = match opts.length_of {
         LengthOf::Prompt => frame.total(),
@@ -97,10 +120,19 @@ pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
         Wrapping::TokenIds => Rendering::TokenIds,
         Wrapping::Chat | Wrapping::Completion => Rendering::Text,
     };
+    let took = match &analysis.source {
+        analysis::Source::Cached(_) => "read from the analysis cache".to_string(),
+        analysis::Source::Analysed(kept) => format!(
+            "analysed{}",
+            kept.as_ref()
+                .map(|e| format!(", kept in {}", e.display()))
+                .unwrap_or_default()
+        ),
+    };
     let description = format!(
-        "tokenizer {}: {} boundary-stable tokens, {} tokens of server overhead{} ({:.2} s)",
+        "tokenizer {}: {} boundary-stable tokens, {} tokens of server overhead{} ({took}, {:.2} s)",
         file.display(),
-        vocab.len(),
+        analysis.vocab.len(),
         overhead,
         counter
             .template_path()
@@ -109,13 +141,20 @@ pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
             .unwrap_or_default(),
         started.elapsed().as_secs_f64()
     );
-    let synth = PromptSynth::new(Arc::new(vocab), opts.seed, opts.block_size, rendering)
-        .with_overhead(overhead)
-        .with_frame(frame);
+    let described = analysis.describe();
+    let synth = PromptSynth::new(
+        Arc::new(analysis.vocab),
+        opts.seed,
+        opts.block_size,
+        rendering,
+    )
+    .with_overhead(overhead)
+    .with_frame(frame);
     Ok(Prepared {
         synth: Arc::new(synth),
         counter,
         description,
         warning,
+        analysis: described,
     })
 }

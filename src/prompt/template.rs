@@ -7,6 +7,7 @@
 //! report the `usage.prompt_tokens` a real server would.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, Value as JinjaValue};
@@ -123,7 +124,9 @@ impl ChatTemplate {
 
 /// Counts prompt tokens the way the server does.
 pub struct PromptCounter {
-    tokenizer: Tokenizer,
+    /// Loaded on first use when the analysis came from the cache (most runs never count).
+    tokenizer: OnceLock<std::result::Result<Tokenizer, String>>,
+    tokenizer_file: PathBuf,
     template: Option<ChatTemplate>,
     /// Where the template came from, for messages.
     template_path: Option<PathBuf>,
@@ -133,24 +136,45 @@ impl PromptCounter {
     /// `config` is `--tokenizer-config`, else `tokenizer_config.json` beside the tokenizer
     /// file is used when present.
     pub fn new(tokenizer: Tokenizer, tokenizer_file: &Path, config: Option<&Path>) -> Result<Self> {
-        let beside = tokenizer_file.with_file_name("tokenizer_config.json");
-        let path = match config {
-            Some(p) => Some(p.to_path_buf()),
-            None => beside.is_file().then_some(beside),
-        };
+        let counter = PromptCounter::deferred(tokenizer_file, config)?;
+        let _ = counter.tokenizer.set(Ok(tokenizer));
+        Ok(counter)
+    }
+
+    /// A counter whose tokenizer is read from `tokenizer_file` the first time it counts.
+    pub fn deferred(tokenizer_file: &Path, config: Option<&Path>) -> Result<Self> {
+        let path = Self::config_path(tokenizer_file, config);
         let template = match &path {
             Some(p) => ChatTemplate::load(p)?,
             None => None,
         };
         Ok(PromptCounter {
-            tokenizer,
+            tokenizer: OnceLock::new(),
+            tokenizer_file: tokenizer_file.to_path_buf(),
             template_path: template.as_ref().and(path),
             template,
         })
     }
 
-    pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
+    /// `--tokenizer-config`, else the `tokenizer_config.json` beside the tokenizer, if any.
+    pub fn config_path(tokenizer_file: &Path, config: Option<&Path>) -> Option<PathBuf> {
+        let beside = tokenizer_file.with_file_name("tokenizer_config.json");
+        match config {
+            Some(p) => Some(p.to_path_buf()),
+            None => beside.is_file().then_some(beside),
+        }
+    }
+
+    /// The tokenizer, read now if it was deferred.
+    pub fn tokenizer(&self) -> Result<&Tokenizer, String> {
+        self.tokenizer
+            .get_or_init(|| {
+                super::load_tokenizer(&self.tokenizer_file)
+                    .map(|(t, _)| t)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(String::clone)
     }
 
     /// The file the chat template came from, if there is one.
@@ -184,13 +208,13 @@ impl PromptCounter {
 
     /// The text of token ids (special tokens left out).
     pub fn decode(&self, ids: &[u32]) -> Result<String, String> {
-        self.tokenizer
+        self.tokenizer()?
             .decode(ids, true)
             .map_err(|e| format!("tokenizer: {e}"))
     }
 
     fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, String> {
-        self.tokenizer
+        self.tokenizer()?
             .encode_fast(text, special)
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| format!("tokenizer: {e}"))

@@ -11,19 +11,10 @@ const MIN_SAFE_TOKENS: usize = 1000;
 /// Every piece fits a fixed slot so that prompts are built with fixed-width copies.
 pub const SLOT: usize = 16;
 
-/// Loads a Hugging Face `tokenizer.json`, given as the file or a directory holding it.
+/// Loads a Hugging Face `tokenizer.json`, given as the file, a directory holding it, or a
+/// model in the local Hugging Face cache (`ORG/NAME[@REV]`, see [`super::hub`]).
 pub fn load_tokenizer(path: &Path) -> Result<(Tokenizer, PathBuf)> {
-    let file = if path.is_dir() {
-        path.join("tokenizer.json")
-    } else {
-        path.to_path_buf()
-    };
-    if !file.is_file() {
-        return Err(Error::Tokenizer {
-            path: file,
-            message: "no such file (give a tokenizer.json or a directory holding one)".into(),
-        });
-    }
+    let file = super::tokenizer_file(path)?;
     // No rayon pool behind pinned threads: the tokenizer only runs at start-up anyway.
     tokenizers::utils::parallelism::set_parallelism(false);
     let tokenizer = Tokenizer::from_file(&file).map_err(|e| Error::Tokenizer {
@@ -68,11 +59,9 @@ impl SafeVocab {
                 continue;
             };
             let b = text.as_bytes();
-            let shape = b.len() >= 2
-                && b.len() <= SLOT
-                && b[0] == b' '
-                && b[1..].iter().all(u8::is_ascii_lowercase);
-            if shape && encodes_to(tokenizer, &text, &[id]) && encodes_to_one(tokenizer, &text[1..])
+            if is_word_piece(&text)
+                && encodes_to(tokenizer, &text, &[id])
+                && encodes_to_one(tokenizer, &text[1..])
             {
                 let mut slot = [0u8; SLOT];
                 slot[..b.len()].copy_from_slice(b);
@@ -109,6 +98,16 @@ impl SafeVocab {
             vocab.lens.push(text.len() as u8);
         }
         vocab
+    }
+
+    /// The table as an earlier scan found it (the analysis cache), or None when a piece is
+    /// not of the stable shape, the ids are not ascending, or there are too few.
+    pub fn from_checked_pieces(pieces: &[(u32, &str)]) -> Option<SafeVocab> {
+        let ascending = pieces.windows(2).all(|w| w[0].0 < w[1].0);
+        (pieces.len() >= MIN_SAFE_TOKENS
+            && ascending
+            && pieces.iter().all(|(_, t)| is_word_piece(t)))
+        .then(|| SafeVocab::from_pieces(pieces))
     }
 
     /// Encodes a few whole prompts drawn from the table: the per-token checks say each piece is
@@ -183,6 +182,12 @@ impl Context {
         both.strip_prefix(self.anchor_text.as_str())
             .map(str::to_owned)
     }
+}
+
+/// `" word"`: a space and lowercase ASCII letters, fitting a slot.
+fn is_word_piece(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() >= 2 && b.len() <= SLOT && b[0] == b' ' && b[1..].iter().all(u8::is_ascii_lowercase)
 }
 
 fn encodes_to(tokenizer: &Tokenizer, text: &str, ids: &[u32]) -> bool {

@@ -246,6 +246,7 @@ fn start(
     // Room for every buffer that can be out at once: in the channel, in the senders' heaps
     // and being built.
     let buffers = BufferPool::new(plan.channel_capacity + num_sender * lookahead + num_producer);
+    let tokenizer_analysis = prompts.analyses.clone();
     let builder = Arc::new(request_builder(
         plan,
         prompts,
@@ -394,6 +395,7 @@ fn start(
             connections_at_start,
             common_start,
             clock_check: clock_check.as_ref(),
+            tokenizer_analysis: &tokenizer_analysis,
         };
         let run = run_json::run_json(plan, &resolved);
         report::write_json(&out.dir.join("run.json"), &run)?;

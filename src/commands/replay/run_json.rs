@@ -21,6 +21,8 @@ pub struct Resolved<'a> {
     pub common_start: Option<crate::wall_start::StartReport>,
     /// `--ntp`: the clock check before the start.
     pub clock_check: Option<&'a crate::ntp::ClockCheck>,
+    /// Per synthesiser: the tokenizer files' digests, and whether the analysis was cached.
+    pub tokenizer_analysis: &'a [Value],
 }
 
 /// The configuration; `fleet` has one object per endpoint (url, api, model, weight, prompt
@@ -92,6 +94,13 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("exact_output", json!(plan.exact_output));
     put("tokenizer", json!(prompt.tokenizer));
     put("tokenizer_config", json!(prompt.tokenizer_config));
+    put("tokenizer_analysis", json!(r.tokenizer_analysis));
+    if let Some(s) = &prompt.tokenizer_model {
+        put(
+            "tokenizer_model",
+            json!({"repo": s.model.repo, "revision": s.model.revision, "commit": s.commit}),
+        );
+    }
     put("input_length_of", json!(prompt.length_of));
     put("prompt_mode", json!(prompt.mode));
     put("prompt_overhead_tokens", common("prompt_overhead_tokens"));

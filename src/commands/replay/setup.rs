@@ -196,7 +196,7 @@ fn shard_shares(
         ));
     }
     let mut content = file.open()?;
-    let digest = crate::shard::digest(&mut content).map_err(|e| Error::io(file.shown(), e))?;
+    let digest = crate::digest::digest(&mut content).map_err(|e| Error::io(file.shown(), e))?;
     Ok((shares, digest))
 }
 
@@ -450,6 +450,8 @@ pub struct Prompts {
     /// The counter (tokenizer and template) of each synthesiser, loaded once for all that
     /// count: dataset prompts and the in-process mock.
     pub counters: Vec<Arc<prompt::PromptCounter>>,
+    /// Per synthesiser, for run.json: its tokenizer analysis (digests, from the cache).
+    pub analyses: Vec<serde_json::Value>,
 }
 
 pub fn prepare_prompts(
@@ -475,6 +477,7 @@ pub fn prepare_prompts(
     }
     let mut synths = Vec::new();
     let mut counters = Vec::new();
+    let mut analyses = Vec::new();
     for &(_, api) in wrappings.iter().filter(|_| needs_tokenizer) {
         let Some(opts) = plan.prompt.synth_options(api, trace.format)? else {
             return Err(Error::Usage(
@@ -489,6 +492,7 @@ pub fn prepare_prompts(
         }
         synths.push(prepared.synth);
         counters.push(Arc::new(prepared.counter));
+        analyses.push(prepared.analysis);
     }
     let chat_overhead = wrappings
         .iter()
@@ -501,6 +505,7 @@ pub fn prepare_prompts(
         chat_overhead,
         wrappings: wrappings.iter().map(|(w, _)| *w).collect(),
         counters,
+        analyses,
     })
 }
 
