@@ -256,7 +256,10 @@ fn report_html_and_xlsx_hold_every_view() {
     }
 
     let mut book: Xlsx<_> = open_workbook(run.join("results.xlsx")).unwrap();
-    assert_eq!(book.sheet_names(), vec!["Summary", "Requests"]);
+    assert_eq!(
+        book.sheet_names(),
+        vec!["Summary", "Requests", "Per-endpoint", "Configuration"]
+    );
     let requests = book.worksheet_range("Requests").unwrap();
     assert_eq!(requests.height(), 31, "a header and one row per request");
     assert_eq!(requests.get((0, 0)).unwrap().to_string(), "index");

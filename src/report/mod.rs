@@ -191,22 +191,32 @@ pub fn load_itl(dir: &Path) -> Result<Option<(Histogram<u64>, Histogram<u64>)>> 
 /// (1-based); a line that is not JSON is an error naming the file and the line, except a
 /// last line cut short (no newline: a full disk, a kill mid-write), skipped with a warning.
 pub fn each_json_line(path: &Path, mut each: impl FnMut(u64, Value) -> Result<()>) -> Result<()> {
+    each_json_line_at(path, |n, _, value| each(n, value))
+}
+
+/// [`each_json_line`], with the byte offset at which each line starts.
+pub fn each_json_line_at(
+    path: &Path,
+    mut each: impl FnMut(u64, u64, Value) -> Result<()>,
+) -> Result<()> {
     let mut input = BufReader::new(fs::File::open(path).map_err(|e| Error::io(path, e))?);
     let mut line = Vec::new();
+    let mut offset = 0u64;
     for n in 1u64.. {
         line.clear();
-        if input
+        let read = input
             .read_until(b'\n', &mut line)
-            .map_err(|e| Error::io(path, e))?
-            == 0
-        {
+            .map_err(|e| Error::io(path, e))?;
+        if read == 0 {
             break;
         }
+        let at = offset;
+        offset += read as u64;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         match serde_json::from_slice(&line) {
-            Ok(value) => each(n, value)?,
+            Ok(value) => each(n, at, value)?,
             Err(_) if line.last() != Some(&b'\n') => {
                 eprintln!(
                     "warning: {}:{n}: the last line is cut short (the run was killed or the disk \
@@ -243,12 +253,12 @@ pub fn load_run(
         saved.unwrap_or_else(|| (latency_histogram(), latency_histogram()));
     let mut builder = SummaryBuilder::new(opts.slo.clone());
     let mut data = RunData::default();
-    each_json_line(requests, |n, value| {
+    each_json_line_at(requests, |n, offset, value| {
         let r = RecordFormat::read_any(&value, n - 1).map_err(|m| line_error(requests, n, m))?;
         builder.add(&r);
         data.add(&r);
         if let Some(book) = book.as_deref_mut() {
-            book.add(&r)?;
+            book.add(r.index, offset);
         }
         if let (true, false, Some(times), Some(tokens)) =
             (from_chunks, r.warmup, &r.chunk_times_ns, &r.chunk_tokens)
@@ -272,7 +282,7 @@ pub fn load_run(
 /// Writes `summary.json`, `summary.txt`, `report.html` and `results.xlsx` into `dir` from the
 /// run's records: the same code for a live run and for `llmreplay report DIR`.
 pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summary> {
-    let mut book = ResultsBook::new()?;
+    let mut book = ResultsBook::new();
     let mut run = load_run(dir, requests, opts, Some(&mut book))?;
     let config = run_config(dir);
     run.summary.ended = config
@@ -290,7 +300,12 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
         &run.itl,
     );
     write_atomic(&dir.join("report.html"), page.as_bytes())?;
-    book.finish(&run.summary, &dir.join("results.xlsx"))?;
+    book.finish(
+        &run.summary,
+        config.as_ref(),
+        requests,
+        &dir.join("results.xlsx"),
+    )?;
     Ok(run.summary)
 }
 

@@ -1,0 +1,288 @@
+//! The sheets made from the summary and run.json: Summary, Per-endpoint, Server metrics and
+//! Configuration.
+
+use rust_xlsxwriter::{Format, Worksheet};
+use serde_json::Value;
+
+use super::xerr;
+use crate::error::Result;
+use crate::stats::{percentile_key, Distribution, Summary};
+
+/// Number formats, made once per book.
+pub struct Formats {
+    pub bold: Format,
+    pub int: Format,
+    pub real: Format,
+    pub share: Format,
+}
+
+impl Formats {
+    pub fn new() -> Formats {
+        Formats {
+            bold: Format::new().set_bold(),
+            int: Format::new().set_num_format("#,##0"),
+            real: Format::new().set_num_format("#,##0.000"),
+            share: Format::new().set_num_format("0.00%"),
+        }
+    }
+
+    /// Whole numbers without decimals, others with three.
+    fn number(&self, v: f64) -> &Format {
+        if v.fract() == 0.0 && v.abs() < 1e15 {
+            &self.int
+        } else {
+            &self.real
+        }
+    }
+}
+
+/// Writes `v` (nothing for None) with the format its value calls for.
+fn number(sheet: &mut Worksheet, f: &Formats, row: u32, col: u16, v: Option<f64>) -> Result<()> {
+    match v {
+        Some(v) if v.is_finite() => sheet
+            .write_number_with_format(row, col, v, f.number(v))
+            .map(|_| ())
+            .map_err(xerr),
+        _ => Ok(()),
+    }
+}
+
+fn header(sheet: &mut Worksheet, f: &Formats, row: u32, names: &[String]) -> Result<()> {
+    for (c, h) in names.iter().enumerate() {
+        sheet
+            .write_string_with_format(row, c as u16, h, &f.bold)
+            .map_err(xerr)?;
+    }
+    Ok(())
+}
+
+/// Headline figures (name, value), then one row per distribution.
+pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) -> Result<()> {
+    let mut pairs: Vec<(String, f64)> = crate::headline::FIGURES
+        .iter()
+        .filter_map(|fig| (fig.value)(s).map(|v| (fig.key.to_string(), v)))
+        .collect();
+    pairs.push(("requests_total".into(), s.total as f64));
+    for (kind, n) in &s.by_error_kind {
+        pairs.push((format!("failed_{kind}"), *n as f64));
+    }
+    let (input, output) = (&s.input_length_match, &s.output_length_match);
+    pairs.push(("input_length_checked".into(), input.checked as f64));
+    pairs.push(("input_length_exact".into(), input.exact as f64));
+    pairs.push(("output_length_checked".into(), output.checked as f64));
+    pairs.push(("output_length_exact".into(), output.exact as f64));
+    if dropped > 0 {
+        pairs.push(("requests_not_in_sheet (row limit)".into(), dropped as f64));
+    }
+    let mut row = 0u32;
+    for (k, v) in &pairs {
+        sheet.write_string(row, 0, k).map_err(xerr)?;
+        number(sheet, f, row, 1, Some(*v))?;
+        row += 1;
+    }
+    row += 1;
+    let mut names: Vec<String> = ["metric (ms)", "count", "mean", "median", "std", "min"]
+        .map(String::from)
+        .into();
+    names.extend(s.percentiles.iter().map(|p| percentile_key(*p)));
+    names.push("max".into());
+    header(sheet, f, row, &names)?;
+    for (key, _, d) in s.metrics() {
+        let Some(d) = d else { continue };
+        row += 1;
+        sheet.write_string(row, 0, key).map_err(xerr)?;
+        let mut values = vec![d.count as f64, d.mean, d.median, d.std, d.min];
+        values.extend(
+            s.percentiles
+                .iter()
+                .map(|p| d.percentile(*p).unwrap_or(f64::NAN)),
+        );
+        values.push(d.max);
+        for (c, v) in values.into_iter().enumerate() {
+            let format = if c == 0 { &f.int } else { &f.real };
+            if v.is_finite() {
+                sheet
+                    .write_number_with_format(row, 1 + c as u16, v, format)
+                    .map_err(xerr)?;
+            }
+        }
+    }
+    sheet.set_column_width(0, 36).map_err(xerr)?;
+    sheet
+        .set_column_range_width(1, names.len() as u16, 11)
+        .map_err(xerr)?;
+    Ok(())
+}
+
+/// One row per endpoint: its requests, latencies, throughput and prefix-cache hits.
+pub fn per_endpoint(sheet: &mut Worksheet, f: &Formats, s: &Summary) -> Result<()> {
+    let names = [
+        "endpoint",
+        "requests",
+        "ok",
+        "failed",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "e2el_p50_ms",
+        "e2el_p99_ms",
+        "output_tok_per_s",
+        "active_s",
+        "prompt_tokens",
+        "cached_tokens",
+        "expected_cached_tokens",
+        "observed_hit_share",
+        "expected_hit_share",
+    ]
+    .map(String::from);
+    header(sheet, f, 0, &names)?;
+    let p = |d: &Option<Distribution>, q| d.as_ref().and_then(|d| d.percentile(q));
+    for (i, e) in s.per_endpoint.iter().enumerate() {
+        let row = i as u32 + 1;
+        sheet.write_string(row, 0, &e.endpoint).map_err(xerr)?;
+        let prefix = &e.prefix;
+        let values = [
+            Some(e.requests as f64),
+            Some(e.ok as f64),
+            Some(e.failed as f64),
+            p(&e.ttft, 50.0),
+            p(&e.ttft, 99.0),
+            p(&e.e2el, 50.0),
+            p(&e.e2el, 99.0),
+            Some(e.output_throughput),
+            Some(e.duration_s),
+            Some(prefix.observed.1.max(prefix.expected.1) as f64),
+            (prefix.observed.1 > 0).then_some(prefix.observed.0 as f64),
+            (prefix.expected.1 > 0).then_some(prefix.expected.0 as f64),
+        ];
+        for (c, v) in values.into_iter().enumerate() {
+            number(sheet, f, row, 1 + c as u16, v)?;
+        }
+        for (c, share) in [prefix.observed_share(), prefix.expected_share()]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(v) = share {
+                sheet
+                    .write_number_with_format(row, 13 + c as u16, v, &f.share)
+                    .map_err(xerr)?;
+            }
+        }
+    }
+    sheet.set_column_width(0, 30).map_err(xerr)?;
+    sheet
+        .set_column_range_width(1, names.len() as u16 - 1, 12)
+        .map_err(xerr)?;
+    sheet.set_freeze_panes(1, 1).map_err(xerr)?;
+    Ok(())
+}
+
+/// One row per scraped series of each target: mean, max, last and a counter's increase.
+pub fn server_metrics(sheet: &mut Worksheet, f: &Formats, s: &Summary) -> Result<()> {
+    let names = [
+        "target",
+        "server",
+        "series",
+        "mean",
+        "max",
+        "last",
+        "increase",
+        "scrapes",
+        "failed_scrapes",
+    ]
+    .map(String::from);
+    header(sheet, f, 0, &names)?;
+    let mut row = 0u32;
+    for t in s.server.iter().flatten() {
+        for name in t.points.keys() {
+            let Some(series) = t.series(name) else {
+                continue;
+            };
+            row += 1;
+            sheet.write_string(row, 0, &t.target).map_err(xerr)?;
+            if let Some(server) = &t.server {
+                sheet.write_string(row, 1, server).map_err(xerr)?;
+            }
+            sheet.write_string(row, 2, name).map_err(xerr)?;
+            let values = [
+                Some(series.mean),
+                Some(series.max),
+                Some(series.last),
+                series.increase,
+                Some(t.scrapes as f64),
+                Some(t.failed as f64),
+            ];
+            for (c, v) in values.into_iter().enumerate() {
+                number(sheet, f, row, 3 + c as u16, v)?;
+            }
+        }
+    }
+    for (c, w) in [30.0, 10.0, 44.0].into_iter().enumerate() {
+        sheet.set_column_width(c as u16, w).map_err(xerr)?;
+    }
+    sheet.set_column_range_width(3, 8, 12).map_err(xerr)?;
+    sheet.set_freeze_panes(1, 0).map_err(xerr)?;
+    Ok(())
+}
+
+/// run.json flattened: one row per setting, its path (`fleet.0.url`) and value.
+pub fn configuration(sheet: &mut Worksheet, f: &Formats, run: &Value) -> Result<()> {
+    header(sheet, f, 0, &["setting".into(), "value".into()])?;
+    let mut rows = Vec::new();
+    flatten(String::new(), run, &mut rows);
+    for (i, (key, value)) in rows.iter().enumerate() {
+        let row = i as u32 + 1;
+        sheet.write_string(row, 0, key).map_err(xerr)?;
+        match value {
+            Value::Number(n) => number(sheet, f, row, 1, n.as_f64())?,
+            Value::Bool(b) => {
+                sheet.write_boolean(row, 1, *b).map_err(xerr)?;
+            }
+            Value::String(s) => {
+                sheet.write_string(row, 1, s).map_err(xerr)?;
+            }
+            Value::Null => {}
+            other => {
+                sheet
+                    .write_string(row, 1, other.to_string())
+                    .map_err(xerr)?;
+            }
+        }
+    }
+    sheet.set_column_width(0, 36).map_err(xerr)?;
+    sheet.set_column_width(1, 60).map_err(xerr)?;
+    sheet.set_freeze_panes(1, 0).map_err(xerr)?;
+    Ok(())
+}
+
+/// Leaves of `v` with their dotted paths; an empty object or list is a leaf.
+fn flatten(path: String, v: &Value, out: &mut Vec<(String, Value)>) {
+    let join = |k: &str| match path.is_empty() {
+        true => k.to_string(),
+        false => format!("{path}.{k}"),
+    };
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, v) in m {
+                flatten(join(k), v, out);
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            for (i, v) in a.iter().enumerate() {
+                flatten(join(&i.to_string()), v, out);
+            }
+        }
+        leaf => out.push((path, leaf.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn run_json_flattens_to_dotted_paths() {
+        let mut rows = Vec::new();
+        let run = serde_json::json!({"a": 1, "fleet": [{"url": "u"}], "e": {}, "n": null});
+        super::flatten(String::new(), &run, &mut rows);
+        let keys: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["a", "e", "fleet.0.url", "n"]);
+    }
+}
