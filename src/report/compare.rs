@@ -3,7 +3,9 @@
 use std::fmt::Write as _;
 
 use super::data::cdf;
-use super::html::{self, chart, escape, histogram_cdf, page_start, section, Series, CDF_POINTS};
+use super::html::{
+    self, cdf_chart, escape, histogram_cdf, page_start, section, Series, CDF_POINTS,
+};
 use super::LoadedRun;
 use crate::stats::{percentile_key, Summary};
 
@@ -53,8 +55,13 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
     rows
 }
 
+/// A count as a whole number, anything else to three decimals.
 fn cell(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.3}"))
+    match v {
+        None => "-".into(),
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
+        Some(v) => format!("{v:.3}"),
+    }
 }
 
 fn delta(r: &Row) -> String {
@@ -147,10 +154,10 @@ pub fn page(
         "Latency CDFs, A vs B",
         "",
         &[
-            chart("TTFT CDF", "ms", "fraction of requests", &ttft),
-            chart("TPOT CDF", "ms", "fraction of requests", &tpot),
-            chart("ITL CDF", "ms", "fraction of chunks", &itl),
-            chart("E2EL CDF", "ms", "fraction of requests", &e2el),
+            cdf_chart("TTFT CDF", "ms", "fraction of requests", &ttft),
+            cdf_chart("TPOT CDF", "ms", "fraction of requests", &tpot),
+            cdf_chart("ITL CDF", "ms", "fraction of chunks", &itl),
+            cdf_chart("E2EL CDF", "ms", "fraction of requests", &e2el),
         ],
     );
     out.push_str("</body>\n</html>\n");

@@ -20,6 +20,24 @@ pub struct PerSecond {
     pub errors: BTreeMap<String, Vec<f64>>,
 }
 
+impl PerSecond {
+    /// The seconds the run covers: the longest of its series.
+    pub fn seconds(&self) -> usize {
+        [
+            &self.scheduled,
+            &self.sent,
+            &self.completed,
+            &self.output_tokens,
+        ]
+        .into_iter()
+        .chain(self.errors.values())
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0)
+        .max(1)
+    }
+}
+
 /// Plot data of a run. Values are `f32`: enough for plots, and small for long runs.
 #[derive(Debug, Default)]
 pub struct RunData {
@@ -31,6 +49,17 @@ pub struct RunData {
     /// (target input tokens, server prompt tokens) where the server reported usage.
     pub lengths: Vec<(u32, u32)>,
     pub per_second: PerSecond,
+    /// Each endpoint's own latencies and completions, by URL.
+    pub by_endpoint: BTreeMap<String, EndpointData>,
+}
+
+/// What one endpoint's successful requests took, and when they completed.
+#[derive(Debug, Default)]
+pub struct EndpointData {
+    pub ttft: Vec<f32>,
+    pub e2el: Vec<f32>,
+    /// Successful completions per second of the run.
+    pub completed: Vec<f64>,
 }
 
 fn bump(series: &mut Vec<f64>, at_ns: u64) {
@@ -59,8 +88,16 @@ impl RunData {
             );
             return;
         }
+        let mine = self.by_endpoint.entry(r.endpoint.clone()).or_default();
         if let Some(end) = r.end_ns {
             bump(&mut self.per_second.completed, end);
+            bump(&mut mine.completed, end);
+        }
+        if let Some(v) = r.ttft_ms() {
+            mine.ttft.push(v as f32);
+        }
+        if let Some(v) = r.e2el_ms() {
+            mine.e2el.push(v as f32);
         }
         add_output_tokens(&mut self.per_second.output_tokens, r);
         let sent = s(r.sent_ns.unwrap_or(r.scheduled_ns));
@@ -82,13 +119,19 @@ impl RunData {
     }
 }
 
-/// At most `max` evenly spaced elements of `v` (all of them when there are fewer).
+/// At most `max` evenly spaced elements of `v` (all of them when there are fewer), the
+/// last one always among them: a curve thinned for drawing still reaches its maximum.
 pub fn thin<T: Copy>(v: &[T], max: usize) -> Vec<T> {
     if v.len() <= max {
         return v.to_vec();
     }
-    let step = v.len() as f64 / max as f64;
-    (0..max).map(|i| v[(i as f64 * step) as usize]).collect()
+    if max < 2 {
+        return v.last().into_iter().copied().take(max).collect();
+    }
+    let step = (v.len() - 1) as f64 / (max - 1) as f64;
+    (0..max)
+        .map(|i| v[(i as f64 * step).round() as usize])
+        .collect()
 }
 
 /// Points of the empirical CDF of `values` (sorted in place): (value, fraction <= value), at
@@ -118,6 +161,9 @@ mod tests {
             cdf(&mut v, 10),
             vec![(1.0, 0.25), (2.0, 0.5), (3.0, 0.75), (4.0, 1.0), (4.0, 1.0)]
         );
-        assert_eq!(thin(&[1, 2, 3, 4, 5, 6], 3), vec![1, 3, 5]);
+        assert_eq!(thin(&[1, 2, 3, 4, 5, 6], 3), vec![1, 4, 6]);
+        assert_eq!(thin(&[1, 2, 3, 4, 5, 6, 7], 4), vec![1, 3, 5, 7]);
+        let long: Vec<u32> = (0..10_000).collect();
+        assert_eq!(thin(&long, 400).last(), Some(&9_999), "the maximum is kept");
     }
 }

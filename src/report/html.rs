@@ -4,187 +4,11 @@
 use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
-use plotters::prelude::*;
 
-use super::data::{cdf, thin, RunData};
+use super::chart::EMPTY;
+pub use super::chart::{cdf_chart, chart, histogram, histogram_cdf, Series, CDF_POINTS};
+use super::data::{cdf, RunData};
 use crate::stats::{Distribution, Summary};
-
-const SIZE: (u32, u32) = (600, 340);
-const COLORS: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
-/// Scatter plots keep at most this many points (evenly thinned) so pages stay light.
-const MAX_POINTS: usize = 4000;
-/// Points drawn per CDF curve.
-pub const CDF_POINTS: usize = 400;
-
-/// How a series is drawn.
-#[derive(Clone, Copy, PartialEq)]
-pub enum Mark {
-    Line,
-    Dots,
-}
-
-pub struct Series {
-    pub name: String,
-    pub points: Vec<(f64, f64)>,
-    pub mark: Mark,
-}
-
-impl Series {
-    pub fn line(name: &str, points: Vec<(f64, f64)>) -> Series {
-        Series {
-            name: name.into(),
-            points,
-            mark: Mark::Line,
-        }
-    }
-
-    pub fn dots(name: &str, points: Vec<(f64, f64)>) -> Series {
-        Series {
-            name: name.into(),
-            points,
-            mark: Mark::Dots,
-        }
-    }
-}
-
-/// An x-y chart as an SVG string; a short note instead when there is nothing to draw.
-pub fn chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
-    let all = series.iter().flat_map(|s| s.points.iter());
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, 0.0f64, f64::MIN);
-    for &(x, y) in all {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y0 = y0.min(y);
-        y1 = y1.max(y);
-    }
-    if x0 > x1 {
-        return format!("<p class=\"empty\">{}: no data</p>", escape(title));
-    }
-    if x1 - x0 < 1e-9 {
-        x1 = x0 + 1.0;
-    }
-    if y1 - y0 < 1e-9 {
-        y1 = y0 + 1.0;
-    }
-    let mut svg = String::new();
-    let drawn = draw(
-        &mut svg,
-        title,
-        x_label,
-        y_label,
-        series,
-        (x0, x1 * 1.02, y0, y1 * 1.05),
-    );
-    match drawn {
-        Ok(()) => svg,
-        Err(e) => format!("<p class=\"empty\">{}: {}</p>", escape(title), escape(&e)),
-    }
-}
-
-fn draw(
-    svg: &mut String,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series],
-    (x0, x1, y0, y1): (f64, f64, f64, f64),
-) -> Result<(), String> {
-    let err = |e: &dyn std::fmt::Display| e.to_string();
-    let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(|e| err(&e))?;
-    c.configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
-        .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(|e| err(&e))?;
-    for (i, s) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let legend = move |(x, y): (i32, i32)| {
-            PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(3))
-        };
-        match s.mark {
-            Mark::Line => c
-                .draw_series(LineSeries::new(
-                    s.points.iter().copied(),
-                    color.stroke_width(2),
-                ))
-                .map_err(|e| err(&e))?
-                .label(s.name.as_str())
-                .legend(legend),
-            Mark::Dots => c
-                .draw_series(
-                    thin(&s.points, MAX_POINTS)
-                        .into_iter()
-                        .map(|p| Circle::new(p, 2, color.mix(0.5).filled())),
-                )
-                .map_err(|e| err(&e))?
-                .label(s.name.as_str())
-                .legend(legend),
-        };
-    }
-    if series.len() > 1 || series.first().is_some_and(|s| !s.name.is_empty()) {
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(|e| err(&e))?;
-    }
-    root.present().map_err(|e| err(&e))
-}
-
-/// A bar chart of counts per bin, as an SVG string.
-pub fn histogram(title: &str, x_label: &str, values: &[f32], bins: usize) -> String {
-    if values.is_empty() {
-        return format!("<p class=\"empty\">{}: no data</p>", escape(title));
-    }
-    let (lo, hi) = values
-        .iter()
-        .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
-    let width = ((hi - lo) as f64 / bins as f64).max(1e-6);
-    let mut counts = vec![0u64; bins];
-    for &v in values {
-        let i = (((v - lo) as f64 / width) as usize).min(bins - 1);
-        counts[i] += 1;
-    }
-    // Drawn as a step outline over the bins, plotters' line series in bar shape.
-    let mut points = Vec::with_capacity(bins * 2 + 2);
-    for (i, &c) in counts.iter().enumerate() {
-        let x = f64::from(lo) + i as f64 * width;
-        points.push((x, c as f64));
-        points.push((x + width, c as f64));
-    }
-    chart(title, x_label, "requests", &[Series::line("", points)])
-}
-
-/// CDF points of an HDR histogram of nanoseconds, in milliseconds.
-pub fn histogram_cdf(h: &Histogram<u64>) -> Vec<(f64, f64)> {
-    let total = h.len().max(1) as f64;
-    let mut seen = 0u64;
-    let points: Vec<(f64, f64)> = h
-        .iter_recorded()
-        .map(|v| {
-            seen += v.count_at_value();
-            (v.value_iterated_to() as f64 / 1e6, seen as f64 / total)
-        })
-        .collect();
-    thin(&points, CDF_POINTS)
-}
 
 pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -194,11 +18,15 @@ pub fn escape(s: &str) -> String {
 }
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1260px;color:#222}\
-h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}\
-.grid{display:flex;flex-wrap:wrap;gap:12px}.grid>*{flex:0 0 600px}\
+h1{font-size:22px;overflow-wrap:anywhere}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}\
+.grid{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.grid>figure{flex:0 0 600px;margin:0}.grid>table{flex:0 1 auto}\
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}\
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}.empty{color:#888;font-style:italic}\
-.note{color:#555;font-size:13px}";
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left;white-space:nowrap}\
+td.text{text-align:left;max-width:760px;overflow-wrap:anywhere}td.msg{text-align:left;max-width:640px;overflow-wrap:anywhere;color:#555}\
+.empty{color:#888;font-style:italic;font-size:13px;margin:4px 0}.note{color:#555;font-size:13px}\
+.legend{display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px;margin:2px 0 0 64px}\
+.legend span{display:inline-flex;align-items:center;gap:6px}.legend i{display:inline-block;width:18px}\
+pre{white-space:pre-wrap;overflow-wrap:anywhere}";
 
 /// Opens a page: doctype, head with inline style, title.
 pub fn page_start(title: &str, subtitle: &str) -> String {
@@ -209,33 +37,51 @@ pub fn page_start(title: &str, subtitle: &str) -> String {
     )
 }
 
+/// A titled section: its note, then its tables and charts side by side; charts with nothing
+/// to draw are named on one line below instead of each holding a chart's place.
 pub fn section(out: &mut String, id: &str, title: &str, note: &str, body: &[String]) {
     let _ = write!(out, "<section id=\"{id}\">\n<h2>{}</h2>\n", escape(title));
     if !note.is_empty() {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(note));
     }
-    let _ = writeln!(
-        out,
-        "<div class=\"grid\">\n{}\n</div>\n</section>",
-        body.join("\n")
-    );
+    let (empty, drawn): (Vec<&String>, Vec<&String>) =
+        body.iter().partition(|b| b.starts_with(EMPTY));
+    if !drawn.is_empty() {
+        let drawn: Vec<&str> = drawn.iter().map(|b| b.as_str()).collect();
+        let _ = writeln!(out, "<div class=\"grid\">\n{}\n</div>", drawn.join("\n"));
+    }
+    if !empty.is_empty() {
+        let names: Vec<&str> = empty
+            .iter()
+            .map(|b| b[EMPTY.len()..].trim_end_matches("</p>"))
+            .collect();
+        let _ = writeln!(out, "{EMPTY}No data to draw: {}.</p>", names.join("; "));
+    }
+    out.push_str("</section>\n");
 }
 
 /// The summary as two tables: headline figures, then one row per distribution.
 pub fn summary_tables(s: &Summary) -> String {
     let mut t = String::from("<table>\n");
-    let mut row = |k: &str, v: String| {
-        let _ = writeln!(t, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
+    let mut row = |k: &str, v: String, msg: &str| {
+        let _ = writeln!(
+            t,
+            "<tr><td>{}</td><td>{}</td><td class=\"msg\">{}</td></tr>",
+            escape(k),
+            escape(&v),
+            escape(msg)
+        );
     };
     for f in crate::headline::FIGURES {
         let Some(v) = f.format(s) else { continue };
-        row(f.label, v);
+        row(f.label, v, "");
         if f.key == "requests_failed" {
             for (kind, n) in &s.by_error_kind {
                 let first = s.first_error_by_kind.get(kind).map_or("", String::as_str);
                 row(
-                    &format!("  failed: {kind}"),
-                    format!("{n} (first: {first})"),
+                    &format!("failed: {kind}"),
+                    n.to_string(),
+                    &format!("first: {first}"),
                 );
             }
         }
@@ -243,8 +89,9 @@ pub fn summary_tables(s: &Summary) -> String {
     row(
         "Input length exact (server usage)",
         s.input_length_match.describe(),
+        "",
     );
-    row("Output length exact", s.output_length_match.describe());
+    row("Output length exact", s.output_length_match.describe(), "");
     t.push_str("</table>\n<table>\n<tr><th>metric (ms)</th><th>count</th><th>mean</th><th>median</th><th>std</th><th>min</th>");
     for p in &s.percentiles {
         let _ = write!(t, "<th>{}</th>", crate::stats::percentile_key(*p));
@@ -309,11 +156,12 @@ pub fn report(
         "",
         &[summary_tables(summary)],
     );
+    super::endpoints::section_of(&mut out, summary, data);
 
     let mut ttft: Vec<f32> = data.ttft.iter().map(|p| p.1).collect();
     let mut e2el: Vec<f32> = data.e2el.iter().map(|p| p.1).collect();
-    let cdf_chart = |name: &str, points: Vec<(f64, f64)>| {
-        chart(
+    let cdf_of = |name: &str, points: Vec<(f64, f64)>| {
+        cdf_chart(
             &format!("{name} CDF"),
             "ms",
             "fraction of requests",
@@ -327,10 +175,15 @@ pub fn report(
         "Latency CDFs",
         "TTFT = first token - sent; TPOT = (E2EL - TTFT) / (output tokens - 1); ITL = gap between content chunks; E2EL = last byte - sent.",
         &[
-            cdf_chart("TTFT", cdf(&mut ttft, CDF_POINTS)),
-            cdf_chart("TPOT", cdf(&mut data.tpot, CDF_POINTS)),
-            chart("ITL CDF", "ms", "fraction of chunks", &[Series::line("", itl_points)]),
-            cdf_chart("E2EL", cdf(&mut e2el, CDF_POINTS)),
+            cdf_of("TTFT", cdf(&mut ttft, CDF_POINTS)),
+            cdf_of("TPOT", cdf(&mut data.tpot, CDF_POINTS)),
+            cdf_chart(
+                "ITL CDF",
+                "ms",
+                "fraction of chunks",
+                &[Series::line("", itl_points)],
+            ),
+            cdf_of("E2EL", cdf(&mut e2el, CDF_POINTS)),
         ],
     );
     section(
@@ -358,14 +211,14 @@ pub fn report(
         &mut out,
         "throughput-over-time",
         "Throughput over time",
-        "Per second of the run: requests the trace scheduled vs requests sent and completed; output tokens received.",
+        "Per second of the run: requests the trace scheduled (the pale band) vs requests sent and completed; output tokens received.",
         &[
             chart(
                 "Requests per second",
                 "run time (s)",
                 "req/s",
                 &[
-                    Series::line("scheduled", per_second(&ps.scheduled)),
+                    Series::band("scheduled", per_second(&ps.scheduled)),
                     Series::line("sent", per_second(&ps.sent)),
                     Series::line("completed", per_second(&ps.completed)),
                 ],
@@ -421,15 +274,7 @@ pub fn report(
             ],
         )],
     );
-    let mut errors: Vec<Series> = ps
-        .errors
-        .iter()
-        .map(|(kind, v)| Series::line(kind, per_second(v)))
-        .collect();
-    if errors.is_empty() {
-        let zeros = vec![0.0; ps.scheduled.len().max(ps.completed.len()).max(1)];
-        errors.push(Series::line("no failures", per_second(&zeros)));
-    }
+    let errors = error_lines(ps);
     section(
         &mut out,
         "errors-over-time",
@@ -447,6 +292,25 @@ pub fn report(
     );
     out.push_str("</body>\n</html>\n");
     out
+}
+
+/// Failures per second, a line per error kind over the whole run: back at zero after a
+/// kind's last failure, not ending there.
+fn error_lines(ps: &super::data::PerSecond) -> Vec<Series> {
+    let seconds = ps.seconds();
+    let mut lines: Vec<Series> = ps
+        .errors
+        .iter()
+        .map(|(kind, v)| {
+            let mut v = v.clone();
+            v.resize(seconds, 0.0);
+            Series::line(kind, per_second(&v))
+        })
+        .collect();
+    if lines.is_empty() {
+        lines.push(Series::line("no failures", per_second(&vec![0.0; seconds])));
+    }
+    lines
 }
 
 /// A distribution's value by name, for comparisons.
@@ -475,7 +339,12 @@ fn configuration(run: &serde_json::Value) -> String {
     };
     let mut t = String::from("<table>\n");
     let mut row = |k: &str, v: String| {
-        let _ = writeln!(t, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
+        let _ = writeln!(
+            t,
+            "<tr><td>{}</td><td class=\"text\">{}</td></tr>",
+            escape(k),
+            escape(&v)
+        );
     };
     row(
         "Tool",
@@ -525,4 +394,38 @@ fn configuration(run: &serde_json::Value) -> String {
     }
     t.push_str("</table>\n");
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_line_falls_back_to_zero_and_runs_to_the_end() {
+        let mut ps = super::super::data::PerSecond {
+            completed: vec![1.0; 10],
+            ..Default::default()
+        };
+        ps.errors.insert("reset".into(), vec![0.0, 2.0, 1.0]);
+        let lines = error_lines(&ps);
+        assert_eq!(lines[0].points.len(), 10);
+        assert_eq!(lines[0].points[3], (3.0, 0.0));
+        assert_eq!(lines[0].points[9], (9.0, 0.0));
+    }
+
+    #[test]
+    fn empty_charts_share_one_line_below_the_drawn_ones() {
+        let mut out = String::new();
+        let drawn = chart(
+            "A",
+            "s",
+            "n",
+            &[Series::line("", vec![(0.0, 1.0), (1.0, 2.0)])],
+        );
+        let body = [chart("B", "s", "n", &[]), drawn, chart("C", "s", "n", &[])];
+        section(&mut out, "x", "X", "", &body);
+        assert_eq!(out.matches(EMPTY).count(), 1, "{out}");
+        assert!(out.contains("No data to draw: B; C."));
+        assert!(out.find("<svg") < out.find("No data"));
+    }
 }

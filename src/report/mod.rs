@@ -2,8 +2,10 @@
 //! Files are written through a temporary name and renamed, so a crash never leaves half a
 //! summary behind.
 
+mod chart;
 pub mod compare;
 mod data;
+mod endpoints;
 pub mod html;
 mod server;
 mod xlsx;

@@ -1,7 +1,8 @@
-//! results.xlsx read back with calamine: its sheets, the Requests rows in index order with a
-//! column for every record field, and the Per-endpoint, Server-metrics and Configuration
-//! sheets, from a run that has conversations, warm-up requests, prefix-cache hits, two
-//! endpoints and scraped metrics.
+//! The pages a team reads, from a run that has conversations, warm-up requests, prefix-cache
+//! hits, two endpoints and scraped metrics: results.xlsx read back with calamine (its sheets,
+//! the Requests rows in index order with a column for every record field, the Per-endpoint,
+//! Server-metrics and Configuration sheets) and report.html's per-endpoint section, legends
+//! and tick labels.
 
 mod common;
 
@@ -39,7 +40,7 @@ fn number(d: &Data) -> Option<f64> {
 }
 
 #[test]
-fn the_workbook_has_every_sheet_and_the_requests_in_index_order() {
+fn the_workbook_and_the_report_show_each_endpoint_and_every_request_in_index_order() {
     let dir = temp_dir("results-book");
     // Conversations started 1 ms apart whose turns come 50 ms apart: the first turns of all
     // end before any second turn is sent, so requests.jsonl is not in index order.
@@ -211,6 +212,30 @@ fn the_workbook_has_every_sheet_and_the_requests_in_index_order() {
     assert_eq!(setting("trace").as_deref(), Some(path(&trace)));
     assert_eq!(setting("fleet.1.url"), Some(b.url()));
     assert_eq!(setting("warmup_requests").as_deref(), Some("2"));
+
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let endpoints_section = &html[html.find("<section id=\"endpoints\">").unwrap()..];
+    let endpoints_section = &endpoints_section[..endpoints_section.find("</section>").unwrap()];
+    for url in [a.url(), b.url()] {
+        assert!(
+            endpoints_section.contains(&format!("<tr><td>{url}</td>")),
+            "{url}"
+        );
+    }
+    for title in [
+        "TTFT CDF by endpoint",
+        "E2EL CDF by endpoint",
+        "Completions per second by endpoint",
+    ] {
+        assert!(endpoints_section.contains(title), "{title}");
+    }
+    // Legends are HTML below the plots, never drawn inside them; ticks read as numbers.
+    for svg in html.split("<svg").skip(1) {
+        let svg = &svg[..svg.find("</svg>").unwrap()];
+        assert!(!svg.contains(".0</text>"), "a tick label like 120000.0");
+        assert!(!svg.contains(&a.addr), "a legend drawn over the plot");
+    }
+    assert!(html.matches("<figcaption class=\"legend\">").count() >= 5);
 
     let summary_sheet = book.worksheet_range("Summary").unwrap();
     let keys: Vec<String> = summary_sheet.rows().map(|r| r[0].to_string()).collect();
