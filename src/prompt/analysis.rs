@@ -223,18 +223,11 @@ fn write_entry(entry: &Path, analysis: &Analysis) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::hub::env;
     use super::*;
 
     #[test]
     fn the_cache_directory() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         assert_eq!(
             cache_dir(env(&[("LLMREPLAY_CACHE_DIR", "/c"), ("HOME", "/h")])),
             Some(PathBuf::from("/c"))

@@ -182,6 +182,19 @@ fn listing(refs: &Path, snapshots: &Path) -> String {
     format!("{refs}; snapshots with tokenizer.json: {snaps}")
 }
 
+/// An environment of the given variables only, for tests of the lookups above.
+#[cfg(test)]
+pub(crate) fn env(
+    pairs: &'static [(&'static str, &'static str)],
+) -> impl Fn(&str) -> Option<String> {
+    move |k| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,14 +221,6 @@ mod tests {
 
     #[test]
     fn the_cache_directory_follows_huggingface_hub() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         assert_eq!(
             hub_cache_dir(env(&[("HF_HUB_CACHE", "/a"), ("HF_HOME", "/b")])).0,
             PathBuf::from("/a")

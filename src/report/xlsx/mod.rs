@@ -75,46 +75,38 @@ impl ResultsBook {
         path: &Path,
     ) -> Result<()> {
         // rust_xlsxwriter panics when its temporary file cannot be written (a full disk).
-        caught(|| self.write(summary, run, requests, path))
-    }
-
-    fn write(
-        self,
-        summary: &Summary,
-        run: Option<&Value>,
-        requests: &Path,
-        path: &Path,
-    ) -> Result<()> {
-        let f = sheets::Formats::new();
-        let mut book = Workbook::new();
-        let dropped = self.rows.dropped();
-        let sheet = book.add_worksheet().set_name("Summary").map_err(xerr)?;
-        sheets::summary(sheet, &f, summary, dropped)?;
-        // Rows go to a temporary file as they are written: memory stays flat on long runs.
-        let sheet = book.add_worksheet_with_constant_memory();
-        sheet.set_name("Requests").map_err(xerr)?;
-        self.rows.write(sheet, requests)?;
-        let sheet = book
-            .add_worksheet()
-            .set_name("Per-endpoint")
-            .map_err(xerr)?;
-        sheets::per_endpoint(sheet, &f, summary)?;
-        if summary.server.as_ref().is_some_and(|s| !s.is_empty()) {
+        caught(move || {
+            let f = sheets::Formats::new();
+            let mut book = Workbook::new();
+            let dropped = self.rows.dropped();
+            let sheet = book.add_worksheet().set_name("Summary").map_err(xerr)?;
+            sheets::summary(sheet, &f, summary, dropped)?;
+            // Rows go to a temporary file as they are written: memory stays flat on long runs.
+            let sheet = book.add_worksheet_with_constant_memory();
+            sheet.set_name("Requests").map_err(xerr)?;
+            self.rows.write(sheet, requests)?;
             let sheet = book
                 .add_worksheet()
-                .set_name("Server metrics")
+                .set_name("Per-endpoint")
                 .map_err(xerr)?;
-            sheets::server_metrics(sheet, &f, summary)?;
-        }
-        if let Some(run) = run {
-            let sheet = book
-                .add_worksheet()
-                .set_name("Configuration")
-                .map_err(xerr)?;
-            sheets::configuration(sheet, &f, run)?;
-        }
-        let bytes = book.save_to_buffer().map_err(xerr)?;
-        super::write_atomic(path, &bytes)
+            sheets::per_endpoint(sheet, &f, summary)?;
+            if summary.server.as_ref().is_some_and(|s| !s.is_empty()) {
+                let sheet = book
+                    .add_worksheet()
+                    .set_name("Server metrics")
+                    .map_err(xerr)?;
+                sheets::server_metrics(sheet, &f, summary)?;
+            }
+            if let Some(run) = run {
+                let sheet = book
+                    .add_worksheet()
+                    .set_name("Configuration")
+                    .map_err(xerr)?;
+                sheets::configuration(sheet, &f, run)?;
+            }
+            let bytes = book.save_to_buffer().map_err(xerr)?;
+            super::write_atomic(path, &bytes)
+        })
     }
 }
 
