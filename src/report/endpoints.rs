@@ -49,9 +49,12 @@ pub fn section_of(out: &mut String, summary: &Summary, data: &mut RunData) {
         let mut ttft = Vec::new();
         let mut e2el = Vec::new();
         let mut completed = Vec::new();
+        // Each line runs the whole run: an endpoint that stopped completing shows zeros.
+        let seconds = data.per_second.seconds();
         for (url, d) in data.by_endpoint.iter_mut() {
             ttft.push(Series::line(url, cdf(&mut d.ttft, CDF_POINTS)));
             e2el.push(Series::line(url, cdf(&mut d.e2el, CDF_POINTS)));
+            d.completed.resize(seconds.max(d.completed.len()), 0.0);
             completed.push(Series::line(url, per_second(&d.completed)));
         }
         body.push(cdf_chart(
