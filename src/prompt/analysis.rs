@@ -16,8 +16,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use tokenizers::Tokenizer;
-
 use super::{Frame, PromptCounter, SafeVocab, Wrapping};
 use crate::digest::fnv1a;
 use crate::error::{Error, Result};
@@ -46,8 +44,12 @@ pub enum Source {
 }
 
 impl Analysis {
-    /// Scans `tokenizer` and measures the frames of the counter's template.
-    pub fn make(tokenizer: &Tokenizer, file: &Path, counter: &PromptCounter) -> Result<Analysis> {
+    /// Scans the counter's tokenizer (`file`) and measures the frames of its template.
+    pub fn make(counter: &PromptCounter, file: &Path) -> Result<Analysis> {
+        let tokenizer = counter.tokenizer().map_err(|message| Error::Tokenizer {
+            path: file.to_path_buf(),
+            message,
+        })?;
         let vocab = SafeVocab::from_tokenizer(tokenizer, file)?;
         let chat = counter
             .template_path()
@@ -161,12 +163,8 @@ pub fn load_or_make(
         }
     }
     let (tokenizer, _) = super::load_tokenizer(file)?;
-    let counter = PromptCounter::new(tokenizer, file, config)?;
-    let tokenizer = counter.tokenizer().map_err(|message| Error::Tokenizer {
-        path: file.to_path_buf(),
-        message,
-    })?;
-    let mut analysis = Analysis::make(tokenizer, file, &counter)?;
+    let counter = counter.with_tokenizer(tokenizer);
+    let mut analysis = Analysis::make(&counter, file)?;
     let kept = entry.filter(|e| write_entry(e, &analysis).is_ok());
     analysis.source = Source::Analysed(kept);
     analysis.digest = digest;

@@ -136,9 +136,13 @@ impl PromptCounter {
     /// `config` is `--tokenizer-config`, else `tokenizer_config.json` beside the tokenizer
     /// file is used when present.
     pub fn new(tokenizer: Tokenizer, tokenizer_file: &Path, config: Option<&Path>) -> Result<Self> {
-        let counter = PromptCounter::deferred(tokenizer_file, config)?;
-        let _ = counter.tokenizer.set(Ok(tokenizer));
-        Ok(counter)
+        Ok(PromptCounter::deferred(tokenizer_file, config)?.with_tokenizer(tokenizer))
+    }
+
+    /// This counter with its tokenizer already loaded.
+    pub fn with_tokenizer(self, tokenizer: Tokenizer) -> Self {
+        let _ = self.tokenizer.set(Ok(tokenizer));
+        self
     }
 
     /// A counter whose tokenizer is read from `tokenizer_file` the first time it counts.
