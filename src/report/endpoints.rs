@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 
 use super::data::{cdf, RunData};
-use super::html::{cdf_chart, chart, escape, per_second, section, Series, CDF_POINTS};
-use crate::stats::{Distribution, Summary};
+use super::html::{cdf_chart, chart, escape, per_second_over, section, Series, CDF_POINTS};
+use crate::stats::Summary;
 
 pub fn section_of(out: &mut String, summary: &Summary, data: &mut RunData) {
     if summary.per_endpoint.is_empty() {
@@ -18,13 +18,10 @@ pub fn section_of(out: &mut String, summary: &Summary, data: &mut RunData) {
          <th>TTFT p50 (ms)</th><th>TTFT p99 (ms)</th><th>E2EL p50 (ms)</th><th>E2EL p99 (ms)</th>\
          <th>output tok/s</th><th>active (s)</th><th>prefix hits, server</th><th>prefix hits, trace</th></tr>\n",
     );
-    let p = |d: &Option<Distribution>, q| {
-        d.as_ref()
-            .and_then(|d| d.percentile(q))
-            .map_or("-".into(), |v| format!("{v:.2}"))
-    };
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     let share = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.2} %", s * 100.0));
     for e in &summary.per_endpoint {
+        let [ttft50, ttft99, e2el50, e2el99] = e.latency_percentiles().map(ms);
         let _ = writeln!(
             t,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
@@ -33,10 +30,10 @@ pub fn section_of(out: &mut String, summary: &Summary, data: &mut RunData) {
             e.requests,
             e.ok,
             e.failed,
-            p(&e.ttft, 50.0),
-            p(&e.ttft, 99.0),
-            p(&e.e2el, 50.0),
-            p(&e.e2el, 99.0),
+            ttft50,
+            ttft99,
+            e2el50,
+            e2el99,
             e.output_throughput,
             e.duration_s,
             share(e.prefix.observed_share()),
@@ -54,8 +51,7 @@ pub fn section_of(out: &mut String, summary: &Summary, data: &mut RunData) {
         for (url, d) in data.by_endpoint.iter_mut() {
             ttft.push(Series::line(url, cdf(&mut d.ttft, CDF_POINTS)));
             e2el.push(Series::line(url, cdf(&mut d.e2el, CDF_POINTS)));
-            d.completed.resize(seconds.max(d.completed.len()), 0.0);
-            completed.push(Series::line(url, per_second(&d.completed)));
+            completed.push(Series::line(url, per_second_over(&d.completed, seconds)));
         }
         body.push(cdf_chart(
             "TTFT CDF by endpoint",

@@ -121,10 +121,14 @@ pub(super) fn scatter(v: &[(f32, f32)]) -> Vec<(f64, f64)> {
 
 /// (run seconds, value) of per-second buckets.
 pub(super) fn per_second(series: &[f64]) -> Vec<(f64, f64)> {
-    series
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (i as f64, v))
+    per_second_over(series, series.len())
+}
+
+/// [`per_second`] over the run's first `seconds` seconds: zeros after the series' last
+/// bucket, so a line falls back to zero instead of ending where its events did.
+pub(super) fn per_second_over(series: &[f64], seconds: usize) -> Vec<(f64, f64)> {
+    (0..seconds.max(series.len()))
+        .map(|i| (i as f64, series.get(i).copied().unwrap_or(0.0)))
         .collect()
 }
 
@@ -301,14 +305,10 @@ fn error_lines(ps: &super::data::PerSecond) -> Vec<Series> {
     let mut lines: Vec<Series> = ps
         .errors
         .iter()
-        .map(|(kind, v)| {
-            let mut v = v.clone();
-            v.resize(seconds, 0.0);
-            Series::line(kind, per_second(&v))
-        })
+        .map(|(kind, v)| Series::line(kind, per_second_over(v, seconds)))
         .collect();
     if lines.is_empty() {
-        lines.push(Series::line("no failures", per_second(&vec![0.0; seconds])));
+        lines.push(Series::line("no failures", per_second_over(&[], seconds)));
     }
     lines
 }

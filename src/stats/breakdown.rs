@@ -48,12 +48,27 @@ impl PrefixHits {
         Self::share(self.expected)
     }
 
+    /// Prompt tokens the servers reported served from their caches (None: none reported).
+    pub fn cached_tokens(&self) -> Option<u64> {
+        (self.observed.1 > 0).then_some(self.observed.0)
+    }
+
+    /// Prompt tokens the hash ids predict a cache serves (None: no prediction).
+    pub fn expected_cached_tokens(&self) -> Option<u64> {
+        (self.expected.1 > 0).then_some(self.expected.0)
+    }
+
+    /// The prompt tokens the shares are of.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.observed.1.max(self.expected.1)
+    }
+
     pub(super) fn to_json(self) -> Value {
         json!({"observed_hit_share": self.observed_share(),
                "expected_hit_share": self.expected_share(),
-               "cached_tokens": (self.observed.1 > 0).then_some(self.observed.0),
-               "expected_cached_tokens": (self.expected.1 > 0).then_some(self.expected.0),
-               "prompt_tokens": self.observed.1.max(self.expected.1)})
+               "cached_tokens": self.cached_tokens(),
+               "expected_cached_tokens": self.expected_cached_tokens(),
+               "prompt_tokens": self.prompt_tokens()})
     }
 }
 
@@ -117,13 +132,25 @@ pub struct EndpointSummary {
 }
 
 impl EndpointSummary {
-    pub(super) fn to_json(&self) -> Value {
+    /// TTFT p50 and p99, then E2EL p50 and p99 (ms): the figures every view of an endpoint
+    /// shows.
+    pub fn latency_percentiles(&self) -> [Option<f64>; 4] {
         let p = |d: &Option<Distribution>, q| d.as_ref().and_then(|d| d.percentile(q));
+        [
+            p(&self.ttft, 50.0),
+            p(&self.ttft, 99.0),
+            p(&self.e2el, 50.0),
+            p(&self.e2el, 99.0),
+        ]
+    }
+
+    pub(super) fn to_json(&self) -> Value {
+        let [ttft50, ttft99, e2el50, e2el99] = self.latency_percentiles();
         json!({
             "endpoint": self.endpoint, "requests": self.requests, "ok": self.ok,
             "failed": self.failed,
-            "ttft_ms": {"p50": p(&self.ttft, 50.0), "p99": p(&self.ttft, 99.0)},
-            "e2el_ms": {"p50": p(&self.e2el, 50.0), "p99": p(&self.e2el, 99.0)},
+            "ttft_ms": {"p50": ttft50, "p99": ttft99},
+            "e2el_ms": {"p50": e2el50, "p99": e2el99},
             "output_throughput": self.output_throughput,
             "duration_s": self.duration_s,
             "prefix_cache": self.prefix.any().then(|| self.prefix.to_json()),

@@ -577,12 +577,9 @@ impl Summary {
         }
         if self.per_endpoint.len() > 1 {
             out.push_str(&format!("{:-^50}\n", "Per endpoint"));
-            let p = |d: &Option<Distribution>, q| {
-                d.as_ref()
-                    .and_then(|d| d.percentile(q))
-                    .map_or("-".to_string(), |v| format!("{v:.2}"))
-            };
+            let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
             for e in &self.per_endpoint {
+                let [ttft50, ttft99, e2el50, e2el99] = e.latency_percentiles().map(ms);
                 out.push_str(&format!(
                     "{}\n  requests {} (ok {}, failed {}), {:.2} output tok/s\n  \
                      TTFT p50/p99 (ms): {} / {}  E2EL p50/p99 (ms): {} / {}\n",
@@ -591,10 +588,10 @@ impl Summary {
                     e.ok,
                     e.failed,
                     e.output_throughput,
-                    p(&e.ttft, 50.0),
-                    p(&e.ttft, 99.0),
-                    p(&e.e2el, 50.0),
-                    p(&e.e2el, 99.0),
+                    ttft50,
+                    ttft99,
+                    e2el50,
+                    e2el99,
                 ));
             }
         }

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::xerr;
 use crate::error::Result;
-use crate::stats::{percentile_key, Distribution, Summary};
+use crate::stats::{percentile_key, Summary};
 
 /// Number formats, made once per book.
 pub struct Formats {
@@ -45,6 +45,20 @@ fn number(sheet: &mut Worksheet, f: &Formats, row: u32, col: u16, v: Option<f64>
             .map_err(xerr),
         _ => Ok(()),
     }
+}
+
+/// Writes `values` into `row` from column `first` on, each as [`number`] writes it.
+fn numbers(
+    sheet: &mut Worksheet,
+    f: &Formats,
+    row: u32,
+    first: u16,
+    values: impl IntoIterator<Item = Option<f64>>,
+) -> Result<()> {
+    for (c, v) in values.into_iter().enumerate() {
+        number(sheet, f, row, first + c as u16, v)?;
+    }
+    Ok(())
 }
 
 fn header(sheet: &mut Worksheet, f: &Formats, row: u32, names: &[String]) -> Result<()> {
@@ -135,28 +149,23 @@ pub fn per_endpoint(sheet: &mut Worksheet, f: &Formats, s: &Summary) -> Result<(
     ]
     .map(String::from);
     header(sheet, f, 0, &names)?;
-    let p = |d: &Option<Distribution>, q| d.as_ref().and_then(|d| d.percentile(q));
     for (i, e) in s.per_endpoint.iter().enumerate() {
         let row = i as u32 + 1;
         sheet.write_string(row, 0, &e.endpoint).map_err(xerr)?;
         let prefix = &e.prefix;
-        let values = [
-            Some(e.requests as f64),
-            Some(e.ok as f64),
-            Some(e.failed as f64),
-            p(&e.ttft, 50.0),
-            p(&e.ttft, 99.0),
-            p(&e.e2el, 50.0),
-            p(&e.e2el, 99.0),
+        let counts = [e.requests, e.ok, e.failed].map(|n| Some(n as f64));
+        let rest = [
             Some(e.output_throughput),
             Some(e.duration_s),
-            Some(prefix.observed.1.max(prefix.expected.1) as f64),
-            (prefix.observed.1 > 0).then_some(prefix.observed.0 as f64),
-            (prefix.expected.1 > 0).then_some(prefix.expected.0 as f64),
+            Some(prefix.prompt_tokens() as f64),
+            prefix.cached_tokens().map(|n| n as f64),
+            prefix.expected_cached_tokens().map(|n| n as f64),
         ];
-        for (c, v) in values.into_iter().enumerate() {
-            number(sheet, f, row, 1 + c as u16, v)?;
-        }
+        let values = counts
+            .into_iter()
+            .chain(e.latency_percentiles())
+            .chain(rest);
+        numbers(sheet, f, row, 1, values)?;
         for (c, share) in [prefix.observed_share(), prefix.expected_share()]
             .into_iter()
             .enumerate()
@@ -211,9 +220,7 @@ pub fn server_metrics(sheet: &mut Worksheet, f: &Formats, s: &Summary) -> Result
                 Some(t.scrapes as f64),
                 Some(t.failed as f64),
             ];
-            for (c, v) in values.into_iter().enumerate() {
-                number(sheet, f, row, 3 + c as u16, v)?;
-            }
+            numbers(sheet, f, row, 3, values)?;
         }
     }
     for (c, w) in [30.0, 10.0, 44.0].into_iter().enumerate() {
