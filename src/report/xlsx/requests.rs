@@ -7,7 +7,7 @@
 //! temporary file row by row.
 
 use std::collections::BinaryHeap;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use rust_xlsxwriter::{Format, Worksheet};
@@ -120,10 +120,15 @@ impl RowIndex {
         let mut input = BufReader::new(std::fs::File::open(requests).map_err(open)?);
         let mut line = Vec::new();
         let rows = self.kept.into_sorted_vec();
-        for (row, (_, offset)) in rows.iter().enumerate() {
-            input.seek(SeekFrom::Start(*offset)).map_err(open)?;
+        // Where the reader stands: the lines come nearly in order (answers end roughly in
+        // schedule order), so a relative seek mostly stays inside the buffer.
+        let mut at = 0u64;
+        for (row, &(_, offset)) in rows.iter().enumerate() {
+            input
+                .seek_relative(offset as i64 - at as i64)
+                .map_err(open)?;
             line.clear();
-            input.read_until(b'\n', &mut line).map_err(open)?;
+            at = offset + input.read_until(b'\n', &mut line).map_err(open)? as u64;
             let value: Value = serde_json::from_slice(&line)
                 .map_err(|e| Error::Run(format!("{}: {e}", requests.display())))?;
             let record = RecordFormat::read_any(&value, row as u64).map_err(Error::Run)?;
