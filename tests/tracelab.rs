@@ -199,8 +199,23 @@ fn a_duration_bound_counts_sessions_started_finished_and_cut() {
         table
             .lines()
             .any(|l| l.starts_with("Sessions started / finished / cut:")
-                && l.trim_end().ends_with(" 6 / 3 / 3")),
+                && l.trim_end()
+                    .ends_with(" 6 / 3 / 3 (6 turns past the bound not sent)")),
         "{table}"
+    );
+    // The odd sessions' two later rounds each: planned, cut, and counted, so that what was
+    // sent and what was cut add up to the plan.
+    assert_eq!(s["turns_cut"], 6, "{s}");
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("bound/run.json")).unwrap())
+            .unwrap();
+    let plan = &run["schedule"];
+    assert_eq!(plan["records_at_most"], true, "{plan}");
+    assert_eq!(plan["turns_cut"], 6, "{plan}");
+    assert_eq!(
+        plan["records"].as_u64(),
+        Some(rows.len() as u64 + 6),
+        "{plan}"
     );
     let per_session = |name: &str| rows.iter().filter(|r| r["session_id"] == name).count();
     for i in 0..6 {

@@ -425,6 +425,17 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
         "conversations": whole["conversations_whole"],
         "shards": rows,
     });
+    // Turns a session bound kept from being sent, over all the shards.
+    if shards
+        .iter()
+        .any(|s| s.run["schedule"]["turns_cut"].is_u64())
+    {
+        let cut: u64 = shards
+            .iter()
+            .filter_map(|s| s.run["schedule"]["turns_cut"].as_u64())
+            .sum();
+        run["schedule"]["turns_cut"] = json!(cut);
+    }
     // A shard stopped early (a signal, a full disk, its error rate) ends the merged run so;
     // else it completed, with or without a success among all the shards' records.
     let stopped = shards.iter().find(|s| {

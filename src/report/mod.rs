@@ -293,6 +293,11 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
         .map(|c| c["ended"].clone())
         .filter(|e| e.is_object());
     run.summary.primed = config.as_ref().is_some_and(|c| c["prime"] == true);
+    if let Some(sessions) = run.summary.sessions.as_mut() {
+        sessions.turns_cut = config
+            .as_ref()
+            .and_then(|c| c["schedule"]["turns_cut"].as_u64());
+    }
     write_summary(dir, &run.summary)?;
     let title = format!("llmreplay report: {}", run_title(dir, config.as_ref()));
     let page = html::report(

@@ -182,6 +182,8 @@ pub struct SenderReport {
     pub token_itl_ns: Histogram<u64>,
     pub cpu_ns: u64,
     pub reads: u64,
+    /// Conversation turns not sent because a session bound passed before their release.
+    pub turns_cut: u64,
 }
 
 /// Longest wait for the opening connections before the start goes ahead without the rest.
@@ -271,6 +273,8 @@ struct SenderLoop {
     /// Connections opened so far: the next one's opening order.
     opened: u64,
     reads: u64,
+    /// Turns dropped at the session bound (see [`SenderReport::turns_cut`]).
+    turns_cut: u64,
 }
 
 fn token(slot: usize, generation: u32) -> Token {
@@ -348,6 +352,7 @@ impl SenderLoop {
             next_idle_check: 0,
             opened: 0,
             reads: 0,
+            turns_cut: 0,
         })
     }
 
@@ -396,6 +401,7 @@ impl SenderLoop {
             token_itl_ns: self.hists.token_itl,
             cpu_ns: thread_cpu_ns() - cpu_start,
             reads: self.reads,
+            turns_cut: self.turns_cut,
         })
     }
 
@@ -1042,6 +1048,7 @@ impl SenderLoop {
         if let Some(turn) = &req.session {
             self.active.gone(&turn.link.root);
         }
+        self.turns_cut += 1;
         let children = self.conversations.ended(req.index, u64::MAX, true, None);
         self.cfg.buffers.give(req.bytes);
         children

@@ -139,6 +139,7 @@ impl SessionBuilder {
         let steady = Window::steady_and_whole(&self.ends);
         Some(SessionSummary {
             finished: self.knows_last.then_some(finished),
+            turns_cut: None,
             session_wait: Distribution::of(&mut self.session_wait_ms, percentiles),
             sessions_waited: self.session_wait_ms.len() as u64,
             steady_state: steady,
@@ -210,6 +211,9 @@ pub struct SessionSummary {
     /// Sessions whose last turn was sent (None for a run whose records do not say); the
     /// others of `conversations` were cut (by a bound, a stop, or `--max-requests`).
     pub finished: Option<u64>,
+    /// Planned turns a session bound kept from being sent (run.json's `schedule.turns_cut`;
+    /// None where the run directory does not say).
+    pub turns_cut: Option<u64>,
     /// First turns held by `--max-active-sessions`, and their waits for a place.
     pub sessions_waited: u64,
     pub session_wait: Option<Distribution>,
@@ -242,6 +246,7 @@ impl SessionSummary {
             "started": self.conversations,
             "finished": self.finished,
             "cut": self.cut(),
+            "turns_cut": self.turns_cut,
             "sessions_waited": self.sessions_waited,
             "session_wait_ms": dist(&self.session_wait),
             "steady_state": self.steady_state.map(|s| s.0.to_json()),
@@ -270,9 +275,14 @@ impl SessionSummary {
             format!("{} ({})", self.conversations, self.conversations_all_ok),
         )];
         if let (Some(finished), Some(cut)) = (self.finished, self.cut()) {
+            let turns = match self.turns_cut {
+                Some(1) => " (1 turn past the bound not sent)".to_string(),
+                Some(n) if n > 1 => format!(" ({n} turns past the bound not sent)"),
+                _ => String::new(),
+            };
             out.push((
                 "Sessions started / finished / cut:".into(),
-                format!("{} / {finished} / {cut}", self.conversations),
+                format!("{} / {finished} / {cut}{turns}", self.conversations),
             ));
         }
         if let Some(d) = &self.session_wait {

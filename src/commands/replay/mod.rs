@@ -753,6 +753,7 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     let mut token_itl = latency_histogram();
     let mut sender_cpu_ns = 0;
     let mut sender_reads = 0;
+    let mut turns_cut = 0;
     for s in stages.senders {
         let report: SenderReport = s
             .join()
@@ -762,6 +763,7 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         token_itl.add(&report.token_itl_ns).ok();
         sender_cpu_ns += report.cpu_ns;
         sender_reads += report.reads;
+        turns_cut += report.turns_cut;
     }
     if let Some(scraper) = stages.scraper {
         scraper.finish();
@@ -782,6 +784,9 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         (false, None) => Ending::Completed,
     };
     run["ended"] = ending.to_json();
+    // The planned records that a session bound kept from being sent (the schedule's count is
+    // then an upper bound: sent + turns_cut = records).
+    run["schedule"]["turns_cut"] = json!(turns_cut);
     let end_ns = stages.clock.now_ns();
     run["clock"]["end"] = json!({
         "run_ns": end_ns.saturating_sub(stages.t0_ns),

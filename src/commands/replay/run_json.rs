@@ -147,6 +147,9 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
             "first_send_ms": p.first_ns as f64 / 1e6,
             "last_send_ms": p.last_ns as f64 / 1e6,
             "busiest_second": p.busiest_second,
+            // With a session bound, `records` is an upper bound: the turns that the answers
+            // release after it are cut, and the end of the run adds their count (turns_cut).
+            "records_at_most": r.trace.bound_cutting_turns(plan).is_some(),
         }),
     );
     put("num_producer", json!(r.num_producer));

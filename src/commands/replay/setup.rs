@@ -57,6 +57,19 @@ pub struct TraceInput {
     pub shares: Option<(Shares, String)>,
 }
 
+impl TraceInput {
+    /// The session bound, where it can keep planned turns from being sent: a turn released
+    /// after it by its parent's answer (or a first turn still waiting for a session place)
+    /// is cut, so the schedule's record count is then an upper bound.
+    pub fn bound_cutting_turns(&self, plan: &ReplayPlan) -> Option<u64> {
+        let sessions = self.stats.turns_with_parent > 0 || plan.sessions.max_active.is_some();
+        match plan.session_mode == SessionMode::AfterParent && sessions {
+            true => self.shaping.bound_ns(),
+            false => None,
+        }
+    }
+}
+
 /// `--synthetic`: writes the generated records where the plan's trace is; returns that path
 /// (a temporary file, moved into the run directory at the end).
 pub fn write_synthetic(plan: &ReplayPlan) -> Result<Option<PathBuf>> {
@@ -361,10 +374,13 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
                     "; at most {cap} sessions at once, the others wait for a place (--max-active-sessions)"
                 ));
             }
-            if let Some(bound) = trace.shaping.bound_ns() {
+            if let Some(bound) = trace.bound_cutting_turns(plan) {
                 line.push_str(&format!(
-                    "; no turn leaves after {:.1} s: a session whose next turn would is cut",
-                    bound as f64 / 1e9
+                    "; no turn leaves after {:.3} s: a session whose next turn would is cut, so \
+                     the answers' times decide how many of the {} records are sent (run.json's \
+                     schedule.turns_cut counts the others)",
+                    bound as f64 / 1e9,
+                    p.records
                 ));
             }
         }
