@@ -9,6 +9,8 @@ mod common;
 use common::{read_jsonl, replay_against, temp_dir, MockProcess};
 
 const MOCK_TTFT_MS: f64 = 20.0;
+/// Half the mock's keep-alive: what a request waiting for a busy worker would exceed.
+const STARVED_MS: f64 = 2500.0;
 
 #[test]
 fn default_connections_leave_a_four_worker_server_free_for_the_requests() {
@@ -46,10 +48,10 @@ fn default_connections_leave_a_four_worker_server_free_for_the_requests() {
     for r in &records {
         assert_eq!(r["status"], 200, "{r}");
         let ttft = r["ttft_ms"].as_f64().unwrap();
-        // The mock's TTFT plus this shared VM's scheduling noise; a starved request waits for
-        // a worker's 5 s keep-alive to run out.
+        // A starved request waits for a worker's 5 s keep-alive to run out: half of that
+        // is a bound no busy machine reaches, and the mock's TTFT one no request beats.
         assert!(
-            (MOCK_TTFT_MS..MOCK_TTFT_MS + 15.0).contains(&ttft),
+            (MOCK_TTFT_MS..STARVED_MS).contains(&ttft),
             "record {}: TTFT {ttft} ms for a configured {MOCK_TTFT_MS} ms",
             r["index"]
         );

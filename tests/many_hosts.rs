@@ -205,7 +205,10 @@ fn three_shards_started_together_merge_into_the_single_run() {
         .collect();
     let spread = zero.iter().cloned().fold(f64::MIN, f64::max)
         - zero.iter().cloned().fold(f64::MAX, f64::min);
-    assert!(spread < 2.0, "time 0 of the shards {spread} ms apart");
+    // Each shard's time 0 is the instant itself (read on its clock), or its lateness after
+    // it: only reading two clocks apart separates them. A shard that ignored the instant
+    // would be seconds off; 50 ms is a bound no busy machine's clock reading reaches.
+    assert!(spread < 50.0, "time 0 of the shards {spread} ms apart");
     let first_drift: Vec<f64> = shards
         .iter()
         .map(|s| {

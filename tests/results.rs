@@ -158,18 +158,26 @@ fn small_run(name: &str, ttft_ms: &str, itl_ms: &str, extra: &[&str]) -> PathBuf
     out
 }
 
+/// TTFT and ITL are what the mock was told to take: never less (the mock sleeps that long),
+/// and far from what a wrong measurement reads (TTFT to the last token is 50 + 5 x (n - 1)
+/// ms; a gap per chunk of several tokens is a multiple of 5 ms). How close to the mock's
+/// times they come is measured by scripts/bench-timing-truth.sh, not here: a busy machine
+/// adds its own delay.
 #[test]
-fn mock_timing_is_measured_within_a_millisecond() {
+fn mock_timing_is_measured_from_the_send_and_per_token() {
     let run = small_run("timing", "50", "5", &[]);
     let s = read_json(&run.join("summary.json"));
     assert_eq!(s["requests"]["ok"], 30);
-    let ttft = s["ttft_ms"]["mean"].as_f64().unwrap();
+    let ttft = &s["ttft_ms"];
     let itl = s["itl_ms"]["mean"].as_f64().unwrap();
     assert!(
-        (ttft - 50.0).abs() < 1.0,
-        "TTFT mean {ttft} ms for a 50 ms mock"
+        ttft["min"].as_f64().unwrap() >= 50.0 && ttft["mean"].as_f64().unwrap() < 70.0,
+        "TTFT {ttft} for a 50 ms mock"
     );
-    assert!((itl - 5.0).abs() < 1.0, "ITL mean {itl} ms for a 5 ms mock");
+    assert!(
+        (4.0..9.0).contains(&itl),
+        "ITL mean {itl} ms for a 5 ms mock"
+    );
 }
 
 /// Checks that every tag is closed in order (void elements aside): enough to catch a broken
@@ -328,7 +336,8 @@ fn report_rerenders_a_run_and_compares_two() {
         .take(2)
         .map(|c| c.parse().unwrap())
         .collect();
-    assert!((cells[1] - cells[0] - 20.0).abs() < 3.0, "{row}");
+    // Far from a comparison that swapped or merged the runs (-20 or 0).
+    assert!((cells[1] - cells[0] - 20.0).abs() < 10.0, "{row}");
     assert!(row.trim_end().ends_with('%'), "{row}");
     let page = std::fs::read_to_string(b.join("compare.html")).unwrap();
     assert_well_formed(&page);

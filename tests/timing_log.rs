@@ -67,9 +67,13 @@ fn the_mocks_timing_log_and_the_records_share_a_clock() {
             ns("last_byte_ns") <= on_clock(&r["end_ms"]) + SLACK_NS,
             "{r} {s}"
         );
-        // And not far apart: the same events, seen from both ends of a loopback connection.
+        // The client's TTFT holds the server's (the interval around it, so never shorter),
+        // and is the same event: not a second later (a measurement from another instant).
         let ttft_client = r["ttft_ms"].as_f64().unwrap();
         let ttft_server = (chunks[0] - ns("received_ns")) / 1e6;
-        assert!((ttft_client - ttft_server).abs() < 20.0, "{r} {s}");
+        assert!(
+            ttft_client >= ttft_server - 2.0 * SLACK_NS / 1e6 && ttft_client < ttft_server + 1000.0,
+            "{r} {s}"
+        );
     }
 }

@@ -99,9 +99,15 @@ pub fn replay_in_process(args: &[String]) -> llmreplay::commands::replay::RunOut
         .unwrap()
 }
 
-/// A fresh, empty scratch directory for one test.
+/// A fresh, empty scratch directory, never another call's (tests of one binary run side by
+/// side, and a test may ask for the same name again).
 pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("llmreplay-test-{name}-{}", std::process::id()));
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "llmreplay-test-{name}-{}-{call}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
