@@ -20,7 +20,8 @@
 //!   `run1` command; `report client.jsonl` reads a copy of run1's records.
 //!
 //! Each command must exit 0; a replay must have sent every request it planned, with some
-//! answered, to every endpoint it names.
+//! answered, to every endpoint it names. Independent commands run side by side, each chain
+//! in a directory of its own (see [`Step`]); `report` and `merge` run after all before them.
 
 mod common;
 
@@ -148,11 +149,11 @@ fn substitute(w: &[String], servers: &mut Servers, previous_replay: &[String]) -
 }
 
 /// Runs `args` in `cwd`, killed past [`LIMIT`]; returns the exit status and stderr.
-fn run(cwd: &Path, args: &[String]) -> (i32, String) {
+fn run(cwd: &Path, hf: &Path, args: &[String]) -> (i32, String) {
     let mut child = bin()
         .args(args)
         .current_dir(cwd)
-        .env("HF_HUB_CACHE", cwd.join("hf-hub"))
+        .env("HF_HUB_CACHE", hf)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -243,10 +244,54 @@ fn check_run(dir: &Path, args: &[String]) {
     }
 }
 
+/// One README command made runnable, and what its run must show.
+struct Job {
+    line: String,
+    args: Vec<String>,
+    /// A mock line's check: a short replay against it, written here.
+    mock_check: Option<PathBuf>,
+}
+
+/// Runs one job in `cwd` (the README's relative paths resolve there).
+fn run_job(cwd: &Path, hf: &Path, job: &Job) {
+    let before = run_dirs(cwd);
+    let started = Instant::now();
+    let (code, err) = run(cwd, hf, &job.args);
+    eprintln!("{:>6.1} s  {}", started.elapsed().as_secs_f64(), job.line);
+    let line = &job.line;
+    if let Some(out) = &job.mock_check {
+        assert_eq!(code, 0, "{line}: a replay against it: {err}");
+        check_run(out, &job.args);
+        return;
+    }
+    assert_eq!(code, 0, "{line}\n  ran as {:?}\n{err}", job.args);
+    if job.args[0] == "replay" {
+        let new: Vec<PathBuf> = run_dirs(cwd).difference(&before).cloned().collect();
+        // run1 again (--output run1) is not new: then the run is run1.
+        let dir = new.first().cloned().unwrap_or_else(|| cwd.join("run1"));
+        check_run(&dir, &job.args);
+    }
+}
+
+/// What runs when: the commands fall into chains that run side by side, each in a
+/// directory of its own (the README's commands mostly wait on timestamps, so running them
+/// one after another takes minutes). A command stays in the chain it depends on: a `...`
+/// replay in its replay's chain, a command against a `&` mock in that mock's. `report` and
+/// `merge` read what earlier commands wrote: they wait for every chain before them and run in
+/// a directory that links every chain's outputs.
+enum Step {
+    Chain(usize),
+    AfterAll(Job),
+}
+
+/// At most this many chains run at once.
+const CHAINS_AT_ONCE: usize = 6;
+
 #[test]
 fn every_readme_command_runs_against_the_mock() {
     let cwd = temp_dir("readme");
-    let snapshot = cwd.join("hf-hub/models--Qwen--Qwen3-8B/snapshots/c0ffee");
+    let hf = cwd.join("hf-hub");
+    let snapshot = hf.join("models--Qwen--Qwen3-8B/snapshots/c0ffee");
     std::fs::create_dir_all(&snapshot).unwrap();
     for f in ["tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(
@@ -255,12 +300,8 @@ fn every_readme_command_runs_against_the_mock() {
         )
         .unwrap();
     }
-    std::fs::create_dir_all(cwd.join("hf-hub/models--Qwen--Qwen3-8B/refs")).unwrap();
-    std::fs::write(
-        cwd.join("hf-hub/models--Qwen--Qwen3-8B/refs/main"),
-        "c0ffee",
-    )
-    .unwrap();
+    std::fs::create_dir_all(hf.join("models--Qwen--Qwen3-8B/refs")).unwrap();
+    std::fs::write(hf.join("models--Qwen--Qwen3-8B/refs/main"), "c0ffee").unwrap();
     let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
     let cert = (cwd.join("cert.pem"), cwd.join("key.pem"));
     std::fs::write(&cert.0, made.cert.pem()).unwrap();
@@ -269,10 +310,18 @@ fn every_readme_command_runs_against_the_mock() {
         mocks: HashMap::new(),
         cert,
     };
-    // Mocks a README line started with `&`, by the port the README gave them.
-    let mut background: HashMap<String, MockProcess> = HashMap::new();
+    // Mocks a README line started with `&`, by the port the README gave them, and the chain
+    // of the commands against each.
+    let mut background: HashMap<String, (MockProcess, usize)> = HashMap::new();
     let mut previous_replay: Vec<String> = Vec::new();
-    let mut ran = 0;
+    let mut replay_chain = 0;
+    let mut chains: Vec<Vec<Job>> = Vec::new();
+    let mut steps: Vec<Step> = Vec::new();
+    let new_chain = |chains: &mut Vec<Vec<Job>>, steps: &mut Vec<Step>| {
+        chains.push(Vec::new());
+        steps.push(Step::Chain(chains.len() - 1));
+        chains.len() - 1
+    };
     for line in readme_commands() {
         let line = line.trim().to_string();
         if line == "cargo test --release" {
@@ -287,108 +336,169 @@ fn every_readme_command_runs_against_the_mock() {
         }
         // A server of a mock line with `&` is that mock, by its README port.
         let mut args: Vec<String> = Vec::new();
+        let mut against = None;
         for word in &w {
             let local = background
                 .iter()
                 .find(|(port, _)| word.contains(&format!("127.0.0.1:{port}")));
             match local {
-                Some((port, mock)) => {
+                Some((port, (mock, chain))) => {
+                    against = Some(*chain);
                     args.push(word.replace(&format!("127.0.0.1:{port}"), &mock.addr))
                 }
                 None => args.push(word.clone()),
             }
         }
-        let args = match args[0].as_str() {
-            "mock" => {
-                // MockProcess listens on a free port: the README's `--listen ADDR` is dropped,
-                // its port kept to find this mock by.
-                let mut mock_args = args[1..].to_vec();
-                let at = mock_args.iter().position(|x| x == "--listen").unwrap();
-                let addr: Vec<String> = mock_args.drain(at..at + 2).collect();
-                let port = addr[1].rsplit(':').next().unwrap().to_string();
-                let mut mock_args = substitute(&mock_args, &mut servers, &[]);
-                // The mock runs in the test's directory: its log files go to the scratch one.
-                for i in 1..mock_args.len() {
-                    if mock_args[i - 1].ends_with("-log") {
-                        mock_args[i] = cwd.join(&mock_args[i]).display().to_string();
-                    }
+        if args[0] == "mock" {
+            // MockProcess listens on a free port: the README's `--listen ADDR` is dropped,
+            // its port kept to find this mock by.
+            let mut mock_args = args[1..].to_vec();
+            let at = mock_args.iter().position(|x| x == "--listen").unwrap();
+            let addr: Vec<String> = mock_args.drain(at..at + 2).collect();
+            let port = addr[1].rsplit(':').next().unwrap().to_string();
+            let mut mock_args = substitute(&mock_args, &mut servers, &[]);
+            // The mock runs in the test's directory: its log files go to the scratch one.
+            for i in 1..mock_args.len() {
+                if mock_args[i - 1].ends_with("-log") {
+                    mock_args[i] = cwd.join(&mock_args[i]).display().to_string();
                 }
-                let refs: Vec<&str> = mock_args.iter().map(String::as_str).collect();
-                let mock = MockProcess::start(&refs);
-                if is_background {
-                    background.insert(port, mock);
-                } else {
-                    // It answers: one short replay against it.
-                    let scheme = if refs.contains(&"--tls-cert") {
-                        "https"
-                    } else {
-                        "http"
-                    };
-                    let url = format!("{scheme}://{}", mock.addr);
-                    let out = cwd.join(format!("mock-check-{ran}"));
-                    let mut check: Vec<String> = [
-                        "replay",
-                        "--quiet",
-                        "--model",
-                        "m",
-                        "--endpoint",
-                        &url,
-                        "--max-requests",
-                        "5",
-                        "--time-scale",
-                        "100",
-                        "--tokenizer",
-                    ]
-                    .map(String::from)
-                    .to_vec();
-                    check.push(format!("{REPO}/assets/tokenizers/qwen3"));
-                    check.extend([
-                        "--trace".into(),
-                        format!("{REPO}/assets/traces/mooncake_conversation_500.jsonl"),
-                    ]);
-                    check.extend(["--output".into(), out.display().to_string()]);
-                    if scheme == "https" {
-                        check.extend(["--ca-cert".into(), servers.cert.0.display().to_string()]);
-                    }
-                    let (code, err) = run(&cwd, &check);
-                    assert_eq!(code, 0, "{line}: a replay against it: {err}");
-                    check_run(&out, &check);
-                }
-                ran += 1;
+            }
+            let refs: Vec<&str> = mock_args.iter().map(String::as_str).collect();
+            let mock = MockProcess::start(&refs);
+            let chain = new_chain(&mut chains, &mut steps);
+            if is_background {
+                background.insert(port, (mock, chain));
                 continue;
             }
-            _ => substitute(&args, &mut servers, &previous_replay),
+            // It answers: one short replay against it.
+            let scheme = if refs.contains(&"--tls-cert") {
+                "https"
+            } else {
+                "http"
+            };
+            let url = format!("{scheme}://{}", mock.addr);
+            let out = cwd.join(format!("mock-check-{}", chains.len()));
+            let mut check: Vec<String> = [
+                "replay",
+                "--quiet",
+                "--model",
+                "m",
+                "--endpoint",
+                &url,
+                "--max-requests",
+                "5",
+                "--time-scale",
+                "100",
+                "--tokenizer",
+            ]
+            .map(String::from)
+            .to_vec();
+            check.push(format!("{REPO}/assets/tokenizers/qwen3"));
+            check.extend([
+                "--trace".into(),
+                format!("{REPO}/assets/traces/mooncake_conversation_500.jsonl"),
+            ]);
+            check.extend(["--output".into(), out.display().to_string()]);
+            if scheme == "https" {
+                check.extend(["--ca-cert".into(), servers.cert.0.display().to_string()]);
+            }
+            // The mock lives as long as the test: it is kept with the README's servers.
+            servers.mocks.insert(format!("mock line {chain}"), mock);
+            chains[chain].push(Job {
+                line,
+                args: check,
+                mock_check: Some(out),
+            });
+            continue;
+        }
+        let args = substitute(&args, &mut servers, &previous_replay);
+        let job = Job {
+            line,
+            args,
+            mock_check: None,
         };
-        if args[0] == "replay" && !w.contains(&"...".to_string()) {
+        if matches!(job.args[0].as_str(), "report" | "merge") {
+            steps.push(Step::AfterAll(job));
+            continue;
+        }
+        let chain = match (against, w.iter().any(|x| x == "...")) {
+            (Some(chain), _) => chain,
+            (None, true) => replay_chain,
+            (None, false) => new_chain(&mut chains, &mut steps),
+        };
+        if job.args[0] == "replay" && !w.contains(&"...".to_string()) {
             // The command above, less its --output (a `...` line writes a run of its own).
-            previous_replay = args[1..].to_vec();
+            previous_replay = job.args[1..].to_vec();
             if let Some(i) = previous_replay.iter().position(|a| a == "--output") {
                 previous_replay.drain(i..i + 2);
             }
+            replay_chain = chain;
         }
-        // What `report` reads: a second run1, and a records file alone.
-        if args[0] == "report" && args.contains(&"run2".to_string()) && !cwd.join("run2").exists() {
-            std::fs::create_dir_all(cwd.join("run2")).unwrap();
-            for f in ["requests.jsonl", "run.json"] {
-                std::fs::copy(cwd.join("run1").join(f), cwd.join("run2").join(f)).unwrap();
+        chains[chain].push(job);
+    }
+    let ran = chains.iter().map(Vec::len).sum::<usize>()
+        + steps
+            .iter()
+            .filter(|s| matches!(s, Step::AfterAll(_)))
+            .count();
+    assert!(ran >= 30, "{ran} commands ran");
+
+    let mut chains: Vec<Option<Vec<Job>>> = chains.into_iter().map(Some).collect();
+    let mut running: std::collections::VecDeque<std::thread::JoinHandle<()>> = Default::default();
+    let chain_dir = |i: usize| cwd.join(format!("chain-{i}"));
+    let join = |h: std::thread::JoinHandle<()>| {
+        if let Err(panic) = h.join() {
+            std::panic::resume_unwind(panic);
+        }
+    };
+    for (k, step) in steps.into_iter().enumerate() {
+        match step {
+            Step::Chain(i) => {
+                let jobs = chains[i].take().unwrap();
+                let (dir, hf) = (chain_dir(i), hf.clone());
+                std::fs::create_dir_all(&dir).unwrap();
+                if running.len() == CHAINS_AT_ONCE {
+                    join(running.pop_front().unwrap());
+                }
+                running.push_back(std::thread::spawn(move || {
+                    for job in &jobs {
+                        run_job(&dir, &hf, job);
+                    }
+                }));
+            }
+            Step::AfterAll(job) => {
+                running.drain(..).for_each(join);
+                // Every chain's outputs, by name, in one directory.
+                let view = cwd.join(format!("after-{k}"));
+                std::fs::create_dir_all(&view).unwrap();
+                for i in 0..chains.len() {
+                    let Ok(entries) = std::fs::read_dir(chain_dir(i)) else {
+                        continue;
+                    };
+                    for e in entries.flatten() {
+                        let to = view.join(e.file_name());
+                        if !to.exists() {
+                            std::os::unix::fs::symlink(e.path(), to).unwrap();
+                        }
+                    }
+                }
+                // What `report` reads: a second run1, and a records file alone.
+                if job.args.contains(&"run2".to_string()) {
+                    std::fs::create_dir_all(view.join("run2")).unwrap();
+                    for f in ["requests.jsonl", "run.json"] {
+                        std::fs::copy(view.join("run1").join(f), view.join("run2").join(f))
+                            .unwrap();
+                    }
+                }
+                if job.args.contains(&"client.jsonl".to_string()) {
+                    std::fs::copy(view.join("run1/requests.jsonl"), view.join("client.jsonl"))
+                        .unwrap();
+                }
+                run_job(&view, &hf, &job);
             }
         }
-        if args.contains(&"client.jsonl".to_string()) {
-            std::fs::copy(cwd.join("run1/requests.jsonl"), cwd.join("client.jsonl")).unwrap();
-        }
-        let before = run_dirs(&cwd);
-        let started = Instant::now();
-        let (code, err) = run(&cwd, &args);
-        eprintln!("{:>6.1} s  {line}", started.elapsed().as_secs_f64());
-        assert_eq!(code, 0, "{line}\n  ran as {args:?}\n{err}");
-        if args[0] == "replay" {
-            let new: Vec<PathBuf> = run_dirs(&cwd).difference(&before).cloned().collect();
-            // run1 again (--output run1) is not new: then the run is run1.
-            let dir = new.first().cloned().unwrap_or_else(|| cwd.join("run1"));
-            check_run(&dir, &args);
-        }
-        ran += 1;
     }
-    assert!(ran >= 30, "{ran} commands ran");
+    running.drain(..).for_each(join);
+    drop(background);
     std::fs::remove_dir_all(&cwd).ok();
 }
