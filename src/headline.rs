@@ -1,9 +1,103 @@
-//! The summary's headline figures, listed once: the text table, report.html, results.xlsx and
-//! the comparison of two runs all read this list, so a figure added here shows everywhere
+//! The summary's headline figures, listed once, and the text table they make: the table,
+//! report.html, results.xlsx and the comparison of two runs all read this list, so a figure added here shows everywhere
 //! under one name. (summary.json keeps the shape CONTRACT §6 fixes; its fields carry the same
 //! values.)
 
-use crate::stats::Summary;
+use crate::stats::{format_number, SessionSummary, Summary, PRIMED};
+
+impl Summary {
+    /// The vLLM-style table.
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let mut line = |k: &str, v: String| match v.is_empty() {
+            true => s.push_str(&format!("{k}\n")),
+            false => s.push_str(&format!("{k:<40}{v:<10}\n")),
+        };
+        for f in FIGURES {
+            let Some(v) = f.format(self) else { continue };
+            line(&format!("{}:", f.label), v);
+            if f.key == "requests_failed" {
+                for (kind, n) in &self.by_error_kind {
+                    line(&format!("  {kind}:"), n.to_string());
+                    if let Some(m) = self.first_error_by_kind.get(kind) {
+                        let m: String = m.chars().take(64).collect();
+                        line(&format!("    first: {m}"), String::new());
+                    }
+                }
+            }
+        }
+        if self.input_length_match.any() {
+            line(
+                "Input length exact (server usage):",
+                self.input_length_match.describe(),
+            );
+        }
+        if self.output_length_match.any() {
+            line("Output length exact:", self.output_length_match.describe());
+        }
+        if let Some(q) = &self.queue {
+            line("Queue wait p50 / p99 (ms):", q.p50_p99());
+        }
+        for t in self.server.iter().flatten() {
+            line(&format!("Server {}:", t.target), t.describe());
+        }
+        for (label, value) in self.sessions.iter().flat_map(SessionSummary::lines) {
+            line(&label, value);
+        }
+        if self.primed {
+            line("Primed:", PRIMED.to_string());
+        }
+        if let Some(detail) = self.ended.as_ref().and_then(|e| e["detail"].as_str()) {
+            line("Ended:", detail.to_string());
+        }
+        let mut out = format!("{:=^50}\n", " Serving Benchmark Result ");
+        out.push_str(&s);
+        let short = [
+            "TTFT",
+            "TTFT-sched",
+            "TPOT",
+            "ITL",
+            "Token ITL",
+            "E2EL",
+            "Drift",
+        ];
+        for ((_, title, d), name) in self.metrics().into_iter().zip(short) {
+            let Some(d) = d else { continue };
+            out.push_str(&format!("{:-^50}\n", title));
+            let mut row = |k: String, v: f64| out.push_str(&format!("{:<40}{:<10.2}\n", k, v));
+            row(format!("Mean {name} (ms):"), d.mean);
+            row(format!("Median {name} (ms):"), d.median);
+            row(format!("Std {name} (ms):"), d.std);
+            for (p, v) in &d.percentiles {
+                row(format!("P{} {name} (ms):", format_number(*p)), *v);
+            }
+            row(format!("Max {name} (ms):"), d.max);
+        }
+        if self.per_endpoint.len() > 1 {
+            out.push_str(&format!("{:-^50}\n", "Per endpoint"));
+            let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+            for e in &self.per_endpoint {
+                let [ttft50, ttft99, e2el50, e2el99] = e.latency_percentiles().map(ms);
+                out.push_str(&format!(
+                    "{}\n  requests {} (ok {}, failed {}), {:.2} output tok/s\n  \
+                     TTFT p50/p99 (ms): {} / {}  E2EL p50/p99 (ms): {} / {}\n",
+                    e.endpoint,
+                    e.requests,
+                    e.ok,
+                    e.failed,
+                    e.output_throughput,
+                    ttft50,
+                    ttft99,
+                    e2el50,
+                    e2el99,
+                ));
+            }
+        }
+        out.push_str(&"=".repeat(50));
+        out.push('\n');
+        out
+    }
+}
 
 /// One headline figure.
 pub struct Figure {

@@ -21,6 +21,7 @@ pub mod expected_cache;
 pub mod fleet;
 pub mod headline;
 pub mod http;
+pub mod jsonl;
 pub mod limits;
 pub mod load;
 pub mod mock;

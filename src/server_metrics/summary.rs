@@ -9,7 +9,6 @@ use serde_json::{json, Value};
 use super::families::{self, Kind};
 use super::METRICS_FILE;
 use crate::error::Result;
-use crate::report;
 
 /// One target's scrapes.
 #[derive(Clone, Debug, Default)]
@@ -172,10 +171,10 @@ pub fn load(dir: &Path) -> Result<Option<Vec<TargetSummary>>> {
         return Ok(None);
     }
     let mut targets: Vec<TargetSummary> = Vec::new();
-    report::each_json_line(&path, |n, v| {
+    crate::jsonl::each_json_line(&path, |n, v| {
         let (Some(target), Some(t_s)) = (v["target"].as_str(), v["t_s"].as_f64()) else {
             let message = "expected the fields `target` and `t_s`".to_string();
-            return Err(report::line_error(&path, n, message));
+            return Err(crate::jsonl::line_error(&path, n, message));
         };
         let at = match targets.iter().position(|t| t.target == target) {
             Some(at) => at,

@@ -113,7 +113,7 @@ pub fn percentile_key(p: f64) -> String {
     format!("p{}", format_number(p))
 }
 
-pub(super) fn format_number(p: f64) -> String {
+pub fn format_number(p: f64) -> String {
     if p.fract() == 0.0 {
         format!("{}", p as u64)
     } else {
