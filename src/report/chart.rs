@@ -12,7 +12,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
 use super::data::thin;
-use super::html::escape;
+use super::parts::{escape, EMPTY};
 
 const SIZE: (u32, u32) = (600, 340);
 const COLORS: [RGBColor; 6] = [
@@ -67,9 +67,6 @@ impl Series {
         }
     }
 }
-
-/// The marker of an empty chart: [`super::html::section`] gathers these into one line.
-pub const EMPTY: &str = "<p class=\"empty\">";
 
 fn empty(title: &str) -> String {
     format!("{EMPTY}{}</p>", escape(title))

@@ -5,8 +5,9 @@
 
 use std::fmt::Write as _;
 
+use super::chart::{cdf_chart, chart, Series, CDF_POINTS};
 use super::data::{cdf, RunData};
-use super::html::{cdf_chart, chart, escape, per_second_over, section, Series, CDF_POINTS};
+use super::parts::{escape, per_second_over, section};
 use crate::stats::Summary;
 
 pub fn section_of(out: &mut String, summary: &Summary, data: &mut RunData) {

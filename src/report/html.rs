@@ -5,17 +5,10 @@ use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
 
-use super::chart::EMPTY;
 pub use super::chart::{cdf_chart, chart, histogram, histogram_cdf, Series, CDF_POINTS};
 use super::data::{cdf, RunData};
+pub use super::parts::{escape, per_second, per_second_over, scatter, section};
 use crate::stats::{Distribution, Summary};
-
-pub fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1260px;color:#222}\
 h1{font-size:22px;overflow-wrap:anywhere}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}\
@@ -35,29 +28,6 @@ pub fn page_start(title: &str, subtitle: &str) -> String {
         t = escape(title),
         s = escape(subtitle)
     )
-}
-
-/// A titled section: its note, then its tables and charts side by side; charts with nothing
-/// to draw are named on one line below instead of each holding a chart's place.
-pub fn section(out: &mut String, id: &str, title: &str, note: &str, body: &[String]) {
-    let _ = write!(out, "<section id=\"{id}\">\n<h2>{}</h2>\n", escape(title));
-    if !note.is_empty() {
-        let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(note));
-    }
-    let (empty, drawn): (Vec<&String>, Vec<&String>) =
-        body.iter().partition(|b| b.starts_with(EMPTY));
-    if !drawn.is_empty() {
-        let drawn: Vec<&str> = drawn.iter().map(|b| b.as_str()).collect();
-        let _ = writeln!(out, "<div class=\"grid\">\n{}\n</div>", drawn.join("\n"));
-    }
-    if !empty.is_empty() {
-        let names: Vec<&str> = empty
-            .iter()
-            .map(|b| b[EMPTY.len()..].trim_end_matches("</p>"))
-            .collect();
-        let _ = writeln!(out, "{EMPTY}No data to draw: {}.</p>", names.join("; "));
-    }
-    out.push_str("</section>\n");
 }
 
 /// The summary as two tables: headline figures, then one row per distribution.
@@ -110,26 +80,6 @@ pub fn summary_tables(s: &Summary) -> String {
     }
     t.push_str("</table>");
     t
-}
-
-/// Plot points of (run seconds, ms) pairs.
-pub(super) fn scatter(v: &[(f32, f32)]) -> Vec<(f64, f64)> {
-    v.iter()
-        .map(|&(x, y)| (f64::from(x), f64::from(y)))
-        .collect()
-}
-
-/// (run seconds, value) of per-second buckets.
-pub(super) fn per_second(series: &[f64]) -> Vec<(f64, f64)> {
-    per_second_over(series, series.len())
-}
-
-/// [`per_second`] over the run's first `seconds` seconds: zeros after the series' last
-/// bucket, so a line falls back to zero instead of ending where its events did.
-pub(super) fn per_second_over(series: &[f64], seconds: usize) -> Vec<(f64, f64)> {
-    (0..seconds.max(series.len()))
-        .map(|i| (i as f64, series.get(i).copied().unwrap_or(0.0)))
-        .collect()
 }
 
 /// The whole `report.html` of one run.
@@ -402,6 +352,7 @@ fn configuration(run: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::parts::EMPTY;
 
     #[test]
     fn an_error_line_falls_back_to_zero_and_runs_to_the_end() {

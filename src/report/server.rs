@@ -2,8 +2,9 @@
 //! KV-cache use and prefix-cache hit rate over the run, beside the requests sent per second
 //! and TTFT, all on the run's time axis.
 
+use super::chart::{chart, Series};
 use super::data::RunData;
-use super::html::{chart, per_second, scatter, section, Series};
+use super::parts::{per_second, scatter, section};
 use crate::server_metrics::summary::TargetSummary;
 
 pub fn section_of(out: &mut String, targets: &[TargetSummary], data: &RunData) {

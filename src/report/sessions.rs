@@ -5,7 +5,8 @@
 
 use std::fmt::Write as _;
 
-use super::html::{chart, escape, section, Series};
+use super::chart::{chart, Series};
+use super::parts::{escape, section};
 use crate::stats::SessionSummary;
 
 pub fn section_of(out: &mut String, sessions: &SessionSummary) {
