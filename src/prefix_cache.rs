@@ -14,7 +14,7 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::Value;
 
-use crate::mock::Dialect;
+use crate::mock::dialect::Dialect;
 
 pub struct PrefixCache {
     block: usize,

@@ -11,64 +11,16 @@
 //! thread at normal priority, which counts it unless a background thread already has. Only
 //! a request that is waiting anyway is counted at the loop's own priority.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
 use mio::Waker;
 
-use super::generation::CountJob;
+use super::count_job::{CountFor, Counted, PendingCount};
 use super::token_cache::TokenCache;
 use crate::prompt::PromptCounter;
-
-/// Which generation a count belongs to: (connection slot, slot generation, request id).
-pub type CountFor = (usize, u32, u64);
-
-/// A job shared by the background queue and, once hurried, the urgent one.
-#[derive(Debug)]
-pub struct PendingCount {
-    job: CountJob,
-    /// A thread has finished counting it: the other one skips it.
-    done: AtomicBool,
-    /// Its place in arrival order (set when it is submitted).
-    pub seq: AtomicU64,
-}
-
-impl PendingCount {
-    pub fn new(job: CountJob) -> Arc<PendingCount> {
-        Arc::new(PendingCount {
-            job,
-            done: AtomicBool::new(false),
-            seq: AtomicU64::new(0),
-        })
-    }
-
-    pub fn is_done(&self) -> bool {
-        self.done.load(Ordering::Acquire)
-    }
-
-    /// The prompt's token ids; it is done.
-    pub(super) fn ids(&self, counter: &PromptCounter) -> Result<Vec<u32>, String> {
-        let ids = self.job.ids(counter);
-        self.done.store(true, Ordering::Release);
-        ids
-    }
-}
-
-pub struct Counted {
-    pub of: CountFor,
-    /// `None`: the other thread had counted it first.
-    pub prompt_tokens: Option<Result<u64, String>>,
-    /// With a token cache: the prompt's hits in it.
-    pub cached_tokens: Option<u64>,
-    /// The job comes back to be freed by the event loop that allocated it: a counting thread
-    /// freeing it would take the loop's malloc arena lock, and a counting thread preempted
-    /// while holding it (the background ones run at SCHED_IDLE) stalls the loop for as long
-    /// as it waits.
-    #[allow(dead_code)] // held only to be dropped here
-    pub job: Arc<PendingCount>,
-}
 
 /// Jobs waiting at most (the channels are arrays, so passing a job allocates nothing); a
 /// mock this far behind blocks on the next one.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::counting::PendingCount;
+use super::count_job::{CountJob, PendingCount};
+use super::dialect::Dialect;
 use super::faults::FaultPlan;
 use crate::prompt::PromptCounter;
 
@@ -76,26 +77,6 @@ pub enum PromptCounting {
 
 /// Response header of a mock whose `usage.prompt_tokens` is an estimate.
 pub const APPROXIMATE_COUNT_HEADER: &str = "x-llmreplay-prompt-count: approximate";
-
-/// A prompt to be counted by the tokenizer, off the mock's event loop.
-#[derive(Debug)]
-pub enum CountJob {
-    Chat {
-        messages: Value,
-        tools: Option<Value>,
-    },
-    Completion(String),
-}
-
-impl CountJob {
-    /// The prompt's token ids on the server.
-    pub fn ids(&self, counter: &PromptCounter) -> Result<Vec<u32>, String> {
-        match self {
-            CountJob::Chat { messages, tools } => counter.chat_ids(messages, tools.as_ref()),
-            CountJob::Completion(text) => counter.completion_ids(text),
-        }
-    }
-}
 
 /// A request's prompt count: known at once, or left to the tokenizer threads.
 enum Count {
@@ -183,16 +164,6 @@ impl Default for MockConfig {
             prefill_ns_per_token: 0,
         }
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dialect {
-    Chat,
-    Completions,
-    /// TGI's `/generate_stream` (`stream`) or `/generate`.
-    Tgi {
-        stream: bool,
-    },
 }
 
 /// One request being answered.

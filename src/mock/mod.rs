@@ -7,16 +7,19 @@
 //! mio's millisecond poll timeout.
 
 mod arrival;
+mod count_job;
 mod counting;
+pub(crate) mod dialect;
 mod faults;
 mod generation;
 mod metrics;
 mod token_cache;
 mod workers;
 
+pub use dialect::Dialect;
 pub use faults::{FaultKind, FaultPlan};
 pub use generation::{
-    prompt_words, Dialect, Generation, MockConfig, PromptCounting, Timing, APPROXIMATE_COUNT_HEADER,
+    prompt_words, Generation, MockConfig, PromptCounting, Timing, APPROXIMATE_COUNT_HEADER,
 };
 
 use faults::{HUGE_HEAD_BYTES, SLOW_HEAD_NS};
@@ -192,7 +195,7 @@ struct MockLoop {
 }
 
 /// A request is held by its prompt count: have it counted at normal priority, once.
-fn hurry(pool: &Option<counting::CountPool>, of: counting::CountFor, g: &mut Generation) {
+fn hurry(pool: &Option<counting::CountPool>, of: count_job::CountFor, g: &mut Generation) {
     if let (Some(pool), Some(job), false) = (pool, &g.count_job, g.count_hurried) {
         g.count_hurried = true;
         pool.hurry(of, job.clone());

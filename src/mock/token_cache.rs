@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use super::counting::{CountFor, Counted, PendingCount};
+use super::count_job::{CountFor, Counted, PendingCount};
 use crate::prefix_cache::PrefixCache;
 
 pub struct TokenCache {
