@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::api::Api;
-pub use crate::plan::{OutputFormat, PromptMode};
 use crate::prompt::LengthOf;
+pub use crate::prompt::PromptMode;
+pub use crate::report::OutputFormat;
 use crate::trace::Format;
 
 mod hosts;
@@ -582,7 +583,7 @@ pub struct ReplayArgs {
     /// --prompt-dataset, cut or extended to exactly input_length tokens; UCM TraceReplay's
     /// benchmark mode; needs --tokenizer).
     #[arg(long, value_enum, default_value = "synthetic")]
-    pub prompt_source: crate::plan::PromptSource,
+    pub prompt_source: crate::prompt::PromptSource,
 
     /// With --prompt-source dataset: ShareGPT JSON (each conversation's first human turn) or
     /// JSONL of {"prompt": ...}; the entry of each record is chosen by --seed. (Not

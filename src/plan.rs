@@ -14,6 +14,8 @@ use crate::error::{Error, Result};
 use crate::fleet::{EndpointSpec, Route};
 use crate::http::endpoint::Endpoint;
 use crate::prompt::{LengthOf, SynthOptions, Wrapping};
+pub use crate::prompt::{PromptMode, PromptSource};
+pub use crate::report::OutputFormat;
 use crate::report::RenderOptions;
 use crate::synthetic::SyntheticSpec;
 use crate::trace::{Format, ReadOptions};
@@ -24,23 +26,6 @@ pub use hosts::HostsPlan;
 
 /// Threads of one kind a run may start: more is a typo, not a plan.
 const MAX_THREADS: usize = 256;
-
-/// `--output-format`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    #[default]
-    Text,
-    Json,
-}
-
-/// `--prompt-mode`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PromptMode {
-    #[default]
-    Text,
-    TokenIds,
-}
 
 /// How synthetic prompts are built.
 #[derive(Clone, Debug, Default)]
@@ -116,15 +101,6 @@ impl PromptPlan {
             block_cache_mb: a.block_cache_mb,
         })
     }
-}
-
-/// Where prompt text comes from (`--prompt-source`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PromptSource {
-    #[default]
-    Synthetic,
-    Dataset,
 }
 
 /// Records of `--synthetic` without `--max-requests`.

@@ -42,6 +42,24 @@ pub enum LengthOf {
     Content,
 }
 
+/// `--prompt-mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PromptMode {
+    #[default]
+    Text,
+    TokenIds,
+}
+
+/// Where prompt text comes from (`--prompt-source`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptSource {
+    #[default]
+    Synthetic,
+    Dataset,
+}
+
 /// Everything prompt synthesis is built from.
 #[derive(Clone, Debug)]
 pub struct SynthOptions {
