@@ -941,8 +941,8 @@ impl MockArgs {
             }
         };
         Ok(crate::mock::MockConfig {
-            ttft_ns: ms_to_ns(self.ttft_ms),
-            itl_ns: ms_to_ns(self.itl_ms),
+            ttft_ns: crate::clock::ms_to_ns(self.ttft_ms),
+            itl_ns: crate::clock::ms_to_ns(self.itl_ms),
             tokens_per_chunk: self.tokens_per_chunk.max(1),
             model: self.model.clone(),
             counting,
@@ -957,8 +957,8 @@ impl MockArgs {
             prefix_cache: self.cache_blocks.map(|n| (n, self.cache_block_size.max(1))),
             max_running: self.max_running.map(|n| n.max(1)),
             graceful_shutdown_after: self.graceful_shutdown_after,
-            prefill_ns_per_token: ms_to_ns(self.prefill_us_per_token / 1000.0),
-            keep_alive_ns: ms_to_ns(self.keep_alive_s * 1000.0),
+            prefill_ns_per_token: crate::clock::ms_to_ns(self.prefill_us_per_token / 1000.0),
+            keep_alive_ns: crate::clock::ms_to_ns(self.keep_alive_s * 1000.0),
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(
                     crate::transport::tls::server_config(cert, key).map_err(crate::Error::Usage)?,
@@ -967,8 +967,4 @@ impl MockArgs {
             },
         })
     }
-}
-
-pub fn ms_to_ns(ms: f64) -> u64 {
-    (ms.max(0.0) * 1e6).round() as u64
 }

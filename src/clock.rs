@@ -11,6 +11,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 
+/// Milliseconds (as given on a command line) in whole nanoseconds; negative is 0.
+pub fn ms_to_ns(ms: f64) -> u64 {
+    (ms.max(0.0) * 1e6).round() as u64
+}
+
 /// CLOCK_MONOTONIC in ns: the clock two processes on one host share (the mock's timing log
 /// and the client's run start in run.json are on it).
 /// Async-signal-safe (the signal handler reads it).

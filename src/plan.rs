@@ -17,6 +17,7 @@ use crate::prompt::{LengthOf, SynthOptions, Wrapping};
 pub use crate::prompt::{PromptMode, PromptSource};
 pub use crate::report::OutputFormat;
 use crate::report::RenderOptions;
+use crate::session::{SessionMode, SessionPlan};
 use crate::synthetic::SyntheticSpec;
 use crate::trace::{Format, ReadOptions};
 use crate::transport::TlsOptions;
@@ -105,6 +106,32 @@ impl PromptPlan {
 
 /// Records of `--synthetic` without `--max-requests`.
 const DEFAULT_SYNTHETIC_REQUESTS: u64 = 1000;
+
+/// The conversation options (`--carry-forward`, `--require-cache-report`,
+/// `--max-active-sessions`) under `--session-mode`.
+fn session_plan(a: &cli::sessions::SessionArgs, mode: SessionMode) -> Result<SessionPlan> {
+    let max_active = match (a.max_active_sessions, mode) {
+        (Some(0), _) => {
+            return Err(Error::Usage(
+                "--max-active-sessions 0 would start no session".into(),
+            ))
+        }
+        (Some(_), SessionMode::Timestamp) => {
+            return Err(Error::Usage(
+                "--max-active-sessions caps conversations that run turn after turn: it needs \
+                 --session-mode after-parent"
+                    .into(),
+            ))
+        }
+        (n, _) => n,
+    };
+    Ok(SessionPlan {
+        carry_forward: a.carry_forward == cli::sessions::CarryForward::On
+            && mode == SessionMode::AfterParent,
+        require_cache_report: a.require_cache_report,
+        max_active,
+    })
+}
 
 /// The load mode from `--rate`/`--arrival`/`--burstiness`, `--concurrency`,
 /// `--max-idle-gap` and `--start-offset` (`--seed` draws the arrivals).
@@ -475,8 +502,7 @@ impl ReplayPlan {
                 .transpose()?,
             stall_timeout_s: seconds("--stall-timeout", a.stall_timeout)?,
             session_mode: a.session_mode,
-            sessions: crate::session::SessionPlan::from_args(&a.sessions, a.session_mode)
-                .map_err(Error::Usage)?,
+            sessions: session_plan(&a.sessions, a.session_mode)?,
             load,
             warmup_requests: a.warmup_requests,
             expected_cache_blocks: a.expected_cache_blocks,

@@ -13,7 +13,6 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::cli::sessions::{CarryForward, SessionArgs};
 use crate::error::Result;
 use crate::trace::{OrderedReader, TraceRecord};
 
@@ -34,26 +33,6 @@ impl Default for SessionPlan {
             require_cache_report: false,
             max_active: None,
         }
-    }
-}
-
-impl SessionPlan {
-    pub fn from_args(
-        a: &SessionArgs,
-        mode: SessionMode,
-    ) -> std::result::Result<SessionPlan, String> {
-        let max_active = match (a.max_active_sessions, mode) {
-            (Some(0), _) => return Err("--max-active-sessions 0 would start no session".into()),
-            (Some(_), SessionMode::Timestamp) => {
-                return Err("--max-active-sessions caps conversations that run turn after turn: it needs --session-mode after-parent".into())
-            }
-            (n, _) => n,
-        };
-        Ok(SessionPlan {
-            carry_forward: a.carry_forward == CarryForward::On && mode == SessionMode::AfterParent,
-            require_cache_report: a.require_cache_report,
-            max_active,
-        })
     }
 }
 

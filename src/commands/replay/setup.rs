@@ -590,8 +590,8 @@ pub fn start_mock(plan: &ReplayPlan, prompts: &Prompts, say: &Say) -> Result<Opt
         },
     };
     let cfg = MockConfig {
-        ttft_ns: crate::cli::ms_to_ns(ttft_ms),
-        itl_ns: crate::cli::ms_to_ns(itl_ms),
+        ttft_ns: crate::clock::ms_to_ns(ttft_ms),
+        itl_ns: crate::clock::ms_to_ns(itl_ms),
         counting,
         ..MockConfig::default()
     };
