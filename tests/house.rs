@@ -3,7 +3,8 @@
 //! in a `use` or inline (`crate::a::b`, `super::b`, `self::b`). A test module
 //! (`#[cfg(test)] mod ...` to the end of its file) is left out: tests may reach anywhere.
 //! A circle is a set of modules each reaching all the others through imports; each is
-//! printed with the lines that close it.
+//! printed with the lines that close it. And the layers point one way (see
+//! [`the_layers_point_one_way`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -276,6 +277,37 @@ fn no_import_circle_between_the_modules_of_src() {
     let edges = imports(&src);
     assert!(edges.contains_key(&("plan".to_string(), "cli".to_string())));
     assert!(edges.contains_key(&("report::html".to_string(), "report::chart".to_string())));
+}
+
+/// The layers point one way: cli (clap) -> plan (validated plain values) -> commands -> the
+/// engine. Only plan reads cli's parsed arguments; no engine module names cli, plan or
+/// commands (the engine takes plain values, so the library runs without the command line).
+#[test]
+fn the_layers_point_one_way() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let layer = |m: &str| m.split("::").next().unwrap().to_string();
+    let mut wrong = Vec::new();
+    for ((from, to), at) in imports(&src) {
+        let (a, b) = (layer(&from), layer(&to));
+        let allowed = match b.as_str() {
+            _ if a == b => true,
+            "cli" => a == "plan",
+            "plan" => a == "cli" || a == "commands",
+            "commands" => false,
+            _ => true,
+        };
+        if !allowed {
+            wrong.push(format!(
+                "{from} -> {to} ({})",
+                at.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports against the layers:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// A circle planted in a small tree is found, through each kind of path that makes one,

@@ -10,32 +10,8 @@ use serde_json::{json, Map, Value};
 
 use crate::shard::ShardBy;
 
-/// Where the pods find the trace (and tokenizer).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Inputs {
-    /// Paths in the replay options are the image's or a URL's.
-    None,
-    ConfigMap(String),
-    Claim(String),
-}
+pub use crate::plan::hosts::{Inputs, K8sJobPlan, INPUTS_DIR};
 
-/// `k8s-job`, validated.
-#[derive(Clone, Debug)]
-pub struct K8sJobPlan {
-    pub shards: u32,
-    pub image: String,
-    pub name: String,
-    pub namespace: Option<String>,
-    pub start_at_unix_ns: u64,
-    pub inputs: Inputs,
-    pub results_claim: String,
-    pub shard_by: ShardBy,
-    /// The replay options every shard runs (already checked to parse).
-    pub replay: Vec<String>,
-}
-
-/// Where the volumes are mounted in the pods.
-pub const INPUTS_DIR: &str = "/inputs";
 pub const RESULTS_DIR: &str = "/results";
 /// How long the merge Job waits for the shards, seconds.
 const MERGE_WAIT_S: u64 = 7 * 86_400;

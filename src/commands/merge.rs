@@ -18,18 +18,9 @@ use serde_json::{json, Value};
 
 use crate::ending::Ending;
 use crate::error::{Error, Result};
-use crate::report::{self, RenderOptions};
+pub use crate::plan::hosts::MergePlan;
+use crate::report;
 use crate::stats::{Distribution, Summary};
-
-/// `merge`, validated.
-#[derive(Clone, Debug)]
-pub struct MergePlan {
-    pub out: PathBuf,
-    pub dirs: Vec<PathBuf>,
-    pub wait: Duration,
-    pub force: bool,
-    pub render: RenderOptions,
-}
 
 /// run.json fields that make the schedule and the prompts: shards that differ in any of them
 /// are not shards of one run.

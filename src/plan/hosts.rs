@@ -99,14 +99,50 @@ pub fn asked(a: &ShardArgs) -> bool {
 }
 
 /// `merge`, validated.
-pub fn merge_plan(a: &crate::cli::MergeArgs) -> Result<crate::commands::merge::MergePlan> {
+#[derive(Clone, Debug)]
+pub struct MergePlan {
+    pub out: std::path::PathBuf,
+    pub dirs: Vec<std::path::PathBuf>,
+    pub wait: std::time::Duration,
+    pub force: bool,
+    pub render: crate::report::RenderOptions,
+}
+
+/// Where the pods find the trace (and tokenizer).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inputs {
+    /// Paths in the replay options are the image's or a URL's.
+    None,
+    ConfigMap(String),
+    Claim(String),
+}
+
+/// `k8s-job`, validated.
+#[derive(Clone, Debug)]
+pub struct K8sJobPlan {
+    pub shards: u32,
+    pub image: String,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub start_at_unix_ns: u64,
+    pub inputs: Inputs,
+    pub results_claim: String,
+    pub shard_by: ShardBy,
+    /// The replay options every shard runs (already checked to parse).
+    pub replay: Vec<String>,
+}
+
+/// Where the inputs volume is mounted in the pods (`k8s-job`).
+pub const INPUTS_DIR: &str = "/inputs";
+/// `merge`, validated.
+pub fn merge_plan(a: &crate::cli::MergeArgs) -> Result<MergePlan> {
     if !(a.wait >= 0.0 && a.wait <= 30.0 * 86_400.0) {
         return Err(Error::Usage(format!(
             "--wait {}: give seconds, 0 to 30 days",
             a.wait
         )));
     }
-    Ok(crate::commands::merge::MergePlan {
+    Ok(MergePlan {
         out: a.out.clone(),
         dirs: a.dirs.clone(),
         wait: std::time::Duration::from_secs_f64(a.wait),
@@ -126,8 +162,7 @@ const MANIFEST_OWNS: [&str; 6] = [
 ];
 
 /// `k8s-job`, validated: the replay options must parse as a shard's would.
-pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<crate::commands::k8s_job::K8sJobPlan> {
-    use crate::commands::k8s_job::{Inputs, K8sJobPlan, INPUTS_DIR};
+pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
     if a.shards == 0 {
         return Err(Error::Usage("--shards must be at least 1".into()));
     }
