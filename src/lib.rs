@@ -114,7 +114,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             })
         }
         Command::Mock(args) => {
-            let cfg = args.config()?;
+            let cfg = plan::mock_config(&args)?;
             match &cfg.counting {
                 mock::PromptCounting::Approximate => eprintln!(
                     "mock: no --tokenizer: usage.prompt_tokens counts words, an estimate; each \

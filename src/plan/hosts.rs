@@ -147,7 +147,7 @@ pub fn merge_plan(a: &crate::cli::MergeArgs) -> Result<MergePlan> {
         dirs: a.dirs.clone(),
         wait: std::time::Duration::from_secs_f64(a.wait),
         force: a.force,
-        render: super::render_options(&a.results)?,
+        render: super::parts::render_options(&a.results)?,
     })
 }
 

@@ -1,0 +1,85 @@
+//! Option groups that several commands flatten into theirs: how results are shown, how
+//! prompts are built, how strictly a trace is read.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::prompt::{LengthOf, PromptMode};
+use crate::report::OutputFormat;
+
+/// How results are summarised and shown (`replay` and `report`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct ResultArgs {
+    /// SLOs for goodput, vLLM's syntax: `--goodput ttft:500 tpot:50 e2el:3000` (ms). A
+    /// request is good when it succeeded and meets every SLO given (inclusive).
+    #[arg(long, value_name = "METRIC:MS", num_args = 1..)]
+    pub goodput: Vec<String>,
+
+    /// Percentiles reported for every metric besides p25, p50, p75, p90 and p99, e.g.
+    /// `--percentiles 99.9,99.99`.
+    #[arg(long, value_name = "P,P,...", value_delimiter = ',')]
+    pub percentiles: Vec<f64>,
+
+    /// `text` prints the vLLM-style table; `json` prints summary.json to stdout for scripts.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output_format: OutputFormat,
+}
+
+/// How synthetic prompts are built (for traces that give lengths and hash ids, not text).
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Prompt synthesis")]
+pub struct PromptArgs {
+    /// Tokenizer for synthetic prompts: a `tokenizer.json`, a directory holding one (and
+    /// `tokenizer_config.json`, whose chat template is then accounted for), or a model name
+    /// `ORG/NAME[@REV]` found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME, or
+    /// ~/.cache/huggingface/hub; never downloaded). Needed when the trace gives lengths
+    /// instead of text.
+    #[arg(long, value_name = "PATH|ORG/NAME[@REV]")]
+    pub tokenizer: Option<PathBuf>,
+
+    /// `tokenizer_config.json` whose chat template the server applies (default: the one beside
+    /// tokenizer.json, if any).
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer_config: Option<PathBuf>,
+
+    /// What `input_length` counts: `prompt` = the server's `usage.prompt_tokens` (the chat
+    /// template's or the special tokens' overhead is taken off the content), `content` = the
+    /// synthetic content alone.
+    #[arg(long, value_enum, default_value = "prompt")]
+    pub input_length_of: LengthOf,
+
+    /// `text` sends prompt text; `token-ids` sends the token id array itself (exact by
+    /// construction; --api openai-completions only).
+    #[arg(long, value_enum, default_value = "text")]
+    pub prompt_mode: PromptMode,
+
+    /// Tokens per hash id (default: 512 for mooncake, 16 for bailian).
+    #[arg(long, value_name = "N")]
+    pub block_size: Option<u32>,
+
+    /// Seed of prompt synthesis (prompts are a pure function of seed, tokenizer, hash ids and
+    /// lengths, identical on every host) and of --rate's arrivals.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Memory for rendered blocks kept for reuse, shared among the producers, in MiB. Only
+    /// speed depends on it: traces with millions of distinct hash ids run in this bound.
+    #[arg(long, value_name = "MB", default_value_t = 256)]
+    pub block_cache_mb: usize,
+}
+
+/// How strictly a trace is read (replay and inspect).
+#[derive(Debug, Args, Clone, Default)]
+pub struct TraceInputArgs {
+    /// Skip lines that fail to parse (wrong types, missing fields, invalid JSON or UTF-8,
+    /// over-long lines) instead of stopping at the first; they are counted and the first is
+    /// shown. Records are numbered without them.
+    #[arg(long)]
+    pub skip_invalid: bool,
+
+    /// Refuse a trace whose timestamps go backwards. Without it such records are sorted
+    /// (within a window of 1024 records) and a warning says how many there were.
+    #[arg(long)]
+    pub strict: bool,
+}
