@@ -180,6 +180,12 @@ pub fn thread_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// The run clock's `at_ns` on CLOCK_MONOTONIC.
+pub fn on_monotonic(clock: &RunClock, at_ns: u64) -> u64 {
+    let offset = paired_offset(monotonic_ns, || clock.now_ns());
+    (i128::from(at_ns) - offset) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

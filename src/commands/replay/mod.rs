@@ -6,8 +6,10 @@
 //! starts the threads, collects the records and finishes.
 
 mod cache_check;
+mod describe;
 mod run_json;
 mod setup;
+mod time_zero;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -42,20 +44,7 @@ use crate::server_metrics::{ScrapeConfig, Scraper};
 use crate::session::{SessionMode, SessionTracker};
 use crate::stats::{latency_histogram, Summary};
 use crate::stop::{signals_received, StopRequest};
-use crate::wall_start::StartReport;
 use setup::{Fleet, Output, Prompts, Say, TraceInput};
-
-/// Time between the senders' connections being open and the first possible deadline:
-/// producers have been filling the channel since before the connections, and go on.
-const START_LEAD_NS: u64 = 500_000_000;
-/// Connections for the requests due in the run's first second are opened before the start,
-/// up to this many per sender and endpoint: a bound on what is opened in one go.
-const WARM_MAX_PER_POOL: usize = 16_384;
-/// `--start-at`: the senders open their connections this long before the instant (servers
-/// close idle keep-alive connections after a few seconds: vLLM's uvicorn after 5).
-const START_AT_LEAD: Duration = Duration::from_secs(2);
-/// A shard ready after its `--start-at` instant starts this soon.
-const LATE_START_NS: u64 = 1_000_000;
 
 /// What a finished replay leaves behind.
 pub struct RunOutcome {
@@ -83,7 +72,7 @@ pub fn dry_run(plan: &ReplayPlan) -> Result<()> {
         std::fs::remove_file(&temp).ok();
     }
     let trace = trace?;
-    let (line, warnings) = setup::describe(plan, &trace);
+    let (line, warnings) = describe::describe(plan, &trace);
     println!("{line}");
     for w in warnings {
         println!("warning: {w}");
@@ -108,7 +97,7 @@ pub fn run(plan: &ReplayPlan) -> Result<RunOutcome> {
 
 fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     let trace = setup::scan_trace(plan, say)?;
-    let (line, warnings) = setup::describe(plan, &trace);
+    let (line, warnings) = describe::describe(plan, &trace);
     say.say(line);
     for w in warnings {
         eprintln!("warning: {w}");
@@ -231,7 +220,7 @@ fn start(
     expected: &Arc<SharedExpected>,
     say: &Say,
 ) -> Result<Stages> {
-    let clock_check = check_clock(plan, say)?;
+    let clock_check = time_zero::check_clock(plan, say)?;
     let num_sender = plan.num_sender;
     let cores = core_affinity::get_core_ids().map_or(1, |c| c.len());
     let num_producer = plan
@@ -251,7 +240,7 @@ fn start(
         Pace::Trace | Pace::Rate { .. } => trace.preview.first_second as usize,
         Pace::Closed { concurrency } => concurrency,
     };
-    let warm = warm_connections(opening, pools, plan.connections, fd_limit);
+    let warm = limits::warm_connections(opening, pools, plan.connections, fd_limit);
 
     // Requests a sender holds in its deadline heap.
     let lookahead = (plan.channel_capacity / num_sender).clamp(16, 1024);
@@ -270,7 +259,7 @@ fn start(
     )?);
     let (router, load, peers) = routing(plan, fleet, &builder);
 
-    keep_bodies_off_mmap();
+    limits::keep_bodies_off_mmap();
     let clock = RunClock::new();
     let stop = Arc::new(StopRequest::default());
     let gate = Arc::new(StartGate::new(num_sender));
@@ -366,7 +355,7 @@ fn start(
             "waiting for the common start at {} (--start-at)",
             crate::wall_start::rfc3339_utc(at)
         ));
-        crate::wall_start::sleep_until(at, START_AT_LEAD, || signals_received() > 0);
+        crate::wall_start::sleep_until(at, time_zero::START_AT_LEAD, || signals_received() > 0);
     }
     let progress = Arc::new(Progress::default());
     let senders: Vec<_> = (0..num_sender)
@@ -396,11 +385,11 @@ fn start(
     }
     let connections_at_start =
         gate.wait_ready(|id| senders[id].is_finished(), || signals_received() > 0);
-    let (t0_ns, common_start) = time_zero(plan, &clock);
-    let t0_monotonic_ns = on_monotonic(&clock, t0_ns);
+    let (t0_ns, common_start) = time_zero::time_zero(plan, &clock);
+    let t0_monotonic_ns = crate::clock::on_monotonic(&clock, t0_ns);
     let started_unix_ms = match common_start {
         Some(s) => s.actual_unix_ns,
-        None => crate::wall_start::unix_ns_now() + START_LEAD_NS,
+        None => crate::wall_start::unix_ns_now() + time_zero::START_LEAD_NS,
     } / 1_000_000;
     gate.start(t0_ns);
     if let Some(late) = common_start.filter(|s| s.late_ns > 0) {
@@ -442,52 +431,6 @@ fn start(
         scraper,
         _pinned: pinned,
     })
-}
-
-/// `--ntp`: this host's clock against the server's, before the start (an error when the
-/// server does not answer: the user asked for a checked clock).
-fn check_clock(plan: &ReplayPlan, say: &Say) -> Result<Option<crate::ntp::ClockCheck>> {
-    let Some(server) = &plan.hosts.ntp else {
-        return Ok(None);
-    };
-    let check = crate::ntp::check(server).map_err(Error::Run)?;
-    let offset_ms = check.offset_ns as f64 / 1e6;
-    say.say(format!(
-        "clock: {offset_ms:+.3} ms from {server} (+-{:.3} ms)",
-        check.uncertainty_ns as f64 / 1e6
-    ));
-    if offset_ms.abs() > 5.0 {
-        eprintln!(
-            "warning: this host's clock is {offset_ms:+.1} ms off {server}: with --start-at its \
-             shard starts that far from the others (merge corrects the skew it reports, not the \
-             load); steer the clock with chrony or ntpd"
-        );
-    }
-    Ok(Some(check))
-}
-
-/// The run clock's time 0: with `--start-at`, the agreed instant (or at once when it has
-/// passed, and how late); else now and a lead for the first deadlines.
-fn time_zero(plan: &ReplayPlan, clock: &RunClock) -> (u64, Option<StartReport>) {
-    let Some(at) = plan.hosts.start_at_unix_ns else {
-        return (clock.now_ns() + START_LEAD_NS, None);
-    };
-    let target = crate::wall_start::run_ns_at(clock, at);
-    let earliest = clock.now_ns() + LATE_START_NS;
-    let t0 = if target >= i128::from(earliest) {
-        target as u64
-    } else {
-        earliest
-    };
-    let late_ns = (i128::from(t0) - target).max(0) as u64;
-    (
-        t0,
-        Some(StartReport {
-            requested_unix_ns: at,
-            actual_unix_ns: at + late_ns,
-            late_ns,
-        }),
-    )
 }
 
 /// How each endpoint's bodies are written: its dialect, model and prompt synthesis.
@@ -790,7 +733,7 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     let end_ns = stages.clock.now_ns();
     run["clock"]["end"] = json!({
         "run_ns": end_ns.saturating_sub(stages.t0_ns),
-        "monotonic_ns": on_monotonic(&stages.clock, end_ns),
+        "monotonic_ns": crate::clock::on_monotonic(&stages.clock, end_ns),
     });
     // `--ntp`: checked again at the end (the clock may have been stepped during the run).
     if let Some(server) = &plan.hosts.ntp {
@@ -816,51 +759,4 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
         connections_at_start: stages.connections_at_start,
         ending,
     })
-}
-
-/// The run clock's `at_ns` on CLOCK_MONOTONIC.
-fn on_monotonic(clock: &RunClock, at_ns: u64) -> u64 {
-    let offset = crate::clock::paired_offset(crate::clock::monotonic_ns, || clock.now_ns());
-    (i128::from(at_ns) - offset) as u64
-}
-
-/// Request bodies of large prompts (100 KB and more) would each be an mmap/munmap pair in
-/// glibc's default malloc, and every such call takes the process's memory-map lock, which a
-/// producer faulting in fresh bodies holds: measured as 10-15 ms sender stalls at the start of a
-/// run. Raising the mmap threshold keeps bodies in the heap arenas.
-fn keep_bodies_off_mmap() {
-    // SAFETY: mallopt only tunes glibc's allocator; it is called before the worker threads.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
-        // Nor give freed memory back after each large free (that takes the same lock).
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-    }
-}
-
-/// Connections each sender opens per endpoint before the start, beyond the spare ones: its
-/// share of the `opening` requests (those due in the run's first second). At most half the
-/// descriptors left after the spare pools, so that the run keeps room to grow, and at most
-/// [`WARM_MAX_PER_POOL`].
-fn warm_connections(opening: usize, pools: usize, spare: usize, fd_limit: u64) -> usize {
-    let free = fd_limit.saturating_sub(limits::FD_RESERVE + (spare * pools) as u64);
-    let room = usize::try_from(free / 2).unwrap_or(usize::MAX) / pools.max(1);
-    opening
-        .div_ceil(pools.max(1))
-        .min(room)
-        .min(WARM_MAX_PER_POOL)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn warm_connections_share_the_opening_within_the_descriptors() {
-        // 1000 opening requests over 2 senders x 2 endpoints, plenty of descriptors.
-        assert_eq!(warm_connections(1000, 4, 8, 1 << 20), 250);
-        // Half of what is left after the reserve and the spare pools: (1024-64-32)/2/4 = 116.
-        assert_eq!(warm_connections(1000, 4, 8, 1024), 116);
-        assert_eq!(warm_connections(1 << 20, 1, 8, u64::MAX), WARM_MAX_PER_POOL);
-        assert_eq!(warm_connections(0, 1, 8, 1 << 20), 0);
-    }
 }

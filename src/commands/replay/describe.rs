@@ -1,0 +1,168 @@
+//! The plan line: what a replay will do, said before it does it (and by `--dry-run`), with
+//! the settings that are likely mistakes.
+
+use super::setup::TraceInput;
+use crate::load::{Arrival, Pace};
+use crate::plan::{ReplayPlan, Targets};
+use crate::session::SessionMode;
+use crate::trace::Format;
+
+/// A rate with three significant digits (0.0370, 3.40, 1000).
+fn three_digits(x: f64) -> String {
+    match x {
+        x if x >= 100.0 => format!("{x:.0}"),
+        x if x >= 10.0 => format!("{x:.1}"),
+        x if x >= 1.0 => format!("{x:.2}"),
+        x => format!("{x:.3}"),
+    }
+}
+
+/// A time scale at or above this on a millisecond trace is likely trace-replayer's habit.
+const SUSPICIOUS_SCALE: f64 = 100.0;
+/// Requests per second per sender thread past which a run should be checked with calibrate.
+const CHECK_RATE_PER_SENDER: f64 = 2000.0;
+
+/// What the run will do, said before it does it, and the settings that are likely mistakes.
+/// Every count, span and rate is the effective schedule's ([`crate::schedule::Preview`]): what is sent.
+pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) {
+    let p = &trace.preview;
+    let span_s = p.span_s();
+    let busiest = p.busiest_second;
+    let endpoints = match &plan.targets {
+        Targets::Mock { .. } => "the in-process mock".to_string(),
+        Targets::Servers(specs) => {
+            let urls: Vec<&str> = specs.iter().map(|s| s.endpoint.url.as_str()).collect();
+            format!("{} (--route {})", urls.join(", "), plan.route.name())
+        }
+    };
+    let mean = three_digits(p.records as f64 / span_s.max(1e-3));
+    let mut line = match plan.load.pace {
+        Pace::Trace => format!(
+            "plan: {} records over {span_s:.1} s at the trace's timing (--time-scale {}), mean \
+             {mean} req/s, busiest second {busiest} requests; to {endpoints}",
+            p.records, plan.time_scale,
+        ),
+        Pace::Rate {
+            per_s,
+            arrival,
+            burstiness,
+        } => {
+            let law = match arrival {
+                Arrival::Gamma => format!("gamma gaps of shape {burstiness}"),
+                Arrival::Poisson => "Poisson arrivals".into(),
+                Arrival::Constant => "constant gaps".into(),
+            };
+            format!(
+                "plan: {} records in trace order at {} req/s ({law}, --seed {}) over \
+                 {span_s:.1} s, busiest second {busiest} requests; the trace's timestamps are \
+                 not used; to {endpoints}",
+                p.records,
+                per_s * plan.time_scale,
+                plan.load.seed,
+            )
+        }
+        Pace::Closed { concurrency } => format!(
+            "plan: {} records in trace order, closed loop with {concurrency} in flight (the \
+             trace's timestamps are not used); to {endpoints}",
+            p.records,
+        ),
+    };
+    if p.skipped_by_offset > 0 || plan.load.start_offset_ms > 0.0 {
+        line.push_str(&format!(
+            "; --start-offset {} s skips {} records",
+            plan.load.start_offset_ms / 1000.0,
+            p.skipped_by_offset
+        ));
+    }
+    if let Some(g) = plan.load.max_idle_gap_ms {
+        line.push_str(&format!(
+            "; silences cut to {} s (--max-idle-gap)",
+            g / 1000.0
+        ));
+    }
+    if let Some(cut) = p.cut_by {
+        line.push_str(&format!(
+            "; {} ends it ({} records of the trace not sent)",
+            cut.option(),
+            p.cut_records
+        ));
+    }
+    if plan.passes > 1 {
+        line.push_str(&format!("; the trace {} times (--loop)", plan.passes));
+    }
+    match (trace.stats.turns_with_parent, plan.session_mode) {
+        (0, _) => {}
+        (n, SessionMode::AfterParent) => {
+            line.push_str(&format!(
+                "; {n} turns wait for their parent's end (--session-mode after-parent)"
+            ));
+            if let Some(cap) = plan.sessions.max_active {
+                line.push_str(&format!(
+                    "; at most {cap} sessions at once, the others wait for a place (--max-active-sessions)"
+                ));
+            }
+            if let Some(bound) = trace.bound_cutting_turns(plan) {
+                line.push_str(&format!(
+                    "; no turn leaves after {:.3} s: a session whose next turn would is cut, so \
+                     the answers' times decide how many of the {} records are sent (run.json's \
+                     schedule.turns_cut counts the others)",
+                    bound as f64 / 1e9,
+                    p.records
+                ));
+            }
+        }
+        (n, SessionMode::Timestamp) => line.push_str(&format!(
+            "; {n} turns leave at their own time, answered or not (--session-mode timestamp)"
+        )),
+    }
+    if let Some(d) = &plan.prompt_dataset {
+        line.push_str(&format!(
+            "; prompt text from {} cut or extended to each input_length (hash ids not used)",
+            d.display()
+        ));
+    }
+    if p.warmup > 0 {
+        line.push_str(&format!(
+            "; the first {} are warmup, in no statistic",
+            p.warmup
+        ));
+    }
+    if let (Some(shard), Some((shares, _))) = (plan.hosts.shard, &trace.shares) {
+        line.push_str(&format!("; {}", shares.describe(shard)));
+    }
+    if plan.hosts.scrape_left_to_shard0 {
+        line.push_str("; server metrics are scraped by shard 0 (--scrape-every-shard for all)");
+    }
+    if let Some(at) = plan.hosts.start_at_unix_ns {
+        line.push_str(&format!(
+            "; time 0 at {} ({:.1} s from now, --start-at)",
+            crate::wall_start::rfc3339_utc(at),
+            (at as f64 - crate::wall_start::unix_ns_now() as f64) / 1e9
+        ));
+    }
+    let mut warnings = Vec::new();
+    if plan.load.pace == Pace::Trace
+        && trace.format == Format::Mooncake
+        && plan.time_scale >= SUSPICIOUS_SCALE
+    {
+        warnings.push(format!(
+            "--time-scale (--scale-factor) {} on a trace whose timestamps are milliseconds: \
+             {:.0} s of trace are replayed in {span_s:.2} s. trace-replayer reads Mooncake \
+             milliseconds as seconds, so its users type --scale-factor 1000 for real time; here \
+             1 is real time",
+            plan.time_scale,
+            trace.stats.span_ms / 1000.0,
+        ));
+    }
+    if matches!(plan.load.pace, Pace::Trace | Pace::Rate { .. })
+        && busiest as f64 > CHECK_RATE_PER_SENDER * plan.num_sender as f64
+    {
+        warnings.push(format!(
+            "the busiest second asks for {busiest} requests from {} sender thread(s): check with \
+             `llmreplay calibrate` that this machine keeps such a rate on schedule, or add \
+             --num-sender",
+            plan.num_sender
+        ));
+    }
+    (line, warnings)
+}
