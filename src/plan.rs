@@ -495,69 +495,23 @@ impl ReplayPlan {
         })
     }
 
-    /// A plan with every default, for a trace and targets (what calibrate and sweeps start
-    /// from).
+    /// A plan with every default, for a trace and targets (what calibrate starts from), quiet.
+    /// The defaults are the command line's (its clap attributes), so they are written once.
     pub fn new(trace: PathBuf, targets: Targets) -> ReplayPlan {
-        ReplayPlan {
-            trace,
-            synthetic: None,
-            format: Format::Auto,
-            read: ReadOptions::default(),
-            strict: false,
-            targets,
-            api: Api::OpenaiChat,
-            route: Route::RoundRobin,
-            model: None,
-            stream: true,
-            exact_output: true,
-            extra_body: None,
-            headers: Vec::new(),
-            api_key_env: "OPENAI_API_KEY".into(),
-            tls: TlsOptions::default(),
-            prompt: PromptPlan {
-                block_cache_mb: 256,
-                ..PromptPlan::default()
-            },
-            time_scale: 1.0,
-            duration_s: None,
-            wall_limit_s: None,
-            dry_run: false,
-            num_producer: None,
-            num_sender: 1,
-            channel_capacity: 40960,
-            channel_mb: 256,
-            pin_cores: "auto".into(),
-            connections: 2,
-            request_timeout_s: 600.0,
-            first_token_timeout_s: None,
-            stall_timeout_s: 60.0,
-            session_mode: crate::session::SessionMode::AfterParent,
-            sessions: crate::session::SessionPlan::default(),
-            think_time_s: None,
-            load: crate::load::LoadPlan::default(),
-            warmup_requests: 0,
-            expected_cache_blocks: None,
-            server_block_size: 1,
-            scrape: None,
-            passes: 1,
-            prime: false,
-            prompt_dataset: None,
-            max_error_rate: None,
-            drain_timeout_s: 10.0,
-            spin_us: 150,
-            realtime: false,
-            read_coalesce_us: 0,
-            output: None,
-            output_path: None,
-            record_format: crate::record::RecordFormat::Llmreplay,
-            force: false,
-            save_prompts: false,
-            record_itl: false,
-            render: RenderOptions::default(),
-            output_format: OutputFormat::Text,
-            quiet: true,
-            hosts: HostsPlan::default(),
-        }
+        use clap::Parser;
+        let words = [
+            "llmreplay".into(),
+            "replay".into(),
+            "--mock".into(),
+            "--quiet".into(),
+            "--trace".into(),
+            trace.into_os_string(),
+        ];
+        let cli::Command::Replay(args) = cli::Cli::parse_from(words).command else {
+            unreachable!("the words above are a replay command")
+        };
+        let plan = ReplayPlan::from_args(&args).expect("the defaults make a valid plan");
+        ReplayPlan { targets, ..plan }
     }
 }
 

@@ -378,3 +378,25 @@ fn a_planted_circle_is_found() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Every default written once: a plan built in code (`ReplayPlan::new`, which calibrate
+/// uses) is the plan the command line gives when no option is set, quiet.
+#[test]
+fn a_plan_built_in_code_has_the_command_lines_defaults() {
+    use clap::Parser;
+    let words = [
+        "llmreplay",
+        "replay",
+        "--mock",
+        "--quiet",
+        "--trace",
+        "t.jsonl",
+    ];
+    let llmreplay::cli::Command::Replay(args) = llmreplay::cli::Cli::parse_from(words).command
+    else {
+        panic!("replay")
+    };
+    let parsed = llmreplay::plan::ReplayPlan::from_args(&args).unwrap();
+    let built = llmreplay::plan::ReplayPlan::new("t.jsonl".into(), parsed.targets.clone());
+    assert_eq!(format!("{built:#?}"), format!("{parsed:#?}"));
+}
