@@ -10,9 +10,12 @@ mod arrival;
 mod count_job;
 mod counting;
 pub(crate) mod dialect;
+mod emit;
 mod faults;
 mod generation;
+mod http;
 mod metrics;
+mod request;
 mod token_cache;
 mod workers;
 
@@ -21,25 +24,24 @@ pub use faults::{FaultKind, FaultPlan};
 pub use generation::{
     prompt_words, Generation, MockConfig, PromptCounting, Timing, APPROXIMATE_COUNT_HEADER,
 };
+pub use http::{error_body, JsonlLog};
+use http::{reset_on_close, respond_json_raw, write_response};
 
 use faults::{HUGE_HEAD_BYTES, SLOW_HEAD_NS};
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::{json, Value};
 
 use crate::clock::{minimise_timer_slack, DeadlineTimer, RunClock};
-use crate::sockopt;
 use crate::transport::Stream;
 
 const LISTENER: Token = Token(usize::MAX - 1);
@@ -464,266 +466,6 @@ impl MockLoop {
         while self.take_request(slot, generation) {}
     }
 
-    /// Takes one complete request from the input. True when it was answered at once (so the
-    /// next one may be taken too); false when incomplete, idle or generating.
-    fn take_request(&mut self, slot: usize, generation: u32) -> bool {
-        let now = self.clock.now_ns();
-        let id = self.next_id;
-        let cfg = self.cfg.clone();
-        let Some(conn) = conn_in(&mut self.conns, slot, generation) else {
-            return false;
-        };
-        if conn.generation.is_some() || conn.input.is_empty() {
-            return false;
-        }
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut req = httparse::Request::new(&mut headers);
-        let head_len = match req.parse(&conn.input) {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) => {
-                if conn.input.len() > MAX_REQUEST_HEAD {
-                    conn.close_after = true;
-                    respond_json(conn, 431, &error_body("request head too large", 431));
-                }
-                return false;
-            }
-            Err(e) => {
-                conn.close_after = true;
-                respond_json(
-                    conn,
-                    400,
-                    &error_body(&format!("invalid request: {e}"), 400),
-                );
-                conn.input.clear();
-                return false;
-            }
-        };
-        let mut length = 0usize;
-        let mut index = None;
-        let mut wants_close = false;
-        for h in req.headers.iter() {
-            if h.name.eq_ignore_ascii_case("x-llmreplay-index") {
-                index = std::str::from_utf8(h.value)
-                    .ok()
-                    .and_then(|v| v.trim().parse().ok());
-            }
-            if h.name.eq_ignore_ascii_case("content-length") {
-                length = std::str::from_utf8(h.value)
-                    .ok()
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-            } else if h.name.eq_ignore_ascii_case("connection")
-                && h.value.eq_ignore_ascii_case(b"close")
-            {
-                wants_close = true;
-            }
-        }
-        if conn.input.len() < head_len + length {
-            return false; // body still arriving
-        }
-        // Only now: a close flagged while the body was still arriving would end the
-        // connection before the request is answered.
-        conn.close_after |= wants_close;
-        if let Some(log) = self.arrival_log.as_mut() {
-            // On this process's clock: compare gaps between arrivals, not absolute times.
-            let arrival_ns = conn.arrived_ns.unwrap_or(now);
-            log.log(&json!({"index": index, "arrival_ns": arrival_ns}));
-        }
-        let method = req.method.unwrap_or("").to_string();
-        let path = req
-            .path
-            .unwrap_or("")
-            .split('?')
-            .next()
-            .unwrap_or("")
-            .to_string();
-        let body: Vec<u8> = conn.input[head_len..head_len + length].to_vec();
-        conn.input.drain(..head_len + length);
-        let received_mono_ns = conn.received_mono_ns.take().unwrap_or(self.woke_mono_ns);
-        // A pipelined next request is already here.
-        conn.arrived_ns = (!conn.input.is_empty()).then_some(now);
-        self.stats.requests += 1;
-        let dialect = match (method.as_str(), path.as_str()) {
-            ("POST", "/v1/chat/completions") => Dialect::Chat,
-            ("POST", "/v1/completions") => Dialect::Completions,
-            ("POST", "/generate_stream") => Dialect::Tgi { stream: true },
-            ("POST", "/generate") => Dialect::Tgi { stream: false },
-            ("GET", "/info") => {
-                let info = json!({"model_id": cfg.model, "model_dtype": "mock", "max_input_tokens": 1_000_000, "max_total_tokens": 2_000_000, "version": "llmreplay-mock"});
-                respond_json(conn, 200, &info);
-                return true;
-            }
-            ("GET", "/health") => {
-                write_response(&mut conn.output, 200, "text/plain", "", b"");
-                return true;
-            }
-            ("GET", "/metrics") => {
-                let text = metrics::exposition(&metrics::Levels {
-                    model: &cfg.model,
-                    running: self.running,
-                    waiting: self.waiting.len(),
-                    stats: &self.stats,
-                });
-                let kind = "text/plain; version=0.0.4; charset=utf-8";
-                write_response(&mut conn.output, 200, kind, "", text.as_bytes());
-                return true;
-            }
-            ("GET", "/v1/models") => {
-                let models = json!({"object": "list", "data": [{"id": cfg.model, "object": "model", "created": 0, "owned_by": "llmreplay-mock"}]});
-                respond_json(conn, 200, &models);
-                return true;
-            }
-            (
-                _,
-                "/v1/chat/completions"
-                | "/v1/completions"
-                | "/generate"
-                | "/generate_stream"
-                | "/health"
-                | "/metrics"
-                | "/v1/models"
-                | "/info",
-            ) => {
-                respond_json(
-                    conn,
-                    405,
-                    &error_body(&format!("method {method} not allowed"), 405),
-                );
-                return true;
-            }
-            _ => {
-                respond_json(
-                    conn,
-                    404,
-                    &error_body(&format!("no route for {method} {path}"), 404),
-                );
-                return true;
-            }
-        };
-        if self.stats.bodies.len() < cfg.keep_bodies {
-            let text = String::from_utf8_lossy(&body).into_owned();
-            self.stats.bodies.push((path.clone(), text));
-        }
-        match dialect {
-            Dialect::Chat => self.stats.chat_requests += 1,
-            Dialect::Completions => self.stats.completion_requests += 1,
-            Dialect::Tgi { .. } => self.stats.tgi_requests += 1,
-        }
-        let cache = &mut self.prefix_cache;
-        let stats = &mut self.stats;
-        let parsed = serde_json::from_slice::<Value>(&body)
-            .map_err(|e| format!("invalid JSON body: {e}"))
-            .and_then(|v| {
-                let mut g = Generation::from_request(dialect, &v, id, now, &cfg.counting)?;
-                let uncached = match cache.as_mut() {
-                    Some(cache) => {
-                        let (hits, queries, chain) = cache.serve_request(dialect, &v);
-                        g.cache_chain = Some(chain);
-                        // With --tokenizer, the token cache reports the hits (the words'
-                        // serve the prefill time).
-                        if g.count_job.is_none() {
-                            stats.prefix_hits += hits;
-                            stats.prefix_queries += queries;
-                        }
-                        g.cached_tokens = Some(hits);
-                        queries - hits
-                    }
-                    // A prompt still to count: its words, one a token in synthetic prompts.
-                    None if g.count_job.is_some() => prompt_words(dialect, &v),
-                    None => g.prompt_tokens,
-                };
-                g.prefill_ns = uncached * cfg.prefill_ns_per_token;
-                Ok(g)
-            });
-        let generation_state = match parsed {
-            Ok(g) => g,
-            Err(message) => {
-                respond_json(conn, 400, &error_body(&message, 400));
-                return true;
-            }
-        };
-        self.next_id += 1;
-        let mut generation_state = generation_state;
-        if self.timing_log.is_some() {
-            generation_state.timing = Some(Box::new(Timing {
-                index,
-                received_ns: received_mono_ns,
-                chunks_ns: Vec::with_capacity(generation_state.chunks(&cfg) as usize + 1),
-                chunks_tokens: Vec::with_capacity(generation_state.chunks(&cfg) as usize + 1),
-            }));
-        }
-        let fault = cfg.faults.for_request(index.unwrap_or(id));
-        conn.fault = fault;
-        let mut head: Vec<u8> = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n".to_vec();
-        if matches!(cfg.counting, PromptCounting::Approximate) {
-            head.extend_from_slice(APPROXIMATE_COUNT_HEADER.as_bytes());
-            head.extend_from_slice(b"\r\n");
-        }
-        match fault {
-            Some(FaultKind::Status(code)) => {
-                conn.fault = None;
-                respond_json(conn, code, &error_body("injected fault", code));
-                self.log_fault(index, FaultKind::Status(code));
-                return true;
-            }
-            Some(FaultKind::HugeHead) => {
-                conn.fault = None;
-                conn.close_after = true;
-                let filler = "a".repeat(HUGE_HEAD_BYTES);
-                write!(
-                    conn.output,
-                    "HTTP/1.1 200 OK\r\nx-filler: {filler}\r\ncontent-length: 0\r\n\r\n"
-                )
-                .ok();
-                self.log_fault(index, FaultKind::HugeHead);
-                return true;
-            }
-            Some(FaultKind::CloseAfterResponse) => {
-                conn.close_after = true;
-                head.extend_from_slice(b"connection: close\r\n");
-            }
-            Some(FaultKind::SlowHead) => generation_state.arrival_ns += SLOW_HEAD_NS,
-            Some(FaultKind::Stall | FaultKind::ResetMidStream | FaultKind::TruncatedChunk) => {
-                generation_state.stop_at = generation_state.tokens / 2;
-            }
-            Some(FaultKind::MalformedSse | FaultKind::Refuse) | None => {}
-        }
-        head.extend_from_slice(b"\r\n");
-        if generation_state.stream {
-            if fault == Some(FaultKind::SlowHead) {
-                conn.head_pending = Some(head);
-            } else {
-                conn.output.extend_from_slice(&head);
-            }
-        }
-        if let (Some(pool), Some(job)) = (&self.counting, &generation_state.count_job) {
-            pool.submit((slot, generation, generation_state.id()), job.clone());
-        }
-        if let Some(f) = fault {
-            self.log_fault(index, f);
-        }
-        if cfg.graceful_shutdown_after.is_some_and(|n| id + 1 >= n) && self.listener.is_some() {
-            // Closing the listener refuses new connects; the queued stay queued.
-            if let Some(mut listener) = self.listener.take() {
-                let _ = self.poll.registry().deregister(&mut listener);
-            }
-            self.accept_retry = false;
-        }
-        if self.listener.is_none() || cfg.max_running.is_some_and(|n| self.running >= n) {
-            generation_state.queued = true;
-            self.waiting
-                .push_back((slot, generation, generation_state.id()));
-            let conn = conn_in(&mut self.conns, slot, generation).expect("open");
-            conn.generation = Some(generation_state);
-            return false;
-        }
-        self.running += 1;
-        let conn = conn_in(&mut self.conns, slot, generation).expect("open");
-        conn.generation = Some(generation_state);
-        self.schedule_first(slot, generation);
-        false
-    }
-
     /// Puts an admitted request's first event (its whole answer, not streaming) on the
     /// timeline, counted from its `arrival_ns`.
     fn schedule_first(&mut self, slot: usize, generation: u32) {
@@ -794,103 +536,6 @@ impl MockLoop {
     fn log_fault(&mut self, index: Option<u64>, fault: FaultKind) {
         if let Some(log) = self.fault_log.as_mut() {
             log.log(&json!({"index": index, "fault": fault.name()}));
-        }
-    }
-
-    /// Writes everything due on every connection whose time has come.
-    fn emit_due(&mut self) {
-        let now = self.clock.now_ns();
-        while let Some(&Reverse((due, slot, generation))) = self.due.peek() {
-            if due > now {
-                break;
-            }
-            self.due.pop();
-            let cfg = self.cfg.clone();
-            let Some(conn) = conn_in(&mut self.conns, slot, generation) else {
-                continue;
-            };
-            let Some(g) = conn.generation.as_mut() else {
-                continue;
-            };
-            if !g.stream && g.held() {
-                hurry(&self.counting, (slot, generation, g.id()), g);
-                continue; // answered when the count arrives (take_counts)
-            }
-            let mut finished = false;
-            let mut tokens_before = g.sent;
-            if let Some(head) = conn.head_pending.take() {
-                conn.output.extend_from_slice(&head);
-            }
-            if g.stream {
-                // One HTTP chunk for all due events: size as fixed-width hex, patched after.
-                let start = conn.output.len();
-                conn.output.extend_from_slice(b"00000000\r\n");
-                if conn.fault == Some(FaultKind::MalformedSse) && g.sent == 0 {
-                    conn.output.extend_from_slice(
-                        b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"\n\n",
-                    );
-                }
-                let n = g.write_due_events(&cfg, now, &mut conn.output);
-                if n == 0 {
-                    conn.output.truncate(start);
-                } else {
-                    let size = conn.output.len() - start - 10;
-                    conn.output[start..start + 8].copy_from_slice(format!("{size:08x}").as_bytes());
-                    conn.output.extend_from_slice(b"\r\n");
-                }
-                if g.sent >= g.stop_at && !g.done() {
-                    let fault = conn.fault.take();
-                    self.cut_stream(slot, generation, fault);
-                    continue;
-                }
-                if g.closed() {
-                    conn.output.extend_from_slice(b"0\r\n\r\n");
-                    finished = true;
-                } else if g.held() {
-                    // The rest waits for the prompt count (take_counts).
-                    hurry(&self.counting, (slot, generation, g.id()), g);
-                } else {
-                    let per = u64::from(cfg.tokens_per_chunk.max(1));
-                    self.due
-                        .push(Reverse((g.chunk_due(&cfg, g.sent / per), slot, generation)));
-                }
-            } else {
-                tokens_before = 0;
-                let body = g.full_response();
-                let extra = match cfg.counting {
-                    PromptCounting::Approximate => APPROXIMATE_COUNT_HEADER,
-                    _ => "",
-                };
-                let bytes = serde_json::to_vec(&body).unwrap_or_default();
-                write_response(&mut conn.output, 200, "application/json", extra, &bytes);
-                finished = true;
-            }
-            let conn = conn_in(&mut self.conns, slot, generation).expect("still open");
-            let g = conn.generation.as_ref().expect("generation");
-            self.stats.tokens += g.sent - tokens_before;
-            let wrote = g.sent > tokens_before || finished;
-            let mut ended = None;
-            if finished {
-                ended = conn.generation.take();
-                if let Some((cache, g)) = self.prefix_cache.as_mut().zip(ended.as_mut()) {
-                    if let Some(chain) = g.cache_chain.take() {
-                        cache.extend(chain, generation::TOKEN_TEXT.trim().as_bytes(), g.sent);
-                    }
-                }
-                self.release();
-            }
-            // Read before the write: a write's time is then at or before the client's read of
-            // it even when this thread is preempted as the write returns.
-            let write_ns = self.timing_log.is_some().then(crate::clock::monotonic_ns);
-            self.flush(slot, generation);
-            if let (Some(write_ns), true) = (write_ns, wrote) {
-                self.log_timing(slot, generation, ended, write_ns);
-            }
-            if finished {
-                // A request may already be waiting on this connection.
-                self.next_request(slot, generation);
-                self.flush(slot, generation);
-            }
         }
     }
 
@@ -1077,75 +722,6 @@ fn conn_in(conns: &mut [Option<(u32, Conn)>], slot: usize, generation: u32) -> O
     }
 }
 
-/// `--fault-log` and `--arrival-log`: one JSON line per event, flushed at once.
-pub struct JsonlLog(BufWriter<File>);
-
-impl JsonlLog {
-    pub fn create(path: &Path) -> std::io::Result<JsonlLog> {
-        Ok(JsonlLog(BufWriter::new(File::create(path)?)))
-    }
-
-    /// Writes one line and flushes it, so a killed mock loses nothing.
-    pub fn log(&mut self, line: &serde_json::Value) {
-        let _ = writeln!(self.0, "{line}");
-        let _ = self.0.flush();
-    }
-}
-
-/// Makes the coming close send RST instead of FIN (SO_LINGER with a zero timeout).
-fn reset_on_close(stream: &TcpStream) {
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    let _ = sockopt::set(stream, libc::SOL_SOCKET, libc::SO_LINGER, &linger);
-}
-
-/// An error body shaped like vLLM's.
-pub fn error_body(message: &str, code: u16) -> Value {
-    let kind = match code {
-        400 => "BadRequestError",
-        404 => "NotFoundError",
-        429 => "RateLimitError",
-        503 => "ServiceUnavailableError",
-        _ => "InternalServerError",
-    };
-    json!({"object": "error", "message": message, "type": kind, "param": null, "code": code})
-}
-
 fn respond_json(conn: &mut Conn, status: u16, body: &Value) {
     respond_json_raw(&mut conn.output, status, body);
-}
-
-fn respond_json_raw(out: &mut Vec<u8>, status: u16, body: &Value) {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    write_response(out, status, "application/json", "", &bytes);
-}
-
-/// A whole response; `extra_header` is one header line without its CRLF, or empty.
-fn write_response(
-    out: &mut Vec<u8>,
-    status: u16,
-    content_type: &str,
-    extra_header: &str,
-    body: &[u8],
-) {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        431 => "Request Header Fields Too Large",
-        429 => "Too Many Requests",
-        503 => "Service Unavailable",
-        _ => "Internal Server Error",
-    };
-    let crlf = if extra_header.is_empty() { "" } else { "\r\n" };
-    write!(
-        out,
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n{extra_header}{crlf}content-length: {}\r\n\r\n",
-        body.len()
-    )
-    .ok();
-    out.extend_from_slice(body);
 }
