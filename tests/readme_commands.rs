@@ -34,8 +34,9 @@ use common::{bin, read_jsonl, temp_dir, MockProcess};
 use serde_json::Value;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
-/// No command may run longer than this.
-const LIMIT: Duration = Duration::from_secs(180);
+/// A command still running after this has hung: far from any command's time (the longest
+/// takes 30 s alone, a few minutes on a busy machine beside the other chains).
+const LIMIT: Duration = Duration::from_secs(600);
 
 /// The commands of the README's `sh` blocks, continuation lines joined, comments dropped.
 fn readme_commands() -> Vec<String> {
@@ -284,8 +285,9 @@ enum Step {
     AfterAll(Job),
 }
 
-/// At most this many chains run at once.
-const CHAINS_AT_ONCE: usize = 6;
+/// At most this many chains run at once (each replay pins its threads to the cores: more
+/// side by side only queue on the same two).
+const CHAINS_AT_ONCE: usize = 3;
 
 #[test]
 fn every_readme_command_runs_against_the_mock() {
