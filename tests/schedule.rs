@@ -174,17 +174,7 @@ fn run_and_check(o: &Options) -> Result<Option<Value>, TestCaseError> {
     }
     // A combination that sends or measures nothing is refused before the start, with
     // the reason; otherwise the run sends exactly the plan.
-    use clap::Parser;
-    let cli = llmreplay::cli::Cli::parse_from(
-        ["llmreplay", "replay", "--quiet"]
-            .into_iter()
-            .map(String::from)
-            .chain(args.iter().cloned()),
-    );
-    let llmreplay::cli::Command::Replay(parsed) = cli.command else {
-        panic!("replay")
-    };
-    let plan = llmreplay::plan::ReplayPlan::from_args(&parsed).unwrap();
+    let plan = common::replay_plan(&args);
     let outcome = match llmreplay::commands::replay::run(&plan) {
         Ok(outcome) => outcome,
         Err(e) => {

@@ -83,8 +83,8 @@ pub fn by_timestamp(mut records: Vec<Value>) -> Vec<Value> {
     records
 }
 
-/// `llmreplay replay --quiet ARGS` run in this process (the library, no child process).
-pub fn replay_in_process(args: &[String]) -> llmreplay::commands::replay::RunOutcome {
+/// The plan of `llmreplay replay --quiet ARGS`.
+pub fn replay_plan(args: &[String]) -> llmreplay::plan::ReplayPlan {
     use clap::Parser;
     let cli = llmreplay::cli::Cli::parse_from(
         ["llmreplay", "replay", "--quiet"]
@@ -95,8 +95,12 @@ pub fn replay_in_process(args: &[String]) -> llmreplay::commands::replay::RunOut
     let llmreplay::cli::Command::Replay(args) = cli.command else {
         panic!("replay")
     };
-    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args).unwrap())
-        .unwrap()
+    llmreplay::plan::ReplayPlan::from_args(&args).unwrap()
+}
+
+/// `llmreplay replay --quiet ARGS` run in this process (the library, no child process).
+pub fn replay_in_process(args: &[String]) -> llmreplay::commands::replay::RunOutcome {
+    llmreplay::commands::replay::run(&replay_plan(args)).unwrap()
 }
 
 /// A fresh, empty scratch directory, never another call's (tests of one binary run side by
