@@ -6,8 +6,6 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::api::Api;
-pub use crate::prompt::PromptMode;
-pub use crate::report::OutputFormat;
 use crate::trace::Format;
 
 mod hosts;
