@@ -65,13 +65,9 @@ impl PreparedRequest {
         &self.bytes[self.start..]
     }
 
-    /// An empty request for turn `link`, due at `at` (unit tests of the sender's sessions).
+    /// An empty request due at `at` (unit tests of the sender).
     #[cfg(test)]
-    pub fn turn_for_test(
-        index: u64,
-        at: u64,
-        link: crate::session::SessionLink,
-    ) -> PreparedRequest {
+    pub fn empty_for_test(index: u64, at: u64) -> PreparedRequest {
         PreparedRequest {
             index,
             endpoint: 0,
@@ -81,12 +77,25 @@ impl PreparedRequest {
             input_tokens: None,
             output_tokens_target: None,
             ids: crate::trace::TraceIds::default(),
-            session: Some(Box::new(crate::session::SessionTurn::new(link, at))),
+            session: None,
             queue_ns: None,
             warmup: false,
             expected_cached_tokens: None,
             cache_shape: None,
             carry: None,
+        }
+    }
+
+    /// An empty request for turn `link`, due at `at` (unit tests of the sender's sessions).
+    #[cfg(test)]
+    pub fn turn_for_test(
+        index: u64,
+        at: u64,
+        link: crate::session::SessionLink,
+    ) -> PreparedRequest {
+        PreparedRequest {
+            session: Some(Box::new(crate::session::SessionTurn::new(link, at))),
+            ..Self::empty_for_test(index, at)
         }
     }
 }

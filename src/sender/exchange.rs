@@ -327,3 +327,127 @@ impl ResponseSink for Feed<'_> {
         self.body.extend_from_slice(&data[..data.len().min(room)]);
     }
 }
+
+/// The exchange is a state machine fed bytes: these tests give it a response read by read, with
+/// the time of each read, and judge the record, with no socket.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Api;
+    use crate::http::response::{ResponseParser, Step};
+    use crate::stats::latency_histogram;
+
+    const SENT_NS: u64 = 1_000_000;
+    const MS: u64 = 1_000_000;
+
+    /// An OpenAI chat stream, chunked: three content events, the usage event, `[DONE]`.
+    fn chat_stream() -> Vec<Vec<u8>> {
+        let events = [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"a"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":" b"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":" c"},"finish_reason":"length"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}"#,
+            "[DONE]",
+        ];
+        let mut reads = vec![b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()];
+        for e in events {
+            let data = format!("data: {e}\n\n");
+            reads.push(format!("{:x}\r\n{data}\r\n", data.len()).into_bytes());
+        }
+        reads.last_mut().unwrap().extend_from_slice(b"0\r\n\r\n");
+        reads
+    }
+
+    /// Feeds `reads` (each with its arrival time) and completes the exchange as the sender does.
+    fn replay(reads: &[(Vec<u8>, u64)]) -> (RequestRecord, Vec<Step>) {
+        let mut ex = Exchange::new(PreparedRequest::empty_for_test(0, 0), true);
+        ex.sent_ns = Some(SENT_NS);
+        let scanner = EventScanner::new(Api::OpenaiChat);
+        let (mut parser, mut sse, mut body) =
+            (ResponseParser::default(), SseScanner::default(), Vec::new());
+        let mut hists = Hists {
+            itl: latency_histogram(),
+            token_itl: latency_histogram(),
+        };
+        let mut steps = Vec::new();
+        for (bytes, now) in reads {
+            let mut feed = Feed {
+                ex: &mut ex,
+                sse: &mut sse,
+                body: &mut body,
+                scanner: &scanner,
+                hists: &mut hists,
+                now: *now,
+                stream: true,
+            };
+            let step = parser.feed(bytes, &mut feed).expect("a valid response");
+            if let Step::Done { .. } = step {
+                ex.finish_response(&body, &scanner, *now);
+            }
+            steps.push(step);
+        }
+        (ex.into_record("http://test", 0), steps)
+    }
+
+    #[test]
+    fn a_stream_read_event_by_event_gives_each_token_its_read_time() {
+        let reads: Vec<(Vec<u8>, u64)> = chat_stream()
+            .into_iter()
+            .enumerate()
+            .map(|(k, bytes)| (bytes, SENT_NS + k as u64 * 10 * MS))
+            .collect();
+        let (record, steps) = replay(&reads);
+        assert!(record.ok(), "{:?}", record.error);
+        assert_eq!(record.status, Some(200));
+        // The head came at 0 ms, the first content event at 10 ms.
+        assert_eq!(record.first_token_ns, Some(SENT_NS + 10 * MS));
+        assert_eq!(record.ttft_ms(), Some(10.0));
+        assert_eq!(record.chunks, 3);
+        assert_eq!(
+            record.chunk_times_ns,
+            Some(vec![
+                SENT_NS + 10 * MS,
+                SENT_NS + 20 * MS,
+                SENT_NS + 30 * MS
+            ])
+        );
+        assert_eq!(record.output_tokens, Some(3));
+        assert_eq!(record.prompt_tokens, Some(7));
+        assert_eq!(record.cached_tokens, Some(4));
+        assert_eq!(record.end_ns, Some(SENT_NS + 50 * MS));
+        // Only the last read ends the response, and all of it was the response.
+        let last = reads.last().unwrap().0.len();
+        assert!(matches!(steps.last(), Some(Step::Done { consumed }) if *consumed == last));
+        assert!(steps[..steps.len() - 1]
+            .iter()
+            .all(|s| matches!(s, Step::NeedMore)));
+    }
+
+    #[test]
+    fn how_the_bytes_are_cut_into_reads_changes_no_count() {
+        let whole: Vec<u8> = chat_stream().concat();
+        for size in [1, 2, 7, 64, whole.len()] {
+            let reads: Vec<(Vec<u8>, u64)> = whole
+                .chunks(size)
+                .map(|c| (c.to_vec(), SENT_NS + MS))
+                .collect();
+            let (record, steps) = replay(&reads);
+            assert!(record.ok(), "reads of {size}: {:?}", record.error);
+            assert_eq!(
+                (
+                    record.chunks,
+                    record.output_tokens,
+                    record.prompt_tokens,
+                    record.cached_tokens
+                ),
+                (3, Some(3), Some(7), Some(4)),
+                "reads of {size}"
+            );
+            let done = steps
+                .iter()
+                .filter(|s| matches!(s, Step::Done { .. }))
+                .count();
+            assert_eq!(done, 1, "reads of {size}");
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Routing and pools: which endpoint a due request goes to, and the connections opened,
+//! adopted and backed off for it.
+
+use std::io;
+
+use mio::Interest;
+
+use crate::limits;
+use crate::pipeline::PreparedRequest;
+use crate::record::ErrorKind;
+use crate::transport::Stream;
+
+use super::conn::Conn;
+use super::connector::Opened;
+use super::exchange::Exchange;
+use super::{token, SenderLoop, Slot, CONNECT_COST_NS, MAX_BACKOFF_NS};
+
+impl SenderLoop {
+    /// Hands a due request to an idle connection of its endpoint, or queues it.
+    pub(super) fn dispatch(&mut self, mut req: PreparedRequest) {
+        if let Some(peers) = &self.cfg.peers {
+            req.endpoint = self.cfg.load.least_loaded(&peers[req.endpoint as usize]);
+        }
+        let target = req.endpoint as usize;
+        self.cfg.load.started(target);
+        self.open_requests += 1;
+        let mut ex = Exchange::new(req, self.cfg.record_itl);
+        let now = self.clock.now_ns();
+        // It was one of the upcoming requests the pool has a connection for: counted twice
+        // until the next recount, a burst would open a second connection for each.
+        let pool = &mut self.pools[target];
+        pool.upcoming = pool.upcoming.saturating_sub(1);
+        if let Some(slot) = self.pools[target].take_idle() {
+            self.start(slot, ex);
+        } else if now < self.pools[target].down_until && self.pools[target].connecting == 0 {
+            let (kind, why) = self.pools[target]
+                .down_because
+                .clone()
+                .unwrap_or((ErrorKind::Connect, "unreachable".into()));
+            ex.fail(
+                kind,
+                format!(
+                    "{} is down, reconnecting with backoff: {why}",
+                    self.cfg.targets[target].url
+                ),
+            );
+            self.emit(ex, target);
+        } else {
+            self.pools[target].waiting.push_back(ex);
+        }
+        self.top_up(target);
+    }
+
+    /// Opens connections so that waiting requests and the spare pool are covered.
+    pub(super) fn top_up(&mut self, target: usize) {
+        let now = self.clock.now_ns();
+        let pool = &self.pools[target];
+        if now < pool.down_until {
+            return;
+        }
+        let want = pool.waiting.len() + pool.upcoming + self.cfg.spare_connections;
+        let have = pool.idle_len() + pool.connecting;
+        let needed_now = pool.waiting.len();
+        for n in have..want {
+            // Each new socket costs this thread its registration and handshake events: a
+            // hundred opened ahead of need would hold up a send, so those wait for a later
+            // pass when a deadline is near. Connections for waiting requests are asked at once.
+            if n >= needed_now && self.send_is_near() {
+                return;
+            }
+            self.connector.request(target);
+            self.pools[target].connecting += 1;
+        }
+    }
+
+    /// A deadline falls within the spin window (plus the cost of one connect).
+    pub(super) fn send_is_near(&self) -> bool {
+        self.heap.peek().is_some_and(|top| {
+            self.t0_ns + top.scheduled_ns
+                <= self.clock.now_ns() + self.cfg.spin_ns + CONNECT_COST_NS
+        })
+    }
+
+    /// Takes in the sockets the connector opened, and the answers to probes.
+    pub(super) fn take_opened(&mut self) {
+        while let Some(opened) = self.connector.try_opened() {
+            match opened {
+                Opened::Stream(target, opened) => {
+                    if let Err(e) = opened.and_then(|stream| self.adopt(target, stream)) {
+                        self.pools[target].connecting -= 1;
+                        self.connect_failed(target, ErrorKind::Connect, &e);
+                    }
+                }
+                Opened::Probe(target, answer) => {
+                    self.pools[target].probing = false;
+                    if let Err(e) = answer {
+                        self.endpoint_gone(target, &e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Endpoint `target` takes no new connection: the requests it has left without an answer
+    /// for `--stall-timeout` will never get one (a server shutting down keeps them open and
+    /// silent) and fail as `endpoint-down`.
+    pub(super) fn endpoint_gone(&mut self, target: usize, e: &io::Error) {
+        let now = self.clock.now_ns();
+        let stall = self.cfg.stall_timeout_ns;
+        let url = &self.cfg.targets[target].url;
+        let gone: Vec<(usize, String)> = self
+            .in_flight_exchanges()
+            .filter(|(slot, ex)| {
+                self.slots[*slot]
+                    .conn
+                    .as_ref()
+                    .is_some_and(|c| c.target == target)
+                    && ex
+                        .waiting_for_answer(now)
+                        .is_some_and(|silent| silent > stall)
+            })
+            .map(|(slot, ex)| {
+                let silent = ex.waiting_for_answer(now).unwrap_or(0) as f64 / 1e9;
+                (
+                    slot,
+                    format!(
+                        "{url} takes no new connection ({e}) and left this request without \
+                         an answer for {silent:.1} s (--stall-timeout)"
+                    ),
+                )
+            })
+            .collect();
+        for (slot, message) in gone {
+            self.fail_and_close(slot, ErrorKind::EndpointDown, message);
+        }
+    }
+
+    /// Registers a socket whose connect is under way; its first event tells how it went.
+    pub(super) fn adopt(&mut self, target: usize, mut stream: Stream) -> io::Result<()> {
+        self.opened += 1;
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(Slot {
+                generation: 0,
+                conn: None,
+            });
+            self.slots.len() - 1
+        });
+        let generation = self.slots[slot].generation;
+        if let Err(e) = self.poll.registry().register(
+            stream.tcp_mut(),
+            token(slot, generation),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            self.free.push(slot);
+            return Err(e);
+        }
+        self.slots[slot].conn = Some(Conn::new(stream, target, self.opened));
+        Ok(())
+    }
+
+    /// A connect (`Connect`) or TLS handshake (`Tls`) failed: the endpoint backs off.
+    pub(super) fn connect_failed(&mut self, target: usize, kind: ErrorKind, e: &io::Error) {
+        let now = self.clock.now_ns();
+        let url = &self.cfg.targets[target].url;
+        let hint = if limits::is_fd_exhaustion(e) {
+            " (raise ulimit -n: every request in flight needs a connection)"
+        } else {
+            ""
+        };
+        let why = match kind {
+            ErrorKind::Tls => format!("TLS handshake with {url}: {e}"),
+            _ => format!("connect to {url}: {e}{hint}"),
+        };
+        let pool = &mut self.pools[target];
+        pool.down_until = now + pool.backoff_ns;
+        pool.backoff_ns = (pool.backoff_ns * 2).min(MAX_BACKOFF_NS);
+        pool.down_because = Some((kind, why.clone()));
+        if pool.connecting == 0 {
+            // Nothing else will connect soon: the queued requests fail now, at their deadlines.
+            let waiting = std::mem::take(&mut pool.waiting);
+            for mut ex in waiting {
+                ex.fail(kind, why.clone());
+                self.emit(ex, target);
+            }
+        }
+    }
+}

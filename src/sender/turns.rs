@@ -1,0 +1,109 @@
+//! Sessions: scheduling conversation turns, dropping those past the bound, and emitting each
+//! record (which releases the turns that wait for it).
+
+use crate::pipeline::PreparedRequest;
+
+use super::exchange::Exchange;
+use super::SenderLoop;
+
+impl SenderLoop {
+    /// Gives back the buffers of turns rebuilt with their parent's history.
+    pub(super) fn give_spent(&mut self) {
+        for buffer in self.conversations.spent.drain(..) {
+            self.cfg.buffers.give(buffer);
+        }
+    }
+
+    /// A request ready for the deadline heap; a session turn past the session bound is
+    /// dropped instead, with the turns of its session that would follow it.
+    pub(super) fn schedule(&mut self, req: PreparedRequest) {
+        let mut todo = vec![req];
+        while let Some(req) = todo.pop() {
+            match self.active.past_bound(&req) {
+                true => todo.extend(self.drop_turn(req)),
+                false => self.heap.push(req),
+            }
+        }
+    }
+
+    /// A turn not sent (past the bound, or its session never started): its session counts
+    /// it gone, and the turns after it, now or when they come, are released as after a
+    /// failed parent that never ends, so past the bound too.
+    pub(super) fn drop_turn(&mut self, req: PreparedRequest) -> Vec<PreparedRequest> {
+        if let Some(turn) = &req.session {
+            self.active.gone(&turn.link.root);
+        }
+        self.turns_cut += 1;
+        let children = self.conversations.ended(req.index, u64::MAX, true, None);
+        self.cfg.buffers.give(req.bytes);
+        children
+    }
+
+    /// Sessions held for a place: those a freed place lets go, to the heap; those the bound
+    /// has passed, dropped.
+    pub(super) fn take_held(&mut self) {
+        if !self.active.holding() {
+            return;
+        }
+        let now = self.clock.now_ns().saturating_sub(self.t0_ns);
+        for req in self.active.take_held(now) {
+            self.heap.push(req);
+        }
+        for req in self.active.drop_held_past_bound(now) {
+            for follower in self.drop_turn(req) {
+                self.schedule(follower);
+            }
+        }
+    }
+
+    pub(super) fn emit(&mut self, mut ex: Exchange, target: usize) {
+        self.cfg.load.finished(target);
+        self.open_requests = self.open_requests.saturating_sub(1);
+        // A request that failed without a response (its endpoint down, the run stopped) ends
+        // now: the run's duration must include it.
+        if ex.end_ns.is_none() {
+            ex.end_ns = Some(self.clock.now_ns());
+        }
+        // A turn whose children carry its prompt and answer forward kept its bytes.
+        let carried = ex.req.carry.take().map(|slot| {
+            let bytes = std::mem::take(&mut ex.req.bytes);
+            (
+                slot,
+                bytes,
+                ex.req.start,
+                ex.answer.take().unwrap_or_default(),
+            )
+        });
+        let mut record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
+        if let Some(e) = &mut record.error {
+            if let std::borrow::Cow::Owned(clean) = crate::secrets::redact(&e.message) {
+                e.message = clean;
+            }
+        }
+        if record.session.is_some() {
+            let end = record.end_ns.unwrap_or(0);
+            // Only a successful turn's prompt and answer are worth carrying.
+            let ok = record.ok();
+            let history = carried.and_then(|(slot, bytes, start, answer)| {
+                let answered = record.output_tokens.unwrap_or(0);
+                let h = ok.then(|| crate::carry::history(&bytes[start..], &slot, answer, answered));
+                self.cfg.buffers.give(bytes);
+                h
+            });
+            let children = self
+                .conversations
+                .ended(record.index, end, !record.ok(), history);
+            self.give_spent();
+            if self.cancel_at.is_none() {
+                for child in children {
+                    self.schedule(child);
+                }
+            }
+            if let Some(turn) = &record.session {
+                self.active.gone(&turn.root);
+            }
+        }
+        // The collector outlives the senders; if it is gone the run is being torn down.
+        let _ = self.records.send(record);
+    }
+}
