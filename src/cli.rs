@@ -260,7 +260,7 @@ pub struct PromptsArgs {
     pub format: Format,
 
     /// Request dialect the prompts are built for (decides the chat template accounting).
-    #[arg(long, value_enum, default_value = "openai-chat")]
+    #[arg(long, value_parser = Api::value_parser(), default_value = "openai-chat")]
     pub api: Api,
 
     /// Build only the first N records.

@@ -34,7 +34,7 @@ impl EndpointSpec {
         let mut parts = text.split(',');
         let url = parts.next().unwrap_or_default();
         let mut endpoint = Endpoint::parse(url)?;
-        let from_path = Api::ALL.iter().find_map(|&api| {
+        let from_path = crate::api::REGISTRY.iter().find_map(|&api| {
             api.url_paths()
                 .iter()
                 .find(|path| endpoint.base_path.ends_with(*path))
@@ -49,11 +49,12 @@ impl EndpointSpec {
             })?;
             match key.trim() {
                 "api" => {
-                    spec_api = Some(Api::from_name(value.trim()).ok_or_else(|| {
-                        format!(
-                            "--endpoint {text:?}: unknown api {value:?} (openai-chat, openai-completions, tgi)"
-                        )
-                    })?)
+                    spec_api = Some(
+                        value
+                            .trim()
+                            .parse::<Api>()
+                            .map_err(|e| format!("--endpoint {text:?}: {e}"))?,
+                    )
                 }
                 "model" if !value.trim().is_empty() => model = Some(value.trim().to_string()),
                 "weight" => {

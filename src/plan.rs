@@ -48,16 +48,16 @@ pub struct PromptPlan {
 impl PromptPlan {
     /// What the server wraps around the content for this API and mode.
     pub fn wrapping(&self, api: Api) -> Result<Wrapping> {
-        match (api, self.mode) {
-            (Api::OpenaiChat, PromptMode::Text) => Ok(Wrapping::Chat),
-            // TGI tokenizes `inputs` with the tokenizer's special tokens, as completions do.
-            (Api::OpenaiCompletions | Api::Tgi, PromptMode::Text) => Ok(Wrapping::Completion),
-            (Api::OpenaiCompletions, PromptMode::TokenIds) => Ok(Wrapping::TokenIds),
-            (Api::OpenaiChat | Api::Tgi, PromptMode::TokenIds) => Err(Error::Usage(format!(
-                "--prompt-mode token-ids needs --api openai-completions ({} takes text)",
-                api.name()
-            ))),
-        }
+        api.wrapping(self.mode).ok_or_else(|| {
+            let able: Vec<String> = Api::sending(self.mode)
+                .map(|a| format!("--api {a}"))
+                .collect();
+            Error::Usage(format!(
+                "--prompt-mode {} needs {} ({api} cannot send it)",
+                self.mode.name(),
+                able.join(" or ")
+            ))
+        })
     }
 
     /// The synthesis options for this API, or `None` without a tokenizer.

@@ -14,7 +14,7 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::Value;
 
-use crate::mock::dialect::Dialect;
+use crate::api::Prompt;
 
 pub struct PrefixCache {
     block: usize,
@@ -79,20 +79,20 @@ impl PrefixCache {
         }
     }
 
-    /// The cached tokens of a request body's prompt, and the words looked up: the words of its
-    /// messages' contents in order, or of its prompt (token ids taken one a word).
-    pub fn serve_request(&mut self, dialect: Dialect, body: &Value) -> (u64, u64, Chain) {
+    /// The cached tokens of a request's prompt, and the words looked up: the words of its
+    /// system prompt and messages' contents in order, or of its prompt (token ids taken one a
+    /// word).
+    pub fn serve_request(&mut self, prompt: &Prompt) -> (u64, u64, Chain) {
         let mut texts: Vec<&str> = Vec::new();
         let mut ids: Vec<[u8; 8]> = Vec::new();
-        let prompts: Vec<&Value> = match dialect {
-            Dialect::Chat => body["messages"]
-                .as_array()
+        let prompts: Vec<&Value> = match *prompt {
+            Prompt::Messages {
+                messages, system, ..
+            } => system
                 .into_iter()
-                .flatten()
-                .map(|m| &m["content"])
+                .chain(messages.iter().map(|m| &m["content"]))
                 .collect(),
-            Dialect::Completions => vec![&body["prompt"]],
-            Dialect::Tgi { .. } => vec![&body["inputs"]],
+            Prompt::Text(text) => vec![text],
         };
         for v in prompts {
             gather(v, &mut texts, &mut ids);

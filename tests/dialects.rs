@@ -68,9 +68,9 @@ fn each_api_streamed_and_not_sends_its_body_and_reads_its_answer() {
                 &extra,
             );
             let per_dialect = (
-                stats.chat_requests,
-                stats.completion_requests,
-                stats.tgi_requests,
+                stats.requests_of("openai-chat"),
+                stats.requests_of("openai-completions"),
+                stats.requests_of("tgi"),
             );
             let expected = match api {
                 "openai-chat" => (RECORDS, 0, 0),
@@ -154,9 +154,9 @@ fn a_full_api_url_picks_its_dialect() {
         );
         assert_eq!(
             (
-                stats.chat_requests,
-                stats.completion_requests,
-                stats.tgi_requests
+                stats.requests_of("openai-chat"),
+                stats.requests_of("openai-completions"),
+                stats.requests_of("tgi")
             ),
             expected,
             "{path}"

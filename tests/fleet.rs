@@ -234,7 +234,13 @@ fn a_mixed_fleet_speaks_each_endpoints_dialect() {
     let stats = stop_all(servers);
     let dialects: Vec<(u64, u64, u64)> = stats
         .iter()
-        .map(|s| (s.chat_requests, s.completion_requests, s.tgi_requests))
+        .map(|s| {
+            (
+                s.requests_of("openai-chat"),
+                s.requests_of("openai-completions"),
+                s.requests_of("tgi"),
+            )
+        })
         .collect();
     assert_eq!(
         dialects,

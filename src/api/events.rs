@@ -24,38 +24,47 @@ pub struct StreamEvent {
     pub malformed: bool,
 }
 
+/// Where a dialect's stream events keep what llmreplay reads: static data, searched for with
+/// pre-built substring finders ([`EventScanner`]).
+pub struct StreamKeys {
+    /// Keys whose non-empty string value is generated output (text, reasoning, tool-call
+    /// arguments): such an event counts as a chunk. The first one holds the answer text that
+    /// carry-forward pastes into the next turn.
+    pub content: &'static [&'static [u8]],
+    /// The object that holds the counts (`"usage":`).
+    pub usage: &'static [u8],
+    /// Keys in it whose numbers add up to the prompt's tokens.
+    pub prompt_tokens: &'static [&'static [u8]],
+    /// The key in it of the prompt tokens the server's prefix cache served.
+    pub cached_tokens: Option<&'static [u8]>,
+    /// The key in it of the completion tokens so far.
+    pub completion_tokens: &'static [u8],
+    /// What marks an event without content as an error, besides a leading `{"error"`.
+    pub error: &'static [u8],
+}
+
 /// Pre-built substring searchers for one API (built once per sender thread).
 pub struct EventScanner {
     api: Api,
     content_keys: Vec<Finder<'static>>,
     usage: Finder<'static>,
-    prompt_tokens: Finder<'static>,
-    cached_tokens: Finder<'static>,
+    prompt_tokens: Vec<Finder<'static>>,
+    cached_tokens: Option<Finder<'static>>,
     completion_tokens: Finder<'static>,
-    /// TGI's count of generated tokens, in its last event's `details`.
-    generated_tokens: Option<Finder<'static>>,
-    error_object: Finder<'static>,
+    error_marker: Finder<'static>,
 }
 
 impl EventScanner {
     pub fn new(api: Api) -> Self {
-        let keys: &[&'static [u8]] = match api {
-            Api::OpenaiChat => &[
-                b"\"content\":",
-                b"\"reasoning_content\":",
-                b"\"arguments\":",
-            ],
-            Api::OpenaiCompletions | Api::Tgi => &[b"\"text\":"],
-        };
+        let keys = api.stream_keys();
         EventScanner {
             api,
-            content_keys: keys.iter().map(|k| Finder::new(*k)).collect(),
-            usage: Finder::new(b"\"usage\":"),
-            prompt_tokens: Finder::new(b"\"prompt_tokens\":"),
-            cached_tokens: Finder::new(b"\"cached_tokens\":"),
-            completion_tokens: Finder::new(b"\"completion_tokens\":"),
-            generated_tokens: (api == Api::Tgi).then(|| Finder::new(b"\"generated_tokens\":")),
-            error_object: Finder::new(b"\"object\":\"error\""),
+            content_keys: keys.content.iter().map(|k| Finder::new(*k)).collect(),
+            usage: Finder::new(keys.usage),
+            prompt_tokens: keys.prompt_tokens.iter().map(|k| Finder::new(*k)).collect(),
+            cached_tokens: keys.cached_tokens.map(Finder::new),
+            completion_tokens: Finder::new(keys.completion_tokens),
+            error_marker: Finder::new(keys.error),
         }
     }
 
@@ -64,7 +73,7 @@ impl EventScanner {
     }
 
     /// The answer text an event carries, JSON-escaped as sent (the inside of its first
-    /// `content`, or `text` string): what [`crate::carry`] pastes into the next turn.
+    /// content string): what [`crate::carry`] pastes into the next turn.
     pub fn answer_text<'a>(&self, payload: &'a [u8]) -> Option<&'a [u8]> {
         string_after(payload, &self.content_keys[0])
     }
@@ -87,20 +96,24 @@ impl EventScanner {
         // An event that carries text is not an error, so the search for an error object (a
         // whole pass over the payload) is spent only on the few events without text.
         if !ev.content
-            && (payload.starts_with(b"{\"error\"") || self.error_object.find(payload).is_some())
+            && (payload.starts_with(b"{\"error\"") || self.error_marker.find(payload).is_some())
         {
             ev.error = Some(error_message(payload));
-            return ev;
-        }
-        if let Some(key) = &self.generated_tokens {
-            ev.completion_tokens = number_after(payload, key);
             return ev;
         }
         if let Some(at) = self.usage.find(payload) {
             let rest = skip_ws(&payload[at + self.usage.needle().len()..]);
             if rest.first() == Some(&b'{') {
-                ev.prompt_tokens = number_after(rest, &self.prompt_tokens);
-                ev.cached_tokens = number_after(rest, &self.cached_tokens);
+                let parts: Vec<u64> = self
+                    .prompt_tokens
+                    .iter()
+                    .filter_map(|k| number_after(rest, k))
+                    .collect();
+                ev.prompt_tokens = (!parts.is_empty()).then(|| parts.iter().sum());
+                ev.cached_tokens = self
+                    .cached_tokens
+                    .as_ref()
+                    .and_then(|k| number_after(rest, k));
                 ev.completion_tokens = number_after(rest, &self.completion_tokens);
             }
         }
@@ -115,65 +128,30 @@ impl EventScanner {
                 ..FullResponse::default()
             };
         };
-        if v.get("error").is_some() || v.get("object").and_then(Value::as_str) == Some("error") {
+        let is_error = |v: &Value| {
+            v.get("error").is_some()
+                || ["object", "type"]
+                    .iter()
+                    .any(|k| v.get(*k).and_then(Value::as_str) == Some("error"))
+        };
+        if is_error(&v) {
             return FullResponse {
                 error: Some(error_message(body)),
                 ..FullResponse::default()
             };
         }
-        if self.api == Api::Tgi {
-            // `/generate` answers an object; TGI's compat route `/` a list of one.
-            let first = v.as_array().and_then(|a| a.first()).unwrap_or(&v);
-            return FullResponse {
-                prompt_tokens: None,
-                cached_tokens: None,
-                completion_tokens: first
-                    .pointer("/details/generated_tokens")
-                    .and_then(Value::as_u64),
-                content: nonempty(first.get("generated_text")),
-                answer: text_of(first.get("generated_text")),
-                ..FullResponse::default()
-            };
-        }
-        let usage = v.get("usage");
-        let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
-        FullResponse {
-            prompt_tokens: count("prompt_tokens"),
-            cached_tokens: usage
-                .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
-                .and_then(Value::as_u64),
-            completion_tokens: count("completion_tokens"),
-            content: v
-                .get("choices")
-                .and_then(Value::as_array)
-                .is_some_and(|choices| choices.iter().any(has_text)),
-            answer: v.pointer("/choices/0").and_then(|c| {
-                text_of(c.get("text")).or_else(|| text_of(c.pointer("/message/content")))
-            }),
-            ..FullResponse::default()
-        }
+        self.api.read_body(&v)
     }
 }
 
-fn text_of(v: Option<&Value>) -> Option<String> {
+/// A string value, if it is one.
+pub fn text_of(v: Option<&Value>) -> Option<String> {
     v.and_then(Value::as_str).map(str::to_string)
 }
 
-fn nonempty(v: Option<&Value>) -> bool {
+/// A string value that is not empty.
+pub fn nonempty(v: Option<&Value>) -> bool {
     v.and_then(Value::as_str).is_some_and(|s| !s.is_empty())
-}
-
-/// A choice of a chat or completions answer that carries text (or reasoning or a tool call).
-fn has_text(choice: &Value) -> bool {
-    let message = choice.get("message");
-    nonempty(choice.get("text"))
-        || ["content", "reasoning_content"]
-            .iter()
-            .any(|k| nonempty(message.and_then(|m| m.get(*k))))
-        || message
-            .and_then(|m| m.get("tool_calls"))
-            .and_then(Value::as_array)
-            .is_some_and(|calls| !calls.is_empty())
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -182,11 +160,11 @@ pub struct FullResponse {
     pub cached_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub error: Option<String>,
-    /// Some choice carries text (what counts when the server gives no usage).
+    /// The answer carries output (what counts when the server gives no usage).
     pub content: bool,
     /// The body is not JSON at all (an HTML page, compressed bytes, ...).
     pub not_json: bool,
-    /// The first choice's answer text.
+    /// The answer's text (the first choice's).
     pub answer: Option<String>,
 }
 
@@ -199,7 +177,8 @@ pub fn excerpt(body: &[u8]) -> String {
     text.trim().to_string()
 }
 
-/// The `message` of an OpenAI/vLLM error object, or an excerpt of the payload.
+/// The `message` of an error object (OpenAI, vLLM, TGI, Anthropic), or an excerpt of the
+/// payload.
 fn error_message(payload: &[u8]) -> String {
     let message = serde_json::from_slice::<Value>(payload).ok().and_then(|v| {
         let e = v.get("error").unwrap_or(&v);

@@ -1,95 +1,194 @@
-//! API dialects: how a record becomes a request body, and what a response means.
+//! API dialects: how a record becomes a request body, what a response means, and how the mock
+//! answers in that dialect.
 //!
-//! Bodies are written straight into the request buffer (the prompt is never copied twice).
-//! Stream events are classified with a few substring searches; JSON is parsed only for the
-//! rare events that carry an error.
+//! Each dialect is one file that implements [`Dialect`], and one line of [`dialects!`] below
+//! registers it: `--api`, endpoint URLs, the run's bodies, the stream reader, the
+//! `--require-cache-report` probe and the mock's routes all find it there. Bodies are written
+//! straight into the request buffer (the prompt is never copied twice). Stream events are
+//! classified with a few substring searches ([`StreamKeys`]); JSON is parsed only for whole
+//! bodies and the rare events that carry an error.
 
+mod body;
 mod events;
 mod openai;
-pub mod tgi;
+mod serve;
 
-pub use events::{excerpt, EventScanner, FullResponse, StreamEvent, EXCERPT};
-pub use openai::{BodyOptions, Synthesis};
+pub use body::{BodyOptions, Synthesis};
+pub use events::{excerpt, EventScanner, FullResponse, StreamEvent, StreamKeys, EXCERPT};
+pub use serve::{Answer, MockRequest, Prompt, Route, TOKEN_TEXT};
 
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::{Map, Value};
+
+use crate::prompt::{PromptMode, Wrapping};
 use crate::trace::TraceRecord;
 
-/// The request dialect (`--api`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Api {
-    /// OpenAI `POST /v1/chat/completions` (vLLM, SGLang, TGI's OpenAI layer, ...); `openai`
-    /// is accepted for it, as trace-replayer names it.
-    #[value(alias = "openai")]
-    OpenaiChat,
-    /// OpenAI `POST /v1/completions`.
-    OpenaiCompletions,
-    /// Hugging Face TGI's own `POST /generate_stream` and `/generate` (`inputs`,
-    /// `parameters.max_new_tokens`); TGI cannot be asked for an exact output length.
-    Tgi,
+/// Declares each dialect's module and lists it in [`REGISTRY`], in `--help` order.
+macro_rules! dialects {
+    ($($module:ident :: $dialect:ident),* $(,)?) => {
+        $(mod $module;)*
+        /// Every dialect llmreplay speaks.
+        pub static REGISTRY: &[Api] = &[$(Api(&$module::$dialect)),*];
+    };
 }
 
-impl Api {
-    /// The name `--api` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Api::OpenaiChat => "openai-chat",
-            Api::OpenaiCompletions => "openai-completions",
-            Api::Tgi => "tgi",
-        }
+dialects![
+    openai_chat::OpenaiChat,
+    openai_completions::OpenaiCompletions,
+    tgi::Tgi,
+];
+
+/// What one API dialect is, for the client and for the mock.
+pub trait Dialect: Sync {
+    /// The name `--api` takes, and run.json writes.
+    fn name(&self) -> &'static str;
+    /// Other names `--api` accepts for it.
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
     }
+    /// One line for `--help`.
+    fn about(&self) -> &'static str;
+
+    /// The request path.
+    fn path(&self, stream: bool) -> &'static str;
+    /// URL path endings that name this dialect (`http://h:8000/v1/completions`), longest first.
+    fn url_paths(&self) -> &'static [&'static str];
+    /// Where a server of this dialect names the model it serves.
+    fn discovery(&self) -> Discovery;
+    /// Whether request bodies name the model.
+    fn body_names_model(&self) -> bool {
+        true
+    }
+    /// Whether the server can be told to generate exactly `output_length` tokens.
+    fn enforces_output_length(&self) -> bool {
+        true
+    }
+    /// What the server wraps around synthetic content sent in `mode`; `None` when the
+    /// dialect cannot send that mode.
+    fn wrapping(&self, mode: PromptMode) -> Option<Wrapping>;
+    /// Appends the JSON body of `record` to `out`; with `saved`, also its `prompts.jsonl`
+    /// line (the prompt exactly as sent, CONTRACT §2 `--save-prompts`).
+    fn write_body(
+        &self,
+        record: &TraceRecord,
+        opts: &BodyOptions,
+        synthesis: Option<&mut Synthesis<'_>>,
+        out: &mut Vec<u8>,
+        saved: Option<&mut Vec<u8>>,
+    ) -> Result<(), String>;
+
+    /// Where a stream event's content, usage and errors are.
+    fn stream_keys(&self) -> &'static StreamKeys;
+    /// Reads a whole answer that is not an error.
+    fn read_body(&self, v: &Value) -> FullResponse;
+
+    /// The mock's routes for it.
+    fn routes(&self) -> &'static [Route];
+    /// The mock reads a request body that came to `route`.
+    fn mock_request<'a>(
+        &self,
+        obj: &'a Map<String, Value>,
+        route: &Route,
+    ) -> Result<MockRequest<'a>, String>;
+    /// The text of a content event before and after its token text (`None`: its token events
+    /// are written by [`Dialect::write_tokens`]).
+    fn content_frame(&self, a: &Answer) -> Option<(Vec<u8>, &'static [u8])>;
+    /// Events before the first token.
+    fn write_open(&self, _a: &Answer, _out: &mut Vec<u8>) {}
+    /// A token event carrying `n` tokens, for a dialect without a content frame.
+    fn write_tokens(&self, _a: &Answer, _n: u64, _out: &mut Vec<u8>) {}
+    /// Inside a framed content event, after the frame: the running usage (with
+    /// `continuous_usage`).
+    fn write_running_usage(&self, _a: &Answer, _out: &mut Vec<u8>) {}
+    /// The events after the last token; false when it has none.
+    fn write_close(&self, a: &Answer, out: &mut Vec<u8>) -> bool;
+    /// The whole answer of a request that did not ask for a stream.
+    fn full_response(&self, a: &Answer) -> Value;
+}
+
+/// A dialect, as the rest of llmreplay holds it: one of [`REGISTRY`].
+#[derive(Clone, Copy)]
+pub struct Api(&'static dyn Dialect);
+
+#[allow(non_upper_case_globals)]
+impl Api {
+    /// OpenAI `POST /v1/chat/completions`.
+    pub const OpenaiChat: Api = Api(&openai_chat::OpenaiChat);
+    /// OpenAI `POST /v1/completions`.
+    pub const OpenaiCompletions: Api = Api(&openai_completions::OpenaiCompletions);
+    /// Hugging Face TGI's own API.
+    pub const Tgi: Api = Api(&tgi::Tgi);
 
     /// The dialect named `name` (an alias too), as `--api` reads it.
     pub fn from_name(name: &str) -> Option<Api> {
-        <Api as clap::ValueEnum>::from_str(name, false).ok()
+        REGISTRY
+            .iter()
+            .copied()
+            .find(|api| api.name() == name || api.aliases().contains(&name))
     }
 
-    /// The request path (TGI streams on a path of its own).
-    pub fn path(self, stream: bool) -> &'static str {
-        match (self, stream) {
-            (Api::OpenaiChat, _) => "/v1/chat/completions",
-            (Api::OpenaiCompletions, _) => "/v1/completions",
-            (Api::Tgi, true) => tgi::STREAM_PATH,
-            (Api::Tgi, false) => tgi::PATH,
-        }
+    /// The dialects that can send prompts in `mode`.
+    pub fn sending(mode: PromptMode) -> impl Iterator<Item = Api> {
+        REGISTRY
+            .iter()
+            .copied()
+            .filter(move |api| api.wrapping(mode).is_some())
     }
 
-    /// URL path endings that name this dialect (`http://h:8000/v1/completions`, as
-    /// trace-replayer's users give endpoints), longest first.
-    pub fn url_paths(self) -> &'static [&'static str] {
-        match self {
-            Api::OpenaiChat => &["/v1/chat/completions"],
-            Api::OpenaiCompletions => &["/v1/completions"],
-            Api::Tgi => &[tgi::STREAM_PATH, tgi::PATH],
-        }
+    /// `--api`'s parser: the registry's names, aliases and help lines.
+    pub fn value_parser() -> impl clap::builder::TypedValueParser<Value = Api> {
+        let values = REGISTRY.iter().map(|api| {
+            clap::builder::PossibleValue::new(api.name())
+                .help(api.about())
+                .aliases(api.aliases().iter().copied())
+        });
+        use clap::builder::TypedValueParser;
+        clap::builder::PossibleValuesParser::new(values)
+            .map(|name| Api::from_name(&name).expect("a registered name"))
     }
+}
 
-    /// Where a server of this dialect names the model it serves (under the endpoint's base
-    /// URL), and how that answer is read.
-    pub fn discovery(self) -> Discovery {
-        match self {
-            Api::OpenaiChat | Api::OpenaiCompletions => Discovery {
-                path: "/v1/models",
-                model: openai::first_model,
-            },
-            Api::Tgi => Discovery {
-                path: tgi::INFO_PATH,
-                model: tgi::model_from_info,
-            },
-        }
+impl std::ops::Deref for Api {
+    type Target = dyn Dialect;
+    fn deref(&self) -> &(dyn Dialect + 'static) {
+        self.0
     }
+}
 
-    /// Whether request bodies name the model (TGI serves the one it was started with).
-    pub fn body_names_model(self) -> bool {
-        !matches!(self, Api::Tgi)
+impl PartialEq for Api {
+    fn eq(&self, other: &Api) -> bool {
+        self.name() == other.name()
     }
+}
+impl Eq for Api {}
 
-    /// Every dialect: what `--endpoint` URLs are matched against.
-    pub const ALL: [Api; 3] = [Api::OpenaiChat, Api::OpenaiCompletions, Api::Tgi];
+impl fmt::Debug for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
-    /// Whether the server can be told to generate exactly `output_length` tokens
-    /// (`min_tokens` + `ignore_eos`, vLLM and SGLang extensions of the OpenAI API).
-    pub fn enforces_output_length(self) -> bool {
-        !matches!(self, Api::Tgi)
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Api {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Api, String> {
+        Api::from_name(name).ok_or_else(|| {
+            let names: Vec<&str> = REGISTRY.iter().map(|api| api.name()).collect();
+            format!("unknown API `{name}` (one of: {})", names.join(", "))
+        })
+    }
+}
+
+impl serde::Serialize for Api {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
@@ -99,8 +198,7 @@ pub struct Discovery {
     pub model: fn(&[u8]) -> Option<String>,
 }
 
-/// Appends the JSON body of `record` in dialect `api` to `out`; with `saved`, also its
-/// `prompts.jsonl` line (the prompt exactly as sent, CONTRACT §2 `--save-prompts`).
+/// Appends the JSON body of `record` in dialect `api` to `out` (see [`Dialect::write_body`]).
 pub fn write_body(
     api: Api,
     record: &TraceRecord,
@@ -109,10 +207,25 @@ pub fn write_body(
     out: &mut Vec<u8>,
     saved: Option<&mut Vec<u8>>,
 ) -> Result<(), String> {
-    match api {
-        Api::OpenaiChat | Api::OpenaiCompletions => {
-            openai::write_body(api, record, opts, synthesis, out, saved)
+    api.write_body(record, opts, synthesis, out, saved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dialect_is_found_by_its_names_and_paths() {
+        for &api in REGISTRY {
+            assert_eq!(Api::from_name(api.name()), Some(api));
+            assert_eq!(api.name().parse::<Api>(), Ok(api));
+            for alias in api.aliases() {
+                assert_eq!(Api::from_name(alias), Some(api));
+            }
+            assert!(!api.url_paths().is_empty(), "{api}");
+            assert!(!api.routes().is_empty(), "{api}");
         }
-        Api::Tgi => tgi::write_body(record, opts, synthesis, out, saved),
+        assert_eq!(Api::from_name("openai"), Some(Api::OpenaiChat));
+        assert!("nope".parse::<Api>().unwrap_err().contains("openai-chat"));
     }
 }

@@ -1,36 +1,42 @@
-//! OpenAI-compatible request bodies.
+//! What the two OpenAI dialects (chat and completions) share: the body, the answer, and the
+//! mock's events around the choices that differ.
 
 use std::io::Write;
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
-use super::Api;
-use crate::prompt::{BlockCache, PromptSynth, Rendering};
+use super::body::{
+    merge_extra, write_lengths, write_prompt, write_saved_line, BodyOptions, Synthesis,
+};
+use super::events::{nonempty, text_of, FullResponse, StreamKeys};
+use super::serve::{
+    answer_text, stream_of, tokens_asked, uint, Answer, MockRequest, Prompt, Route,
+};
 use crate::trace::{Input, TraceRecord};
 
-/// Everything about a body that does not come from the record.
-#[derive(Clone, Debug)]
-pub struct BodyOptions {
-    /// The model name, already JSON-encoded (with its quotes).
-    pub model_json: String,
-    pub stream: bool,
-    /// Ask for exactly `output_length` tokens: `min_tokens` and `ignore_eos` beside `max_tokens`.
-    pub exact_output: bool,
-    /// `--extra-body`: merged into every body; a record's own `extra` wins over it.
-    pub extra_body: Option<Map<String, Value>>,
-}
-
-/// What builds synthetic prompts in one producer: the shared synthesiser and the producer's
-/// own block cache.
-pub struct Synthesis<'a> {
-    pub synth: &'a PromptSynth,
-    pub cache: &'a mut BlockCache,
-}
+/// Where OpenAI stream events keep content and usage. A chat delta's `content`, its
+/// `reasoning_content` and tool-call `arguments` are all output; a completion's is `text`.
+pub(super) const CHAT_KEYS: StreamKeys = StreamKeys {
+    content: &[
+        b"\"content\":",
+        b"\"reasoning_content\":",
+        b"\"arguments\":",
+    ],
+    ..COMPLETION_KEYS
+};
+pub(super) const COMPLETION_KEYS: StreamKeys = StreamKeys {
+    content: &[b"\"text\":"],
+    usage: b"\"usage\":",
+    prompt_tokens: &[b"\"prompt_tokens\":"],
+    cached_tokens: Some(b"\"cached_tokens\":"),
+    completion_tokens: b"\"completion_tokens\":",
+    error: b"\"object\":\"error\"",
+};
 
 /// Appends the JSON body of `record` to `out`. With `saved`, also appends the record's
 /// `prompts.jsonl` line there (the prompt exactly as sent, CONTRACT §2 `--save-prompts`).
 pub(super) fn write_body(
-    api: Api,
+    chat: bool,
     record: &TraceRecord,
     opts: &BodyOptions,
     synthesis: Option<&mut Synthesis<'_>>,
@@ -41,8 +47,8 @@ pub(super) fn write_body(
     out.extend_from_slice(b"{\"model\":");
     out.extend_from_slice(opts.model_json.as_bytes());
     let prompt_start;
-    let key: &[u8] = match (api, &record.input) {
-        (Api::OpenaiChat, Input::Messages { messages, tools }) => {
+    let key: &[u8] = match (chat, &record.input) {
+        (true, Input::Messages { messages, tools }) => {
             out.extend_from_slice(b",\"messages\":");
             prompt_start = out.len();
             serde_json::to_writer(&mut *out, messages).map_err(|e| e.to_string())?;
@@ -52,17 +58,17 @@ pub(super) fn write_body(
             }
             b"messages"
         }
-        (Api::OpenaiCompletions, Input::Messages { .. }) => {
+        (false, Input::Messages { .. }) => {
             return Err("a record with `messages` needs --api openai-chat".into());
         }
         (_, input) => {
-            out.extend_from_slice(match api {
-                Api::OpenaiChat => b",\"messages\":[{\"role\":\"user\",\"content\":",
-                Api::OpenaiCompletions | Api::Tgi => b",\"prompt\":",
+            out.extend_from_slice(match chat {
+                true => b",\"messages\":[{\"role\":\"user\",\"content\":",
+                false => b",\"prompt\":",
             });
             prompt_start = out.len();
             let key = write_prompt(record, input, synthesis, out)?;
-            if api == Api::OpenaiChat {
+            if chat {
                 out.extend_from_slice(b"}]");
             }
             key
@@ -74,21 +80,12 @@ pub(super) fn write_body(
             Input::Messages { messages, .. } => {
                 prompt_start + serde_json::to_vec(messages).map_or(0, |v| v.len())
             }
-            _ if api == Api::OpenaiChat => out.len() - 2,
+            _ if chat => out.len() - 2,
             _ => out.len(),
         };
-        write!(saved, "{{\"index\":{},\"", record.index).map_err(|e| e.to_string())?;
-        saved.extend_from_slice(key);
-        saved.extend_from_slice(b"\":");
-        saved.extend_from_slice(&out[prompt_start..end]);
-        saved.extend_from_slice(b"}\n");
+        write_saved_line(saved, record.index, key, &out[prompt_start..end]);
     }
-    if let Some(n) = record.output_length {
-        write!(out, ",\"max_tokens\":{n}").map_err(|e| e.to_string())?;
-        if opts.exact_output {
-            write!(out, ",\"min_tokens\":{n},\"ignore_eos\":true").map_err(|e| e.to_string())?;
-        }
-    }
+    write_lengths(record, opts, out);
     if opts.stream {
         out.extend_from_slice(b",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
     } else {
@@ -99,36 +96,6 @@ pub(super) fn write_body(
         merge_extra(out, start, opts.extra_body.as_ref(), record.extra.as_ref())?;
     }
     Ok(())
-}
-
-/// Writes the prompt value; returns its `prompts.jsonl` key.
-pub(super) fn write_prompt(
-    record: &TraceRecord,
-    input: &Input,
-    synthesis: Option<&mut Synthesis<'_>>,
-    out: &mut Vec<u8>,
-) -> Result<&'static [u8], String> {
-    match input {
-        Input::Text { text, .. } => {
-            serde_json::to_writer(&mut *out, text).map_err(|e| e.to_string())?;
-            Ok(b"prompt")
-        }
-        Input::Synthetic {
-            input_length,
-            hash_ids,
-        } => {
-            let s =
-                synthesis.ok_or("the trace has no text: give --tokenizer to synthesise prompts")?;
-            let len = s.synth.content_len(*input_length);
-            s.synth
-                .write_json(s.cache, record.index, len, hash_ids, out);
-            Ok(match s.synth.rendering() {
-                Rendering::Text => b"prompt",
-                Rendering::TokenIds => b"token_ids",
-            })
-        }
-        Input::Messages { .. } => unreachable!("handled by the caller"),
-    }
 }
 
 /// The first model id of a `GET /v1/models` answer.
@@ -142,27 +109,185 @@ pub(super) fn first_model(body: &[u8]) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Rare path: re-reads the body just written and shallow-merges the extras into it.
-pub(super) fn merge_extra(
-    out: &mut Vec<u8>,
-    start: usize,
-    cli: Option<&Map<String, Value>>,
-    record: Option<&Map<String, Value>>,
-) -> Result<(), String> {
-    let mut body: Map<String, Value> =
-        serde_json::from_slice(&out[start..]).map_err(|e| e.to_string())?;
-    for extra in [cli, record].into_iter().flatten() {
-        for (k, v) in extra {
-            body.insert(k.clone(), v.clone());
+/// A whole OpenAI answer: its usage, and whether some choice carries output.
+pub(super) fn read_body(v: &Value) -> FullResponse {
+    let usage = v.get("usage");
+    let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+    FullResponse {
+        prompt_tokens: count("prompt_tokens"),
+        cached_tokens: usage
+            .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
+            .and_then(Value::as_u64),
+        completion_tokens: count("completion_tokens"),
+        content: v
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_some_and(|choices| choices.iter().any(has_text)),
+        answer: v.pointer("/choices/0").and_then(|c| {
+            text_of(c.get("text")).or_else(|| text_of(c.pointer("/message/content")))
+        }),
+        ..FullResponse::default()
+    }
+}
+
+/// A choice of a chat or completions answer that carries text (or reasoning or a tool call).
+fn has_text(choice: &Value) -> bool {
+    let message = choice.get("message");
+    nonempty(choice.get("text"))
+        || ["content", "reasoning_content"]
+            .iter()
+            .any(|k| nonempty(message.and_then(|m| m.get(*k))))
+        || message
+            .and_then(|m| m.get("tool_calls"))
+            .and_then(Value::as_array)
+            .is_some_and(|calls| !calls.is_empty())
+}
+
+/// What the mock reads from an OpenAI request: `messages` (chat) or `prompt`, `max_tokens`
+/// (or `max_completion_tokens`), and `stream_options`.
+pub(super) fn mock_request<'a>(
+    chat: bool,
+    obj: &'a Map<String, Value>,
+    route: &Route,
+) -> Result<MockRequest<'a>, String> {
+    let prompt = if chat {
+        let messages = obj.get("messages").ok_or("`messages` is required")?;
+        Prompt::Messages {
+            messages: messages.as_array().ok_or("`messages` must be an array")?,
+            tools: obj.get("tools").filter(|t| !t.is_null()),
+            system: None,
+        }
+    } else {
+        Prompt::Text(obj.get("prompt").ok_or("`prompt` is required")?)
+    };
+    let max_tokens = uint(obj, "max_tokens")?.or(uint(obj, "max_completion_tokens")?);
+    let opts = obj.get("stream_options");
+    let flag = |k: &str| {
+        opts.and_then(|o| o.get(k))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
+    Ok(MockRequest {
+        prompt,
+        tokens: tokens_asked(obj, max_tokens)?,
+        stream: stream_of(obj, route),
+        reports_usage: true,
+        usage_at_start: false,
+        include_usage: flag("include_usage"),
+        continuous_usage: flag("continuous_usage_stats"),
+    })
+}
+
+/// The mock's OpenAI answers; `chat` picks the chat shapes.
+pub(super) struct Render {
+    pub chat: bool,
+}
+
+impl Render {
+    fn object(&self, a: &Answer) -> &'static str {
+        match (self.chat, a.stream) {
+            (true, true) => "chat.completion.chunk",
+            (true, false) => "chat.completion",
+            (false, _) => "text_completion",
         }
     }
-    out.truncate(start);
-    serde_json::to_writer(&mut *out, &body).map_err(|e| e.to_string())
+
+    fn id(&self, a: &Answer) -> String {
+        match self.chat {
+            true => format!("chatcmpl-{}", a.id),
+            false => format!("cmpl-{}", a.id),
+        }
+    }
+
+    fn usage(a: &Answer) -> Value {
+        let mut usage = json!({"prompt_tokens": a.prompt_tokens, "total_tokens": a.prompt_tokens + a.sent, "completion_tokens": a.sent});
+        if let Some(cached) = a.cached_tokens {
+            usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
+        }
+        usage
+    }
+
+    /// The text of a content event before and after its token text: the hot path is memcpy.
+    pub fn content_frame(&self, a: &Answer) -> (Vec<u8>, &'static [u8]) {
+        let (field, suffix): (&str, &'static [u8]) = match self.chat {
+            true => (
+                "\"delta\":{\"content\":\"",
+                b"\"},\"logprobs\":null,\"finish_reason\":null}]",
+            ),
+            false => (
+                "\"text\":\"",
+                b"\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}]",
+            ),
+        };
+        let prefix = format!(
+            "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[{{\"index\":0,{field}",
+            self.id(a),
+            self.object(a),
+            json!(a.model)
+        );
+        (prefix.into_bytes(), suffix)
+    }
+
+    pub fn write_running_usage(a: &Answer, out: &mut Vec<u8>) {
+        let (p, c) = (a.prompt_tokens, a.sent);
+        let _ = write!(
+            out,
+            ",\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c}}}",
+            p + c
+        );
+    }
+
+    /// A role or finish event (rare: content events take the pre-rendered path).
+    pub fn write_event(&self, a: &Answer, out: &mut Vec<u8>, role: bool, finish: Option<&str>) {
+        let choice = match self.chat {
+            true if role => {
+                json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})
+            }
+            true => {
+                json!({"index": 0, "delta": {"content": ""}, "logprobs": null, "finish_reason": finish})
+            }
+            false => {
+                json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish, "stop_reason": null})
+            }
+        };
+        let mut event = json!({"id": self.id(a), "object": self.object(a), "created": 0, "model": a.model, "choices": [choice]});
+        if a.continuous_usage {
+            event["usage"] = Self::usage(a);
+        }
+        out.extend_from_slice(b"data: ");
+        let _ = serde_json::to_writer(&mut *out, &event);
+        out.extend_from_slice(b"\n\n");
+    }
+
+    /// The finish event, the usage event when asked for, and `[DONE]`.
+    pub fn write_close(&self, a: &Answer, out: &mut Vec<u8>) -> bool {
+        self.write_event(a, out, false, Some("length"));
+        if a.include_usage {
+            let usage = Self::usage(a);
+            let _ = write!(out, "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[],\"usage\":{usage}}}\n\n", self.id(a), self.object(a), json!(a.model));
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        true
+    }
+
+    pub fn full_response(&self, a: &Answer) -> Value {
+        let text = answer_text(a.tokens);
+        let choice = match self.chat {
+            true => {
+                json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": "length"})
+            }
+            false => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"})
+            }
+        };
+        json!({"id": self.id(a), "object": self.object(a), "created": 0, "model": a.model, "choices": [choice], "usage": Self::usage(a)})
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Api;
     use crate::trace::TraceIds;
 
     fn record(input: Input, extra: Option<Value>) -> TraceRecord {
@@ -179,7 +304,7 @@ mod tests {
 
     fn body(api: Api, rec: &TraceRecord, opts: &BodyOptions) -> Value {
         let mut out = Vec::new();
-        write_body(api, rec, opts, None, &mut out, None).unwrap();
+        api.write_body(rec, opts, None, &mut out, None).unwrap();
         serde_json::from_slice(&out).unwrap()
     }
 
@@ -252,16 +377,19 @@ mod tests {
         assert_eq!(v["seed"], 3);
         assert_eq!(v["top_p"], 0.1);
         let mut out = Vec::new();
-        assert!(write_body(Api::OpenaiCompletions, &rec, &o, None, &mut out, None).is_err());
+        assert!(Api::OpenaiCompletions
+            .write_body(&rec, &o, None, &mut out, None)
+            .is_err());
     }
 
     /// `--save-prompts` lines hold the prompt exactly as sent: the chat user content, the
     /// completions prompt, or the messages (without tools), and survive the `extra` merge.
     #[test]
     fn saved_prompt_lines() {
-        let saved = |api, rec: &TraceRecord| {
+        let saved = |api: Api, rec: &TraceRecord| {
             let (mut out, mut line) = (Vec::new(), Vec::new());
-            write_body(api, rec, &opts(), None, &mut out, Some(&mut line)).unwrap();
+            api.write_body(rec, &opts(), None, &mut out, Some(&mut line))
+                .unwrap();
             let body: Value = serde_json::from_slice(&out).unwrap();
             (body, serde_json::from_slice::<Value>(&line).unwrap())
         };

@@ -68,7 +68,7 @@ pub struct ReplayArgs {
 
     /// Request dialect of every endpoint (default: openai-chat, or what an endpoint URL's
     /// path says; `openai` is openai-chat).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = Api::value_parser())]
     pub api: Option<Api>,
 
     /// Model name sent in each request; by default the first model of each endpoint's

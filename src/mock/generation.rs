@@ -1,14 +1,12 @@
 //! What the mock answers: one generation per request, rendered like vLLM's responses.
 
-use std::io::Write;
-
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::count_job::{CountJob, PendingCount};
-use super::dialect::Dialect;
 use super::faults::FaultPlan;
+use crate::api::{Answer, Api, Prompt, Route};
 use crate::prompt::PromptCounter;
 
 /// Timing and shape of the mock model.
@@ -85,11 +83,7 @@ enum Count {
 }
 
 impl PromptCounting {
-    fn count(
-        &self,
-        dialect: Dialect,
-        obj: &serde_json::Map<String, Value>,
-    ) -> Result<Count, String> {
+    fn count(&self, prompt: &Prompt) -> Count {
         let tokenizer = matches!(self, PromptCounting::Tokenizer(_));
         let (overhead, per_answer) = match self {
             PromptCounting::Words {
@@ -98,42 +92,43 @@ impl PromptCounting {
             } => (*chat_overhead, *turn_overhead),
             _ => (0, 0),
         };
-        match dialect {
-            Dialect::Chat => {
-                let messages = obj.get("messages").ok_or("`messages` is required")?;
-                let list = messages.as_array().ok_or("`messages` must be an array")?;
+        match *prompt {
+            Prompt::Messages {
+                messages,
+                tools,
+                system,
+            } => {
                 if tokenizer {
-                    let tools = obj.get("tools").filter(|t| !t.is_null()).cloned();
-                    return Ok(Count::Deferred(CountJob::Chat {
-                        messages: messages.clone(),
-                        tools,
-                    }));
+                    // A system prompt given beside the messages is the template's first message.
+                    let system =
+                        system.map(|s| serde_json::json!({"role": "system", "content": s}));
+                    let messages = system.into_iter().chain(messages.iter().cloned()).collect();
+                    return Count::Deferred(CountJob::Chat {
+                        messages: Value::Array(messages),
+                        tools: tools.cloned(),
+                    });
                 }
-                let words: u64 = list.iter().map(|m| count_words_in(m.get("content"))).sum();
-                let answers = list
+                let words: u64 = messages
+                    .iter()
+                    .map(|m| count_words_in(m.get("content")))
+                    .sum::<u64>()
+                    + count_words_in(system);
+                let answers = messages
                     .iter()
                     .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
                     .count() as u64;
-                Ok(Count::Known(words + overhead + answers * per_answer))
+                Count::Known(words + overhead + answers * per_answer)
             }
-            Dialect::Completions | Dialect::Tgi { .. } => {
-                let key = if dialect == Dialect::Completions {
-                    "prompt"
-                } else {
-                    "inputs"
-                };
-                let prompt = obj.get(key).ok_or(format!("`{key}` is required"))?;
-                match prompt {
-                    // Token ids are taken as they are, as vLLM does.
-                    Value::Array(items) if items.iter().all(Value::is_u64) => {
-                        Ok(Count::Known(items.len() as u64))
-                    }
-                    Value::String(text) if tokenizer => {
-                        Ok(Count::Deferred(CountJob::Completion(text.clone())))
-                    }
-                    prompt => Ok(Count::Known(count_words_in(Some(prompt)))),
+            Prompt::Text(prompt) => match prompt {
+                // Token ids are taken as they are, as vLLM does.
+                Value::Array(items) if items.iter().all(Value::is_u64) => {
+                    Count::Known(items.len() as u64)
                 }
-            }
+                Value::String(text) if tokenizer => {
+                    Count::Deferred(CountJob::Completion(text.clone()))
+                }
+                prompt => Count::Known(count_words_in(Some(prompt))),
+            },
         }
     }
 }
@@ -169,7 +164,7 @@ impl Default for MockConfig {
 /// One request being answered.
 #[derive(Debug)]
 pub struct Generation {
-    pub dialect: Dialect,
+    pub dialect: Api,
     pub stream: bool,
     /// Tokens to generate.
     pub tokens: u64,
@@ -190,6 +185,10 @@ pub struct Generation {
     pub prefill_ns: u64,
     /// `--timing-log`: this request's times on CLOCK_MONOTONIC.
     pub timing: Option<Box<Timing>>,
+    /// Its answer reports the prompt count; a stream's first event already does (see
+    /// [`crate::api::MockRequest`]).
+    reports_usage: bool,
+    usage_at_start: bool,
     include_usage: bool,
     continuous_usage: bool,
     /// Tokens already sent.
@@ -204,9 +203,9 @@ pub struct Generation {
     pub queued: bool,
     id: u64,
     model: String,
-    /// Pre-rendered text of a content event around its token text: the hot path is memcpy.
-    content_prefix: Vec<u8>,
-    content_suffix: &'static [u8],
+    /// Pre-rendered text of a content event around its token text: the hot path is memcpy
+    /// (`None`: the dialect writes its token events whole).
+    content_frame: Option<(Vec<u8>, &'static [u8])>,
 }
 
 /// A request's own timing (`--timing-log`), on CLOCK_MONOTONIC.
@@ -220,18 +219,13 @@ pub struct Timing {
     pub chunks_tokens: Vec<u64>,
 }
 
-/// Default `max_tokens` when a request gives none (vLLM's default for completions).
-const DEFAULT_MAX_TOKENS: u64 = 16;
-/// Text of one generated token.
-/// Each generated token's text.
-pub const TOKEN_TEXT: &str = " tok";
+pub use crate::api::TOKEN_TEXT;
 
 impl Generation {
-    /// Reads a request body. The mock model "emits EOS" at half of `max_tokens`, unless
-    /// `min_tokens` or `ignore_eos` ask for more: so a client that wants exact lengths must
-    /// say so, as with a real model.
+    /// Reads a request body that came to `route` of `dialect`.
     pub fn from_request(
-        dialect: Dialect,
+        dialect: Api,
+        route: &Route,
         body: &Value,
         id: u64,
         arrival_ns: u64,
@@ -240,55 +234,10 @@ impl Generation {
         let obj = body
             .as_object()
             .ok_or("request body must be a JSON object")?;
-        let uint = |k: &str| -> Result<Option<u64>, String> {
-            match obj.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .map(Some)
-                    .ok_or(format!("`{k}` must be a non-negative integer")),
-            }
-        };
-        let tokens = match dialect {
-            // TGI has no min_tokens or ignore_eos: this mock stops at max_new_tokens.
-            Dialect::Tgi { .. } => match obj.get("parameters") {
-                None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
-                Some(p) => match p.get("max_new_tokens") {
-                    None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
-                    Some(v) => v
-                        .as_u64()
-                        .ok_or("`parameters.max_new_tokens` must be a non-negative integer")?,
-                },
-            },
-            Dialect::Chat | Dialect::Completions => {
-                let max_tokens = uint("max_tokens")?
-                    .or(uint("max_completion_tokens")?)
-                    .unwrap_or(DEFAULT_MAX_TOKENS);
-                let min_tokens = uint("min_tokens")?.unwrap_or(0);
-                let ignore_eos = obj
-                    .get("ignore_eos")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false);
-                if ignore_eos || min_tokens >= max_tokens {
-                    max_tokens
-                } else {
-                    min_tokens.max(max_tokens.div_ceil(2))
-                }
-            }
-        };
-        let (prompt_tokens, count_job) = match counting.count(dialect, obj)? {
+        let req = dialect.mock_request(obj, route)?;
+        let (prompt_tokens, count_job) = match counting.count(&req.prompt) {
             Count::Known(n) => (n, None),
             Count::Deferred(job) => (0, Some(PendingCount::new(job))),
-        };
-        let stream = match dialect {
-            Dialect::Tgi { stream } => stream,
-            _ => obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        };
-        let opts = obj.get("stream_options");
-        let flag = |k: &str| {
-            opts.and_then(|o| o.get(k))
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
         };
         let model = obj
             .get("model")
@@ -297,8 +246,8 @@ impl Generation {
             .to_string();
         let mut g = Generation {
             dialect,
-            stream,
-            tokens,
+            stream: req.stream,
+            tokens: req.tokens,
             prompt_tokens,
             count_pending: count_job.is_some(),
             count_job,
@@ -307,8 +256,10 @@ impl Generation {
             cache_chain: None,
             prefill_ns: 0,
             timing: None,
-            include_usage: flag("include_usage"),
-            continuous_usage: flag("continuous_usage_stats"),
+            reports_usage: req.reports_usage,
+            usage_at_start: req.usage_at_start,
+            include_usage: req.include_usage,
+            continuous_usage: req.continuous_usage,
             sent: 0,
             closed: false,
             stop_at: u64::MAX,
@@ -316,29 +267,25 @@ impl Generation {
             queued: false,
             id,
             model,
-            content_prefix: Vec::new(),
-            content_suffix: b"",
+            content_frame: None,
         };
-        let (field, suffix): (&str, &'static [u8]) = match dialect {
-            Dialect::Chat => (
-                "\"delta\":{\"content\":\"",
-                b"\"},\"logprobs\":null,\"finish_reason\":null}]",
-            ),
-            Dialect::Completions => (
-                "\"text\":\"",
-                b"\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}]",
-            ),
-            Dialect::Tgi { .. } => return Ok(g), // events written whole (see write_tgi_event)
-        };
-        g.content_prefix = format!(
-            "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[{{\"index\":0,{field}",
-            g.id_text(),
-            g.object(),
-            json!(g.model)
-        )
-        .into_bytes();
-        g.content_suffix = suffix;
+        g.content_frame = dialect.content_frame(&g.answer());
         Ok(g)
+    }
+
+    /// The answer as the dialect renders it, now.
+    fn answer(&self) -> Answer<'_> {
+        Answer {
+            id: self.id,
+            model: &self.model,
+            stream: self.stream,
+            tokens: self.tokens,
+            sent: self.sent,
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: self.cached_tokens,
+            include_usage: self.include_usage,
+            continuous_usage: self.continuous_usage,
+        }
     }
 
     /// Number of chunks the answer is cut into.
@@ -362,14 +309,17 @@ impl Generation {
     }
 
     /// The next event would carry the prompt count, which is not known yet: a whole
-    /// response, every chunk of a stream with continuous usage, or a stream's closing usage
-    /// event (its tokens are not held: the TTFT stays as configured). TGI reports no prompt
-    /// count, so it never waits.
+    /// response, every event of a stream whose first one or each one carries it, or a
+    /// stream's closing usage event (its tokens are not held: the TTFT stays as configured).
+    /// A dialect that reports no prompt count (TGI) never waits.
     pub fn held(&self) -> bool {
-        if !self.count_pending || matches!(self.dialect, Dialect::Tgi { .. }) {
+        if !self.count_pending || !self.reports_usage {
             return false;
         }
-        !self.stream || self.continuous_usage || (self.include_usage && self.done())
+        !self.stream
+            || self.continuous_usage
+            || self.usage_at_start
+            || (self.include_usage && self.done())
     }
 
     /// Every event of the stream is written, the closing ones included.
@@ -389,157 +339,64 @@ impl Generation {
     /// written, the closing ones counted as one.
     pub fn write_due_events(&mut self, cfg: &MockConfig, now: u64, out: &mut Vec<u8>) -> u64 {
         let per = u64::from(cfg.tokens_per_chunk.max(1));
+        let dialect = self.dialect;
         let mut written = 0;
         while !self.done() && self.sent < self.stop_at && !self.held() {
             let k = self.sent / per;
             if self.chunk_due(cfg, k) > now {
                 break;
             }
-            if self.sent == 0 && self.dialect == Dialect::Chat {
-                self.write_event(out, true, None);
+            if self.sent == 0 {
+                dialect.write_open(&self.answer(), out);
             }
             let n = per.min(self.tokens - self.sent);
             self.sent += n;
-            if let Dialect::Tgi { .. } = self.dialect {
-                self.write_tgi_event(out, n);
-                written += 1;
+            written += 1;
+            let Some((prefix, suffix)) = &self.content_frame else {
+                dialect.write_tokens(&self.answer(), n, out);
                 continue;
-            }
-            out.extend_from_slice(&self.content_prefix);
+            };
+            out.extend_from_slice(prefix);
             for _ in 0..n {
                 out.extend_from_slice(TOKEN_TEXT.as_bytes());
             }
-            out.extend_from_slice(self.content_suffix);
+            out.extend_from_slice(suffix);
             if self.continuous_usage {
-                let (p, c) = (self.prompt_tokens, self.sent);
-                write!(out, ",\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c}}}", p + c).ok();
+                dialect.write_running_usage(&self.answer(), out);
             }
             out.extend_from_slice(b"}\n\n");
-            written += 1;
         }
-        if !self.done() || self.closed {
+        if !self.done() || self.closed || self.held() {
             return written;
         }
-        if matches!(self.dialect, Dialect::Tgi { .. }) {
-            self.closed = true; // TGI's last token event closes the stream
-            return written;
-        }
-        if !self.held() {
-            self.closed = true;
+        self.closed = true;
+        if dialect.write_close(&self.answer(), out) {
             written += 1;
-            self.write_event(out, false, Some("length"));
-            if self.include_usage {
-                let usage = self.usage();
-                write!(out, "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[],\"usage\":{usage}}}\n\n", self.id_text(), self.object(), json!(self.model)).ok();
-            }
-            out.extend_from_slice(b"data: [DONE]\n\n");
         }
         written
-    }
-
-    /// One TGI token event carrying `n` tokens' text; the last one also carries the whole
-    /// text and `details`, as TGI's `generate_stream` ends.
-    fn write_tgi_event(&self, out: &mut Vec<u8>, n: u64) {
-        write!(
-            out,
-            "data:{{\"index\":{},\"token\":{{\"id\":1,\"text\":\"",
-            self.sent
-        )
-        .ok();
-        for _ in 0..n {
-            out.extend_from_slice(TOKEN_TEXT.as_bytes());
-        }
-        out.extend_from_slice(b"\",\"logprob\":0.0,\"special\":false},");
-        if self.done() {
-            let text = TOKEN_TEXT.repeat(self.tokens as usize);
-            write!(
-                out,
-                "\"generated_text\":{},\"details\":{{\"finish_reason\":\"length\",\"generated_tokens\":{},\"seed\":null}}}}\n\n",
-                json!(text),
-                self.tokens
-            )
-            .ok();
-        } else {
-            out.extend_from_slice(b"\"generated_text\":null,\"details\":null}\n\n");
-        }
-    }
-
-    fn object(&self) -> &'static str {
-        match (self.dialect, self.stream) {
-            (Dialect::Chat, true) => "chat.completion.chunk",
-            (Dialect::Chat, false) => "chat.completion",
-            (Dialect::Completions | Dialect::Tgi { .. }, _) => "text_completion",
-        }
-    }
-
-    fn id_text(&self) -> String {
-        match self.dialect {
-            Dialect::Chat => format!("chatcmpl-{}", self.id),
-            Dialect::Completions | Dialect::Tgi { .. } => format!("cmpl-{}", self.id),
-        }
-    }
-
-    fn usage(&self) -> Value {
-        let mut usage = json!({"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.sent, "completion_tokens": self.sent});
-        if let Some(cached) = self.cached_tokens {
-            usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
-        }
-        usage
-    }
-
-    /// A role or finish event (rare: content events take the pre-rendered path).
-    fn write_event(&self, out: &mut Vec<u8>, role: bool, finish: Option<&str>) {
-        let choice = match self.dialect {
-            Dialect::Chat if role => {
-                json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})
-            }
-            Dialect::Chat => {
-                json!({"index": 0, "delta": {"content": ""}, "logprobs": null, "finish_reason": finish})
-            }
-            Dialect::Completions | Dialect::Tgi { .. } => {
-                json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish, "stop_reason": null})
-            }
-        };
-        let mut event = json!({"id": self.id_text(), "object": self.object(), "created": 0, "model": self.model, "choices": [choice]});
-        if self.continuous_usage {
-            event["usage"] = self.usage();
-        }
-        out.extend_from_slice(b"data: ");
-        serde_json::to_writer(&mut *out, &event).ok();
-        out.extend_from_slice(b"\n\n");
     }
 
     /// The whole non-streamed answer.
     pub fn full_response(&mut self) -> Value {
         self.sent = self.tokens;
-        let text = TOKEN_TEXT.repeat(self.tokens as usize);
-        if let Dialect::Tgi { .. } = self.dialect {
-            return json!({"generated_text": text, "details": {"finish_reason": "length", "generated_tokens": self.tokens, "seed": null}});
-        }
-        let choice = match self.dialect {
-            Dialect::Chat => {
-                json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": "length"})
-            }
-            Dialect::Completions | Dialect::Tgi { .. } => {
-                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"})
-            }
-        };
-        json!({"id": self.id_text(), "object": self.object(), "created": 0, "model": self.model, "choices": [choice], "usage": self.usage()})
+        self.dialect.full_response(&self.answer())
     }
 }
 
 /// The words of a request's prompt (its messages' contents, or its prompt): the prefill work
 /// of a prompt whose token count is not known yet (one word a token in synthetic prompts).
-pub fn prompt_words(dialect: Dialect, body: &Value) -> u64 {
-    match dialect {
-        Dialect::Chat => body["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|m| count_words_in(m.get("content")))
-            .sum(),
-        Dialect::Completions => count_words_in(body.get("prompt")),
-        Dialect::Tgi { .. } => count_words_in(body.get("inputs")),
+pub fn prompt_words(prompt: &Prompt) -> u64 {
+    match *prompt {
+        Prompt::Messages {
+            messages, system, ..
+        } => {
+            messages
+                .iter()
+                .map(|m| count_words_in(m.get("content")))
+                .sum::<u64>()
+                + count_words_in(system)
+        }
+        Prompt::Text(prompt) => count_words_in(Some(prompt)),
     }
 }
 
@@ -588,7 +445,8 @@ fn count_words(s: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Api, EventScanner};
+    use crate::api::EventScanner;
+    use serde_json::json;
 
     #[test]
     fn count_words_agrees_with_split_ascii_whitespace() {
@@ -609,9 +467,10 @@ mod tests {
         }
     }
 
-    fn gen(body: Value, dialect: Dialect) -> Generation {
+    fn gen(body: Value, dialect: Api) -> Generation {
         Generation::from_request(
             dialect,
+            &dialect.routes()[0],
             &body,
             1,
             0,
@@ -638,9 +497,16 @@ mod tests {
                 messages.push(json!({"role": "user", "content": " c"}));
             }
             let body = json!({"messages": messages, "max_tokens": 4});
-            Generation::from_request(Dialect::Chat, &body, 1, 0, &counting)
-                .unwrap()
-                .prompt_tokens
+            Generation::from_request(
+                Api::OpenaiChat,
+                &Api::OpenaiChat.routes()[0],
+                &body,
+                1,
+                0,
+                &counting,
+            )
+            .unwrap()
+            .prompt_tokens
         };
         assert_eq!(turns(0), 2 + 8);
         assert_eq!(turns(1), 2 + 3 + 1 + 8 + 10);
@@ -651,7 +517,7 @@ mod tests {
     fn output_length_rules() {
         let g = gen(
             json!({"messages": [{"role": "user", "content": " a b c"}], "max_tokens": 10}),
-            Dialect::Chat,
+            Api::OpenaiChat,
         );
         assert_eq!(
             (g.tokens, g.prompt_tokens),
@@ -660,16 +526,17 @@ mod tests {
         );
         let g = gen(
             json!({"messages": [], "max_tokens": 10, "min_tokens": 10}),
-            Dialect::Chat,
+            Api::OpenaiChat,
         );
         assert_eq!(g.tokens, 10);
         let g = gen(
             json!({"prompt": "x y", "max_tokens": 10, "ignore_eos": true}),
-            Dialect::Completions,
+            Api::OpenaiCompletions,
         );
         assert_eq!((g.tokens, g.prompt_tokens), (10, 2));
         assert!(Generation::from_request(
-            Dialect::Chat,
+            Api::OpenaiChat,
+            &Api::OpenaiChat.routes()[0],
             &json!({"max_tokens": 1}),
             1,
             0,
@@ -677,7 +544,8 @@ mod tests {
         )
         .is_err());
         assert!(Generation::from_request(
-            Dialect::Completions,
+            Api::OpenaiCompletions,
+            &Api::OpenaiCompletions.routes()[0],
             &json!({"prompt": "a", "max_tokens": -1}),
             1,
             0,
@@ -697,7 +565,15 @@ mod tests {
         let cfg = MockConfig::default();
         let body = json!({"prompt": "hello world", "max_tokens": 4, "ignore_eos": true,
                           "stream": true, "stream_options": {"include_usage": true}});
-        let mut g = Generation::from_request(Dialect::Completions, &body, 1, 0, &counting).unwrap();
+        let mut g = Generation::from_request(
+            Api::OpenaiCompletions,
+            &Api::OpenaiCompletions.routes()[0],
+            &body,
+            1,
+            0,
+            &counting,
+        )
+        .unwrap();
         let job = g.count_job.take().expect("deferred");
         let mut out = Vec::new();
         assert_eq!(
@@ -726,7 +602,15 @@ mod tests {
         // Without include_usage nothing carries the count, so nothing waits.
         let body = json!({"prompt": "hello world", "max_tokens": 4, "ignore_eos": true,
                           "stream": true});
-        let mut g = Generation::from_request(Dialect::Completions, &body, 1, 0, &counting).unwrap();
+        let mut g = Generation::from_request(
+            Api::OpenaiCompletions,
+            &Api::OpenaiCompletions.routes()[0],
+            &body,
+            1,
+            0,
+            &counting,
+        )
+        .unwrap();
         assert_eq!(g.write_due_events(&cfg, u64::MAX, &mut out), 5);
         assert!(g.closed());
     }
@@ -742,7 +626,7 @@ mod tests {
         };
         let mut g = gen(
             json!({"messages": [{"role": "user", "content": "a b"}], "max_tokens": 5, "min_tokens": 5, "stream": true, "stream_options": {"include_usage": true}}),
-            Dialect::Chat,
+            Api::OpenaiChat,
         );
         let mut out = Vec::new();
         assert_eq!(g.write_due_events(&cfg, 9, &mut out), 0);

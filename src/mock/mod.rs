@@ -9,7 +9,6 @@
 mod arrival;
 mod count_job;
 mod counting;
-pub(crate) mod dialect;
 mod emit;
 mod faults;
 mod generation;
@@ -19,7 +18,6 @@ mod request;
 mod token_cache;
 mod workers;
 
-pub use dialect::Dialect;
 pub use faults::{FaultKind, FaultPlan};
 pub use generation::{
     prompt_words, Generation, MockConfig, PromptCounting, Timing, APPROXIMATE_COUNT_HEADER,
@@ -58,10 +56,8 @@ pub struct MockStats {
     pub requests: u64,
     pub tokens: u64,
     pub writes: u64,
-    /// Generation requests per dialect: chat, completions, TGI.
-    pub chat_requests: u64,
-    pub completion_requests: u64,
-    pub tgi_requests: u64,
+    /// Generation requests per dialect (by `--api` name).
+    pub requests_by_api: std::collections::BTreeMap<&'static str, u64>,
     /// TLS handshakes completed, and how many of them resumed an earlier session.
     pub tls_handshakes: u64,
     pub tls_resumed: u64,
@@ -70,6 +66,13 @@ pub struct MockStats {
     /// `--cache-blocks`: prompt words looked up in the prefix cache, and those found.
     pub prefix_queries: u64,
     pub prefix_hits: u64,
+}
+
+impl MockStats {
+    /// Generation requests in dialect `api` (its `--api` name).
+    pub fn requests_of(&self, api: &str) -> u64 {
+        self.requests_by_api.get(api).copied().unwrap_or(0)
+    }
 }
 
 /// A mock running on its own thread.

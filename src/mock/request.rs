@@ -83,21 +83,22 @@ impl MockLoop {
         // A pipelined next request is already here.
         conn.arrived_ns = (!conn.input.is_empty()).then_some(now);
         self.stats.requests += 1;
-        let dialect = match (method.as_str(), path.as_str()) {
-            ("POST", "/v1/chat/completions") => Dialect::Chat,
-            ("POST", "/v1/completions") => Dialect::Completions,
-            ("POST", "/generate_stream") => Dialect::Tgi { stream: true },
-            ("POST", "/generate") => Dialect::Tgi { stream: false },
-            ("GET", "/info") => {
+        let served = crate::api::REGISTRY.iter().find_map(|&api| {
+            let route = api.routes().iter().find(|r| r.path == path)?;
+            Some((api, *route))
+        });
+        let (dialect, route) = match (method.as_str(), path.as_str(), served) {
+            ("POST", _, Some(served)) => served,
+            ("GET", "/info", _) => {
                 let info = json!({"model_id": cfg.model, "model_dtype": "mock", "max_input_tokens": 1_000_000, "max_total_tokens": 2_000_000, "version": "llmreplay-mock"});
                 respond_json(conn, 200, &info);
                 return true;
             }
-            ("GET", "/health") => {
+            ("GET", "/health", _) => {
                 write_response(&mut conn.output, 200, "text/plain", "", b"");
                 return true;
             }
-            ("GET", "/metrics") => {
+            ("GET", "/metrics", _) => {
                 let text = metrics::exposition(&metrics::Levels {
                     model: &cfg.model,
                     running: self.running,
@@ -108,22 +109,12 @@ impl MockLoop {
                 write_response(&mut conn.output, 200, kind, "", text.as_bytes());
                 return true;
             }
-            ("GET", "/v1/models") => {
+            ("GET", "/v1/models", _) => {
                 let models = json!({"object": "list", "data": [{"id": cfg.model, "object": "model", "created": 0, "owned_by": "llmreplay-mock"}]});
                 respond_json(conn, 200, &models);
                 return true;
             }
-            (
-                _,
-                "/v1/chat/completions"
-                | "/v1/completions"
-                | "/generate"
-                | "/generate_stream"
-                | "/health"
-                | "/metrics"
-                | "/v1/models"
-                | "/info",
-            ) => {
+            (_, "/health" | "/metrics" | "/v1/models" | "/info", _) | (_, _, Some(_)) => {
                 respond_json(
                     conn,
                     405,
@@ -144,20 +135,25 @@ impl MockLoop {
             let text = String::from_utf8_lossy(&body).into_owned();
             self.stats.bodies.push((path.clone(), text));
         }
-        match dialect {
-            Dialect::Chat => self.stats.chat_requests += 1,
-            Dialect::Completions => self.stats.completion_requests += 1,
-            Dialect::Tgi { .. } => self.stats.tgi_requests += 1,
-        }
+        *self
+            .stats
+            .requests_by_api
+            .entry(dialect.name())
+            .or_default() += 1;
         let cache = &mut self.prefix_cache;
         let stats = &mut self.stats;
         let parsed = serde_json::from_slice::<Value>(&body)
             .map_err(|e| format!("invalid JSON body: {e}"))
             .and_then(|v| {
-                let mut g = Generation::from_request(dialect, &v, id, now, &cfg.counting)?;
-                let uncached = match cache.as_mut() {
-                    Some(cache) => {
-                        let (hits, queries, chain) = cache.serve_request(dialect, &v);
+                let mut g = Generation::from_request(dialect, &route, &v, id, now, &cfg.counting)?;
+                // The prompt as the dialect holds it (read again: it borrows the body).
+                let prompt = v
+                    .as_object()
+                    .and_then(|obj| dialect.mock_request(obj, &route).ok())
+                    .map(|req| req.prompt);
+                let uncached = match (cache.as_mut(), prompt) {
+                    (Some(cache), Some(prompt)) => {
+                        let (hits, queries, chain) = cache.serve_request(&prompt);
                         g.cache_chain = Some(chain);
                         // With --tokenizer, the token cache reports the hits (the words'
                         // serve the prefill time).
@@ -169,8 +165,8 @@ impl MockLoop {
                         queries - hits
                     }
                     // A prompt still to count: its words, one a token in synthetic prompts.
-                    None if g.count_job.is_some() => prompt_words(dialect, &v),
-                    None => g.prompt_tokens,
+                    (None, Some(prompt)) if g.count_job.is_some() => prompt_words(&prompt),
+                    _ => g.prompt_tokens,
                 };
                 g.prefill_ns = uncached * cfg.prefill_ns_per_token;
                 Ok(g)

@@ -51,6 +51,16 @@ pub enum PromptMode {
     TokenIds,
 }
 
+impl PromptMode {
+    /// The name `--prompt-mode` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            PromptMode::Text => "text",
+            PromptMode::TokenIds => "token-ids",
+        }
+    }
+}
+
 /// Where prompt text comes from (`--prompt-source`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -6,12 +6,13 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Map, Value};
 
 use super::setup::Fleet;
-use crate::api::{Api, EventScanner};
+use crate::api::{Api, BodyOptions, EventScanner};
 use crate::error::{Error, Result};
 use crate::http::blocking::KeptConnection;
+use crate::trace::{Input, TraceIds, TraceRecord};
 
 /// Words in the probe prompt: several blocks of any server's cache (vLLM 16, SGLang 1,
 /// llama.cpp 1, the mock's --cache-block-size).
@@ -22,7 +23,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Each endpoint's cached tokens on the second of two identical requests; the error names
 /// the endpoint and what its answer said.
-pub fn require_cache_report(fleet: &Fleet) -> Result<Vec<u64>> {
+pub fn require_cache_report(
+    fleet: &Fleet,
+    extra_body: Option<&Map<String, Value>>,
+) -> Result<Vec<u64>> {
     let prompt: String = (0..PROBE_WORDS)
         .map(|i| ["the", "cache", "probe", "of", "llmreplay", "run"][i % 6])
         .collect::<Vec<_>>()
@@ -38,7 +42,7 @@ pub fn require_cache_report(fleet: &Fleet) -> Result<Vec<u64>> {
                 e.url
             ))
         };
-        let body = probe_body(spec.api, &fleet.models[i], &prompt);
+        let body = probe_body(spec.api, &fleet.models[i], &prompt, extra_body)?;
         let path = e.request_path(spec.api.path(false));
         let headers = fleet.headers.for_endpoint(e);
         let scanner = EventScanner::new(spec.api);
@@ -73,16 +77,34 @@ pub fn require_cache_report(fleet: &Fleet) -> Result<Vec<u64>> {
     Ok(seen)
 }
 
-fn probe_body(api: Api, model: &str, prompt: &str) -> Vec<u8> {
-    let body = match api {
-        Api::OpenaiChat => json!({
-            "model": model, "max_tokens": 1, "stream": false,
-            "messages": [{"role": "user", "content": prompt}],
-        }),
-        Api::OpenaiCompletions => json!({
-            "model": model, "max_tokens": 1, "stream": false, "prompt": prompt,
-        }),
-        Api::Tgi => json!({"inputs": prompt, "parameters": {"max_new_tokens": 1}}),
+/// The probe's body: the dialect's own body for a one-token answer to `prompt`, with the
+/// run's `--extra-body` (a `{"cache_prompt": false}` must fail the check, not pass it).
+fn probe_body(
+    api: Api,
+    model: &str,
+    prompt: &str,
+    extra_body: Option<&Map<String, Value>>,
+) -> Result<Vec<u8>> {
+    let record = TraceRecord {
+        index: 0,
+        line: 0,
+        timestamp_ms: None,
+        input: Input::Text {
+            text: prompt.to_string(),
+            input_length: None,
+        },
+        output_length: Some(1),
+        ids: TraceIds::default(),
+        extra: None,
     };
-    body.to_string().into_bytes()
+    let opts = BodyOptions {
+        model_json: Value::from(model).to_string(),
+        stream: false,
+        exact_output: false,
+        extra_body: extra_body.cloned(),
+    };
+    let mut body = Vec::new();
+    api.write_body(&record, &opts, None, &mut body, None)
+        .map_err(|e| Error::Run(format!("--require-cache-report: the probe body: {e}")))?;
+    Ok(body)
 }

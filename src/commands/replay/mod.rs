@@ -106,7 +106,7 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     let mock = setup::start_mock(plan, &prompts, say)?;
     let fleet = setup::connect(plan, mock.as_ref())?;
     if plan.sessions.require_cache_report {
-        let cached = cache_check::require_cache_report(&fleet)?;
+        let cached = cache_check::require_cache_report(&fleet, plan.extra_body.as_ref())?;
         say.say(format!(
             "cache report: a repeated prompt found {} cached tokens (per endpoint)",
             cached
