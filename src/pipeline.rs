@@ -88,13 +88,11 @@ impl PreparedRequest {
 
     /// An empty request for turn `link`, due at `at` (unit tests of the sender's sessions).
     #[cfg(test)]
-    pub fn turn_for_test(
-        index: u64,
-        at: u64,
-        link: crate::session::SessionLink,
-    ) -> PreparedRequest {
+    pub fn turn_for_test(index: u64, at: u64, link: crate::session::SessionLink) -> Self {
+        let turn = crate::session::SessionTurn::new(link, at);
+        let session = Some(Box::new(turn));
         PreparedRequest {
-            session: Some(Box::new(crate::session::SessionTurn::new(link, at))),
+            session,
             ..Self::empty_for_test(index, at)
         }
     }
