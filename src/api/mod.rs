@@ -38,6 +38,7 @@ dialects![
     openai_chat::OpenaiChat,
     openai_completions::OpenaiCompletions,
     tgi::Tgi,
+    anthropic::AnthropicMessages,
 ];
 
 /// What one API dialect is, for the client and for the mock.
