@@ -2,10 +2,17 @@
 //! of its own) is validated and scanned in full, then its first seconds are replayed against
 //! the mock, and the whole process's peak RSS, as the kernel counts it, stays under 200 MB
 //! (the effective schedule, too, is computed by streaming the trace again).
+//!
+//! The one test kept out of the suite's binary (`tests/suite/`), on purpose: the kernel
+//! starts an exec'd child's peak RSS at the peak of the process that spawned it (the spawner's
+//! image is the "old mm" at exec), so a child of the big, busy suite process would read
+//! hundreds of MB it never used. A small binary of its own keeps the figure the replay's.
 
 use std::io::Write;
 use std::process::Stdio;
 
+#[path = "suite/common/mod.rs"]
+#[allow(dead_code)] // this binary uses a few of the suite's helpers
 mod common;
 use common::{bin, read_jsonl, temp_dir, tokenizer};
 

@@ -1,0 +1,203 @@
+//! Generated tokens carried forward (`--carry-forward on`, the default): against a mock whose
+//! prefix cache keeps generated tokens (as vLLM's does), each turn of a Bailian chain finds
+//! its parent's prompt and answer cached, so the observed hits equal the planned ones; with
+//! `--carry-forward off` they fall short by the parent's answer, and the summary says so.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::common;
+use common::{read_jsonl, temp_dir};
+use llmreplay::mock::{MockConfig, MockServer};
+
+const ANSWER: u64 = 32;
+
+/// Chains of 3 turns as Bailian records them: a child's hash ids are its parent's, then
+/// blocks for the parent's answer and for the new message (32 tokens each).
+fn chains(n: i64) -> Vec<Value> {
+    let mut records = Vec::new();
+    let mut next = 0u64;
+    for conv in 0..n {
+        let mut ids: Vec<u64> = Vec::new();
+        let mut parent = -1;
+        for turn in 1..=3i64 {
+            // The root's 64 tokens; then 2 blocks for the answer and 2 for the message.
+            ids.extend(next..next + 4);
+            next += 4;
+            let chat = conv * 10 + turn;
+            records.push(json!({
+                "chat_id": chat, "parent_chat_id": parent,
+                "timestamp": conv as f64 * 0.01 + turn as f64 * 0.05,
+                "input_length": ids.len() * 16, "output_length": ANSWER,
+                "type": "text", "turn": turn, "hash_ids": ids,
+            }));
+            parent = chat;
+        }
+    }
+    common::by_timestamp(records)
+}
+
+/// The replay's arguments against one mock.
+fn args(trace: &Path, out: &Path, mock: &MockServer, api: &str, extra: &[&str]) -> Vec<String> {
+    let tokenizer = common::tokenizer("qwen3");
+    let endpoint = format!("http://{}", mock.addr());
+    let head = [
+        "--trace",
+        trace.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--tokenizer",
+        tokenizer.to_str().unwrap(),
+        "--api",
+        api,
+        "--model",
+        "m",
+        "--endpoint",
+        &endpoint,
+    ];
+    head.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
+fn run(dir: &Path, name: &str, carry: &str) -> (Vec<Value>, Value, String) {
+    let trace = dir.join(format!("{name}.jsonl"));
+    let lines: Vec<String> = chains(6).iter().map(Value::to_string).collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let cfg = MockConfig {
+        ttft_ns: 5_000_000,
+        itl_ns: 100_000,
+        prefix_cache: Some((100_000, 16)),
+        ..MockConfig::default()
+    };
+    let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let out = dir.join(name);
+    let extra = ["--server-block-size", "16", "--carry-forward", carry];
+    let args = args(&trace, &out, &mock, "openai-completions", &extra);
+    let outcome = common::replay_in_process(&args);
+    assert_eq!(outcome.summary.ok, 18, "every turn answered");
+    mock.stop().unwrap();
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let table = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    (read_jsonl(&out.join("requests.jsonl")), summary, table)
+}
+
+fn rounds(summary: &Value) -> Vec<Value> {
+    summary["sessions"]["rounds"].as_array().unwrap().clone()
+}
+
+#[test]
+fn carried_answers_make_the_observed_hits_the_planned_ones() {
+    let dir = temp_dir("carry-forward");
+    let (rows, summary, table) = run(&dir, "on", "on");
+    for r in rows.iter().filter(|r| r["turn"].as_u64() > Some(0)) {
+        let input = r["input_tokens"].as_u64().unwrap();
+        // The parent's prompt and its answer, then the turn's own 32 new tokens.
+        assert_eq!(r["carried_tokens"].as_u64(), Some(input - 32), "{r}");
+        assert_eq!(
+            r["prompt_tokens"].as_u64(),
+            Some(input),
+            "length stays exact: {r}"
+        );
+        assert_eq!(r["planned_cached_tokens"].as_u64(), Some(input - 32), "{r}");
+        assert_eq!(r["cached_tokens"], r["planned_cached_tokens"], "{r}");
+        assert_eq!(r["hit_share_diff"].as_f64(), Some(0.0), "{r}");
+    }
+    let on = rounds(&summary);
+    assert_eq!(on.len(), 2, "{summary}");
+    for round in &on {
+        assert_eq!(round["requests"], 6);
+        assert!(
+            round["diff_points"].as_f64().unwrap().abs() <= 0.5,
+            "{round}"
+        );
+    }
+    assert_eq!(summary["sessions"]["carried_forward"], 12);
+    assert_eq!(summary["sessions"]["conversations"], 6);
+    assert!(
+        table.contains("Round 1 prefix hits planned / seen:"),
+        "{table}"
+    );
+
+    // Off: each turn misses its parent's answer (the blocks in its place are synthetic).
+    let (rows, summary, table) = run(&dir, "off", "off");
+    for r in rows.iter().filter(|r| r["turn"].as_u64() > Some(0)) {
+        assert!(r.get("carried_tokens").is_none(), "{r}");
+        let planned = r["planned_cached_tokens"].as_u64().unwrap();
+        assert_eq!(r["cached_tokens"].as_u64(), Some(planned - ANSWER), "{r}");
+    }
+    for round in rounds(&summary) {
+        let input = round["planned_cached_tokens"].as_f64().unwrap()
+            / round["planned_hit_share"].as_f64().unwrap();
+        let short = ANSWER as f64 * 6.0 / input * 100.0;
+        assert!(
+            (round["diff_points"].as_f64().unwrap() + short).abs() < 0.01,
+            "{round}"
+        );
+    }
+    assert!(
+        table.contains("Round 2 prefix hits planned / seen:"),
+        "{table}"
+    );
+}
+
+/// `replay ARGS` in this process, its error kept.
+fn replay(
+    args: &[String],
+) -> Result<llmreplay::commands::replay::RunOutcome, llmreplay::error::Error> {
+    use clap::Parser;
+    let all = ["llmreplay", "replay", "--quiet"]
+        .into_iter()
+        .map(String::from);
+    let cli = llmreplay::cli::Cli::parse_from(all.chain(args.iter().cloned()));
+    let llmreplay::cli::Command::Replay(args) = cli.command else {
+        panic!("replay")
+    };
+    llmreplay::commands::replay::run(&llmreplay::plan::ReplayPlan::from_args(&args)?)
+}
+
+#[test]
+fn require_cache_report_stops_before_the_run_when_the_server_reports_no_cached_tokens() {
+    let dir = temp_dir("cache-report");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = chains(2).iter().map(Value::to_string).collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    for (cache, api) in [
+        (None, "openai-chat"),
+        (Some((1000, 16)), "openai-completions"),
+    ] {
+        let cfg = MockConfig {
+            prefix_cache: cache,
+            ..MockConfig::default()
+        };
+        let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+        let out = dir.join(format!("run-{api}"));
+        let args = args(&trace, &out, &mock, api, &["--require-cache-report"]);
+        let result = replay(&args);
+        let stats = mock.stop().unwrap();
+        match cache {
+            None => {
+                let err = result
+                    .err()
+                    .expect("no cached tokens: the run must not start");
+                let text = err.to_string();
+                assert!(
+                    text.contains("--require-cache-report: endpoint http://127.0.0.1:"),
+                    "{text}"
+                );
+                assert!(text.contains("cached_tokens"), "{text}");
+                assert_eq!(err.exit_code(), 2);
+                assert_eq!(
+                    stats.requests, 2,
+                    "the probe pair, and nothing of the trace"
+                );
+                assert!(!out.join("requests.jsonl").exists());
+            }
+            Some(_) => {
+                let outcome = result.expect("the cache reports: the run goes on");
+                assert_eq!(outcome.summary.ok, 6);
+                assert_eq!(stats.requests, 2 + 6);
+            }
+        }
+    }
+}

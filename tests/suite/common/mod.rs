@@ -1,0 +1,246 @@
+//! Helpers shared by the integration tests: paths to the bundled data, scratch directories,
+//! the built binary, and a mock server in a child process. Tests read nothing outside the
+//! repository (`tests/data/` and `assets/`, each with its SOURCE.md).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+/// The bundled tokenizer families: byte-level BPE (Qwen3) and SentencePiece/Metaspace BPE
+/// (Mistral v1).
+pub const TOKENIZERS: [&str; 2] = ["qwen3", "mistral"];
+
+/// A Mooncake FAST'25 trace bundled in `tests/data/mooncake/`.
+pub fn mooncake(name: &str) -> PathBuf {
+    repo("tests/data/mooncake").join(name)
+}
+
+/// The directory of a bundled tokenizer family (one of [`TOKENIZERS`]).
+pub fn tokenizer(family: &str) -> PathBuf {
+    match family {
+        "qwen3" => repo("assets/tokenizers/qwen3"),
+        "mistral" => repo("tests/data/tokenizers/mistral"),
+        other => panic!("no bundled tokenizer {other:?}"),
+    }
+}
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// A trace of `n` text records (`"a b c"`, 3 tokens) `every_ms` apart, each asking for
+/// `output` tokens, written into `dir`.
+pub fn text_trace(dir: &Path, n: u64, every_ms: u64, output: u64) -> PathBuf {
+    let path = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": {output}}}"#,
+                i * every_ms
+            )
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+/// Bailian-style conversations of 3 turns: conversation c's turn t (1-based) is chat
+/// `c * 10 + t`, answering the turn before, at `c * conv_every_s + t * turn_every_s`; each
+/// turn's hash ids hold the history (its parent's blocks, then two new ones). Unsorted.
+pub fn bailian_chains(n: i64, conv_every_s: f64, turn_every_s: f64, output: u64) -> Vec<Value> {
+    let mut records = Vec::new();
+    let mut next_block = 0u64;
+    for conv in 0..n {
+        let mut parent = -1i64;
+        let mut history: Vec<u64> = Vec::new();
+        for turn in 1..=3i64 {
+            let chat = conv * 10 + turn;
+            history.extend(next_block..next_block + 2);
+            next_block += 2;
+            records.push(serde_json::json!({
+                "chat_id": chat, "parent_chat_id": parent,
+                "timestamp": conv as f64 * conv_every_s + turn as f64 * turn_every_s,
+                "input_length": history.len() * 16, "output_length": output,
+                "type": "text", "turn": turn, "hash_ids": history,
+            }));
+            parent = chat;
+        }
+    }
+    records
+}
+
+/// Records in timestamp order, as a trace file holds them.
+pub fn by_timestamp(mut records: Vec<Value>) -> Vec<Value> {
+    records.sort_by(|a, b| {
+        a["timestamp"]
+            .as_f64()
+            .partial_cmp(&b["timestamp"].as_f64())
+            .unwrap()
+    });
+    records
+}
+
+/// The plan of `llmreplay replay --quiet ARGS`.
+pub fn replay_plan(args: &[String]) -> llmreplay::plan::ReplayPlan {
+    use clap::Parser;
+    let cli = llmreplay::cli::Cli::parse_from(
+        ["llmreplay", "replay", "--quiet"]
+            .into_iter()
+            .map(String::from)
+            .chain(args.iter().cloned()),
+    );
+    let llmreplay::cli::Command::Replay(args) = cli.command else {
+        panic!("replay")
+    };
+    llmreplay::plan::ReplayPlan::from_args(&args).unwrap()
+}
+
+/// `llmreplay replay --quiet ARGS` run in this process (the library, no child process).
+pub fn replay_in_process(args: &[String]) -> llmreplay::commands::replay::RunOutcome {
+    llmreplay::commands::replay::run(&replay_plan(args)).unwrap()
+}
+
+/// A fresh, empty scratch directory, never another call's (tests of one binary run side by
+/// side, and a test may ask for the same name again).
+pub fn temp_dir(name: &str) -> PathBuf {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "llmreplay-test-{name}-{}-{call}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The built `llmreplay` binary.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_llmreplay"))
+}
+
+/// `llmreplay replay --mock --quiet` (a 1 ms time to first token) of `trace` into the run
+/// directory `out` (add options with `.args`).
+pub fn replay_mock(trace: impl AsRef<std::ffi::OsStr>, out: &Path) -> Command {
+    let mut cmd = bin();
+    cmd.args([
+        "replay",
+        "--mock",
+        "--quiet",
+        "--mock-ttft-ms",
+        "1",
+        "--trace",
+    ])
+    .arg(trace)
+    .arg("--output")
+    .arg(out);
+    cmd
+}
+
+/// `llmreplay replay --quiet` of `trace` against `mock` into the run directory `out` (add
+/// options with `.args`).
+/// A path as an argument.
+pub fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+pub fn replay_against(mock: &MockProcess, trace: &Path, out: &Path) -> Command {
+    let mut cmd = bin();
+    cmd.args([
+        "replay",
+        "--quiet",
+        "--model",
+        "m",
+        "--endpoint",
+        &mock.url(),
+    ])
+    .arg("--trace")
+    .arg(trace)
+    .arg("--output")
+    .arg(out);
+    cmd
+}
+
+/// `llmreplay mock` in a child process on a free loopback port; killed when dropped.
+pub struct MockProcess {
+    child: Child,
+    pub addr: String,
+}
+
+impl MockProcess {
+    pub fn start(args: &[&str]) -> MockProcess {
+        let mut child = bin()
+            .args(["mock", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let addr = first
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("mock's first line: {first:?}"))
+            .to_string();
+        MockProcess { child, addr }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for MockProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback HTTP server that answers every request with `answer(request head and body)`
+/// and closes the connection: for servers that misbehave in ways the mock does not. Its
+/// thread lives as long as the test process.
+pub fn canned_server(answer: fn(&[u8]) -> Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 8192];
+            // The head, then as many body bytes as it announces.
+            while let Ok(n) = conn.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+            }
+            let _ = conn.write_all(&answer(&request));
+        }
+    });
+    format!("http://{addr}")
+}

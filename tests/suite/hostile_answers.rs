@@ -1,0 +1,138 @@
+//! Answers that are not answers: a success status whose body yields no output token, or that
+//! the dialect cannot read, is a typed failure (`empty` or `protocol`) with the body's first
+//! bytes in its message, and a run of nothing else fails.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::common;
+use common::{bin, canned_server, read_jsonl, temp_dir, text_trace};
+
+fn run(endpoint: &str, dir: &Path, name: &str, extra: &[&str]) -> (Output, Vec<Value>, Value) {
+    let out = dir.join(name);
+    let output = bin()
+        .args(["replay", "--quiet", "--model", "m", "--endpoint", endpoint])
+        .arg("--trace")
+        .arg(text_trace(dir, 5, 1, 4))
+        .arg("--output")
+        .arg(&out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    let summary = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json")).unwrap_or_else(|_| "{}".into()),
+    )
+    .unwrap();
+    (output, records, summary)
+}
+
+/// Every record failed with `kind`, its message holding `excerpt`; the summary counts them and
+/// the run's exit status says nothing succeeded.
+fn all_failed(case: &str, got: (Output, Vec<Value>, Value), kind: &str, excerpt: &str) {
+    let (output, records, summary) = got;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(records.len(), 5, "{case}: {stderr}");
+    for r in &records {
+        assert_eq!(r["error"]["kind"], kind, "{case}: {r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.contains(excerpt), "{case}: {message}");
+    }
+    assert_eq!(summary["requests"]["ok"], 0, "{case}");
+    assert_eq!(summary["requests"]["by_error_kind"][kind], 5, "{case}");
+    assert_eq!(
+        output.status.code(),
+        Some(llmreplay::NO_SUCCESS_EXIT_CODE),
+        "{case}: {stderr}"
+    );
+    assert!(stderr.contains("no request succeeded"), "{case}: {stderr}");
+}
+
+fn head(content_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut r = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body);
+    r
+}
+
+#[test]
+fn a_stream_of_only_done_is_empty() {
+    let dir = temp_dir("answers-done");
+    let url = canned_server(|_| head("text/event-stream", b"data: [DONE]\n\n"));
+    let got = run(&format!("{url}/v1/chat/completions"), &dir, "run", &[]);
+    all_failed("[DONE] only", got, "empty", "[DONE]");
+}
+
+#[test]
+fn an_html_page_with_a_200_is_a_protocol_error_streamed_or_not() {
+    let dir = temp_dir("answers-html");
+    let url = canned_server(|_| head("text/html", b"<html><body>Welcome to nginx!</body></html>"));
+    let endpoint = format!("{url}/v1/chat/completions");
+    let got = run(&endpoint, &dir, "stream", &[]);
+    all_failed("html, stream", got, "protocol", "Welcome to nginx");
+    let got = run(&endpoint, &dir, "whole", &["--no-stream"]);
+    all_failed("html, whole body", got, "protocol", "Welcome to nginx");
+}
+
+#[test]
+fn gzip_bytes_with_a_200_are_a_protocol_error() {
+    let dir = temp_dir("answers-gzip");
+    let url = canned_server(|_| {
+        head(
+            "application/json",
+            &[
+                0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, b'x', b'y',
+            ],
+        )
+    });
+    let endpoint = format!("{url}/v1/completions");
+    let got = run(&endpoint, &dir, "whole", &["--no-stream"]);
+    all_failed("gzip body", got, "protocol", "not openai-completions JSON");
+}
+
+#[test]
+fn a_json_answer_without_text_or_usage_is_empty() {
+    let dir = temp_dir("answers-nothing");
+    let url = canned_server(|_| {
+        head(
+            "application/json",
+            br#"{"choices":[{"message":{"content":""}}],"usage":{"prompt_tokens":3,"completion_tokens":0}}"#,
+        )
+    });
+    let got = run(
+        &format!("{url}/v1/chat/completions"),
+        &dir,
+        "run",
+        &["--no-stream"],
+    );
+    all_failed("no text", got, "empty", "completion_tokens");
+}
+
+/// The TGI dialect pointed at a server that answers OpenAI chunks on every path reads no token
+/// in its events; the chat dialect reads every one.
+#[test]
+fn the_tgi_dialect_against_an_openai_server_is_empty() {
+    let dir = temp_dir("answers-tgi");
+    let url = canned_server(|_| {
+        let mut body = String::new();
+        for word in ["a", "b", "c", "d"] {
+            body += &format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" {word}\"}}}}]}}\n\n"
+            );
+        }
+        body += "data: [DONE]\n\n";
+        head("text/event-stream", body.as_bytes())
+    });
+    let got = run(&url, &dir, "tgi", &["--api", "tgi"]);
+    all_failed("tgi at openai", got, "empty", "4 were asked for");
+    let (output, records, _) = run(&format!("{url}/v1/chat/completions"), &dir, "chat", &[]);
+    assert!(output.status.success());
+    assert!(records
+        .iter()
+        .all(|r| r["error"].is_null() && r["output_tokens"] == 4));
+}

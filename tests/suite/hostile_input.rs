@@ -1,0 +1,152 @@
+//! Hostile traces: every bad line is a clear error naming file and line, or a counted skip
+//! with --skip-invalid; timestamps that go backwards are sorted, or refused with --strict.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::common;
+use common::{bin, read_jsonl, replay_mock, temp_dir};
+
+fn good(ts: u64) -> String {
+    format!(r#"{{"timestamp": {ts}, "text_input": "a b c", "output_length": 2}}"#)
+}
+
+/// Lines 1, 4 and 8 are valid (timestamps 100, 300, 50: the last goes backwards); the others
+/// are each broken in a different way, one of them longer than the 64 MiB line limit.
+fn write_hostile_trace(path: &Path) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    writeln!(f, "{}", good(100)).unwrap(); // 1
+    writeln!(f, "{{not json").unwrap(); // 2
+    writeln!(
+        f,
+        r#"{{"timestamp": "soon", "text_input": "x", "output_length": 2}}"#
+    )
+    .unwrap(); // 3
+    writeln!(f, "{}", good(300)).unwrap(); // 4
+    f.write_all(b"{\"timestamp\": 1, \"text_input\": \"\xff\xfe\", \"output_length\": 2}\n")
+        .unwrap(); // 5
+                   // 6: a line of 64 MiB + 10 bytes.
+    f.write_all(b"{\"timestamp\": 1, \"text_input\": \"")
+        .unwrap();
+    f.write_all(&vec![b'a'; (64 << 20) + 10]).unwrap();
+    f.write_all(b"\", \"output_length\": 2}\n").unwrap();
+    writeln!(
+        f,
+        r#"{{"timestamp": 1e999, "text_input": "x", "output_length": 2}}"#
+    )
+    .unwrap(); // 7
+    writeln!(f, "{}", good(50)).unwrap(); // 8
+}
+
+fn replay(trace: &Path, out: &Path, extra: &[&str]) -> Output {
+    replay_mock(trace, out).args(extra).output().unwrap()
+}
+
+#[test]
+fn bad_lines_are_errors_or_counted_skips_and_backward_timestamps_are_sorted() {
+    let dir = temp_dir("hostile");
+    let trace = dir.join("hostile.jsonl");
+    write_hostile_trace(&trace);
+
+    let out = replay(&trace, &dir.join("strictless"), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("hostile.jsonl:2: invalid JSON"), "{stderr}");
+
+    let out = replay(&trace, &dir.join("run"), &["--skip-invalid"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("skipped 5 invalid lines") && stderr.contains("hostile.jsonl:2:"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 records have a timestamp earlier") && stderr.contains("line 8"),
+        "{stderr}"
+    );
+    let mut records = read_jsonl(&dir.join("run/requests.jsonl"));
+    records.sort_by(|a, b| {
+        a["scheduled_ms"]
+            .as_f64()
+            .partial_cmp(&b["scheduled_ms"].as_f64())
+            .unwrap()
+    });
+    // Valid records are numbered 0, 1, 2 in the file; sorted by time: 2 (50), 0 (100), 1 (300).
+    let order: Vec<(u64, f64)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["index"].as_u64().unwrap(),
+                r["scheduled_ms"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(order, vec![(2, 0.0), (0, 50.0), (1, 250.0)]);
+    assert!(records.iter().all(|r| r["error"].is_null()));
+
+    let out = replay(&trace, &dir.join("strict"), &["--skip-invalid", "--strict"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("hostile.jsonl:8: field `timestamp`: 50 ms is earlier than the previous record's 300 ms"),
+        "{stderr}"
+    );
+
+    let out = bin()
+        .args(["inspect", "--skip-invalid", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["records"], 3);
+    assert_eq!(stats["skipped"]["lines"], 5);
+    assert_eq!(stats["order"]["out_of_order"], 1);
+    assert_eq!(stats["first_timestamp_ms"], 50.0);
+    assert_eq!(stats["span_ms"], 250.0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A descriptor limit too low for the connection pools is refused up front with the fix.
+#[test]
+fn too_low_ulimit_is_refused_before_the_run() {
+    let dir = temp_dir("ulimit");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(&trace, good(0)).unwrap();
+    let script = format!(
+        "ulimit -n 60 && exec '{}' replay --mock --quiet --trace '{}' --output '{}'",
+        env!("CARGO_BIN_EXE_llmreplay"),
+        trace.display(),
+        dir.join("run").display()
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("ulimit -n is 60") && stderr.contains("raise it"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An output directory that cannot be created is an error naming it, before anything is sent.
+#[test]
+fn unwritable_output_is_refused_before_the_run() {
+    let dir = temp_dir("unwritable");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(&trace, good(0)).unwrap();
+    let blocker = dir.join("a-file");
+    std::fs::write(&blocker, "").unwrap();
+    let out = replay(&trace, &blocker.join("run"), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("a-file/run"), "{stderr}");
+    assert!(out.stdout.is_empty(), "no run took place, so no summary");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,42 @@
+//! The integration tests, one binary: each module is one area of behaviour, driving the
+//! library in-process (helpers in `common` build plans directly) or the built binary.
+//! `cargo test --release --test suite MODULE::` runs one area. `tests/bounded_memory.rs` is
+//! a binary of its own (it says why).
+
+mod common;
+
+mod anthropic;
+mod carry_forward;
+mod connections;
+mod crash_safe;
+mod dialects;
+mod endings;
+mod expected_cache;
+mod faults;
+mod fleet;
+mod graceful_stop;
+mod hostile_answers;
+mod hostile_input;
+mod hostile_settings;
+mod house;
+mod load_modes;
+mod many_hosts;
+mod parser_properties;
+mod prompt_synthesis;
+mod readme_commands;
+mod replay_mock;
+mod results;
+mod results_pages;
+mod schedule;
+mod secrets;
+mod server_metrics;
+mod sessions;
+mod sweep;
+mod timeouts;
+mod timing_log;
+mod tls;
+mod tokenizer_sources;
+mod trace_formats;
+mod trace_input;
+mod tracelab;
+mod usage;

@@ -1,0 +1,376 @@
+//! `llmreplay sweep` against a mock that serves at most 2 requests at once: the knee it finds
+//! is where the arrival rate passes the mock's capacity.
+
+use crate::common;
+
+use common::{bin, temp_dir, text_trace, MockProcess};
+use serde_json::Value;
+
+/// 60 requests 100 ms apart (10 req/s at scale 1), 9 tokens each: 20 ms to the first token
+/// and 5 ms a token after it make 60 ms a request, so 2 places serve 33.3 req/s: scale 3.33.
+/// With a TTFT SLO of 50 ms (30 ms of queueing) and 90 % to meet it, deterministic arrivals
+/// pass up to 33.96 req/s (the 54th request's wait reaches 30 ms there): scale 3.40.
+#[test]
+fn sweep_finds_the_knee_of_a_mock_with_max_running() {
+    let dir = temp_dir("sweep");
+    let trace = text_trace(&dir, 60, 100, 9);
+    let mock = MockProcess::start(&["--max-running", "2", "--ttft-ms", "20", "--itl-ms", "5"]);
+    let out = dir.join("sweep");
+    let status = bin()
+        .args([
+            "sweep",
+            "--start-scale",
+            "2",
+            "--bisect",
+            "3",
+            "--goodput",
+            "ttft:50",
+        ])
+        .args(["--model", "m", "--endpoint", &mock.url(), "--scrape-server"])
+        .args(["--scrape-interval", "0.2", "--trace"])
+        .arg(&trace)
+        .arg("--output")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sweep: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let passed = sweep["passed_scale"].as_f64().unwrap();
+    let failed = sweep["failed_scale"].as_f64().unwrap();
+    // Within one step: the last bisection's bracket (2^(1/8) wide) holds the knee.
+    assert!(failed / passed <= 2f64.powf(1.0 / 8.0) + 1e-9, "{sweep}");
+    assert!(passed <= 3.40 * 1.03 && failed >= 3.33 * 0.97, "{sweep}");
+    let steps = sweep["steps"].as_array().unwrap();
+    assert_eq!(
+        steps.len(),
+        2 + 3,
+        "2 growing steps, then 3 bisections: {sweep}"
+    );
+    for s in steps {
+        let dir = std::path::PathBuf::from(s["dir"].as_str().unwrap());
+        assert!(dir.join("summary.json").is_file() && dir.join("server_metrics.jsonl").is_file());
+    }
+    let page = std::fs::read_to_string(out.join("sweep.html")).unwrap();
+    assert!(page.contains("<svg") && page.contains("highest scale meeting every SLO"));
+}
+
+#[test]
+fn sweep_needs_slos_and_a_time_scale_that_matters() {
+    let dir = temp_dir("sweep-usage");
+    let trace = text_trace(&dir, 3, 100, 2);
+    for (extra, says) in [
+        (&[][..], "--goodput"),
+        (
+            &["--goodput", "ttft:50", "--time-scale", "2"][..],
+            "--start-scale",
+        ),
+        // A closed loop has no time to scale: every step would be the same run.
+        (
+            &["--goodput", "ttft:50", "--concurrency", "4"][..],
+            "closed loop",
+        ),
+    ] {
+        let out = bin()
+            .args(["sweep", "--mock", "--trace"])
+            .arg(&trace)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+    }
+}
+
+/// `n` records `every_ms` apart of `blocks` blocks of 16 tokens; with `shared`, every record
+/// starts with the same 2 blocks (reuse within the trace), the rest unique.
+fn hash_id_trace(
+    dir: &std::path::Path,
+    n: u64,
+    every_ms: u64,
+    blocks: u64,
+    shared: bool,
+) -> std::path::PathBuf {
+    let trace = dir.join("hash.jsonl");
+    let mut unique = 1000u64;
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            let mut ids: Vec<u64> = if shared { vec![1, 2] } else { Vec::new() };
+            while (ids.len() as u64) < blocks {
+                unique += 1;
+                ids.push(unique);
+            }
+            format!(
+                r#"{{"timestamp": {}, "input_length": {}, "output_length": 5, "hash_ids": {ids:?}}}"#,
+                i * every_ms,
+                blocks * 16
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    trace
+}
+
+/// A fast mock with a prefix cache larger than any test trace, in the trace's 16-token blocks.
+fn cache_mock() -> MockProcess {
+    MockProcess::start(&[
+        "--cache-blocks",
+        "100000",
+        "--cache-block-size",
+        "16",
+        "--ttft-ms",
+        "1",
+        "--itl-ms",
+        "1",
+    ])
+}
+
+fn sweep(
+    mock: &MockProcess,
+    trace: &std::path::Path,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> Value {
+    let status = bin()
+        .arg("sweep")
+        .args(extra)
+        .args([
+            "--model",
+            "m",
+            "--endpoint",
+            &mock.url(),
+            "--block-size",
+            "16",
+            // The mock caches whole 16-word blocks of the messages' text (no template).
+            "--server-block-size",
+            "16",
+            "--tokenizer",
+        ])
+        .arg(common::tokenizer("qwen3"))
+        .arg("--trace")
+        .arg(trace)
+        .arg("--output")
+        .arg(out)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.code().is_some_and(|c| c == 0 || c == 3), "{status}");
+    serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap()
+}
+
+/// A step whose observed prefix share is its expected one within 0.5 points, with no cache
+/// warning: (expected, observed).
+fn shares_agree(s: &Value) -> (f64, f64) {
+    let (e, o) = (
+        s["prefix_expected_share"].as_f64().unwrap(),
+        s["prefix_observed_share"].as_f64().unwrap(),
+    );
+    assert!(
+        (o - e).abs() <= 0.005,
+        "observed {o} against expected {e}: {s}"
+    );
+    assert!(s["cache_warning"].is_null(), "{s}");
+    (e, o)
+}
+
+/// Each step's prompts are new to the servers: against a cache larger than the trace, every
+/// step's observed prefix share is its expected one (the trace's own reuse). With
+/// `--warm-cache` the later steps hit everything, and the sweep says so.
+#[test]
+fn sweep_steps_measure_their_own_reuse_not_the_cache_before_them() {
+    let dir = temp_dir("sweep-cache");
+    let trace = hash_id_trace(&dir, 40, 20, 6, true);
+    let mock = cache_mock();
+    let args = [
+        "--start-scale",
+        "4",
+        "--max-steps",
+        "3",
+        "--bisect",
+        "0",
+        "--goodput",
+        "ttft:10000",
+    ];
+    let fresh = sweep(&mock, &trace, &dir.join("fresh"), &args);
+    let steps = fresh["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3, "{fresh}");
+    for s in steps {
+        let (e, _) = shares_agree(s);
+        assert!(e > 0.2, "the trace's own reuse is expected: {s}");
+    }
+    let text = std::fs::read_to_string(dir.join("fresh/sweep.txt")).unwrap();
+    assert!(
+        text.contains("prompts: new to the servers at each step"),
+        "{text}"
+    );
+
+    let warm = sweep(
+        &mock,
+        &trace,
+        &dir.join("warm"),
+        &[&args[..], &["--warm-cache"]].concat(),
+    );
+    let later = &warm["steps"].as_array().unwrap()[1..];
+    for s in later {
+        let (e, o) = (
+            s["prefix_expected_share"].as_f64().unwrap(),
+            s["prefix_observed_share"].as_f64().unwrap(),
+        );
+        // Every whole block was cached by the steps before (a prompt's last, partial block
+        // never is).
+        assert!(o > e + 0.3, "observed {o} against expected {e}: {s}");
+        assert!(
+            s["cache_warning"]
+                .as_str()
+                .unwrap()
+                .contains("--warm-cache"),
+            "{s}"
+        );
+    }
+    let text = std::fs::read_to_string(dir.join("warm/sweep.txt")).unwrap();
+    assert!(
+        text.contains("--warm-cache") && text.contains("warning: step 2"),
+        "{text}"
+    );
+    let page = std::fs::read_to_string(dir.join("warm/sweep.html")).unwrap();
+    assert!(page.contains("TTFT SLO") && page.contains("prompts: the same at every step"));
+}
+
+/// A server whose cache saves prefill (the mock with --prefill-us-per-token), 8 requests at
+/// once: with new prompts at each step the knee is the same with and without a cache; with
+/// --warm-cache the later steps skip prefill and the "capacity" found is higher.
+///
+/// 60 records 50 ms apart (20 req/s at scale 1) of 256 unique tokens: ~50 ms of prefill
+/// (about 200 words at 250 µs) + 5 ms + 4 tokens at 1 ms is ~60 ms a request, 8 at once: about
+/// 130 req/s, scale 6.5. Scale 4 (80 req/s) passes a TTFT SLO of 100 ms with room, scale 8
+/// (160 req/s) queues past it.
+#[test]
+fn the_knee_does_not_move_with_a_cache_unless_the_cache_is_warmed() {
+    let dir = temp_dir("sweep-knee-cache");
+    let trace = hash_id_trace(&dir, 60, 50, 16, false);
+    let args = [
+        "--start-scale",
+        "2",
+        "--max-steps",
+        "4",
+        "--bisect",
+        "0",
+        "--goodput",
+        "ttft:100",
+    ];
+    let knee = |cache: bool, extra: &[&str], name: &str| {
+        let mut mock_args = vec![
+            "--max-running",
+            "8",
+            "--prefill-us-per-token",
+            "250",
+            "--ttft-ms",
+            "5",
+            "--itl-ms",
+            "1",
+        ];
+        if cache {
+            mock_args.extend(["--cache-blocks", "100000", "--cache-block-size", "16"]);
+        }
+        let mock = MockProcess::start(&mock_args);
+        let s = sweep(&mock, &trace, &dir.join(name), &[&args[..], extra].concat());
+        (s["passed_scale"].as_f64(), s["failed_scale"].as_f64())
+    };
+    let without = knee(false, &[], "no-cache");
+    assert_eq!(
+        without,
+        (Some(4.0), Some(8.0)),
+        "the knee lies between x4 and x8"
+    );
+    assert_eq!(
+        knee(true, &[], "cache"),
+        without,
+        "a cache the steps cannot share moves nothing"
+    );
+    let (passed, _) = knee(true, &["--warm-cache"], "warm");
+    assert!(
+        passed.unwrap() > 4.0,
+        "a warmed cache skips prefill: {passed:?}"
+    );
+}
+
+/// `--prime` in a sweep against a cache larger than the trace: each step is measured after
+/// one unmeasured pass of its own prompts, so every step's observed share holds every whole
+/// block (far above the trace's own reuse), as its expected share does (one model of the
+/// servers' caches runs through both passes), with no warning (the configuration says why);
+/// each step's priming pass is kept in its `prime/` directory.
+#[test]
+fn a_primed_sweep_measures_every_step_with_its_own_prompts_cached() {
+    let dir = temp_dir("sweep-prime");
+    let trace = hash_id_trace(&dir, 40, 20, 6, true);
+    let mock = cache_mock();
+    let out = dir.join("primed");
+    let primed = sweep(
+        &mock,
+        &trace,
+        &out,
+        &[
+            "--start-scale",
+            "4",
+            "--max-steps",
+            "2",
+            "--bisect",
+            "0",
+            "--goodput",
+            "ttft:10000",
+            "--prime",
+        ],
+    );
+    let steps = primed["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{primed}");
+    for s in steps {
+        // The expected hits know what the priming pass sent: every whole block.
+        let (_, o) = shares_agree(s);
+        assert!(o > 0.8, "observed {o}: {s}");
+    }
+    let text = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
+    assert!(text.contains("each step is primed (--prime)"), "{text}");
+    let mut step_dirs: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    step_dirs.sort();
+    assert_eq!(step_dirs.len(), 2);
+    for d in step_dirs {
+        let primed_records = common::read_jsonl(&d.join("prime/requests.jsonl"));
+        assert_eq!(primed_records.len(), 40, "{}", d.display());
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["primed"], true);
+    }
+}
+
+/// A priming pass that fills nothing (every request refused) stops the run before anything
+/// is measured, with an error naming it: a cold run is not passed off as a primed one.
+#[test]
+fn a_priming_pass_without_success_measures_nothing() {
+    let dir = temp_dir("prime-fails");
+    let trace = text_trace(&dir, 5, 10, 2);
+    let mock = MockProcess::start(&["--fault", "status:503:1"]);
+    let out = dir.join("run");
+    let output = common::replay_against(&mock, &trace, &out)
+        .arg("--prime")
+        .output()
+        .unwrap();
+    // 2: the run could not be carried out (the README's table).
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains("--prime: the priming pass did not fill the caches")
+            && err.contains("nothing was measured"),
+        "{err}"
+    );
+    assert_eq!(
+        common::read_jsonl(&out.join("prime/requests.jsonl")).len(),
+        5
+    );
+    assert!(!out.join("summary.json").exists());
+}
