@@ -1,8 +1,8 @@
 //! API dialects: how a record becomes a request body, what a response means, and how the mock
 //! answers in that dialect.
 //!
-//! Each dialect is one file that implements [`Dialect`], and one line of [`dialects!`] below
-//! registers it: `--api`, endpoint URLs, the run's bodies, the stream reader, the
+//! Each dialect is one file that implements [`Dialect`] (two that share a wire format may share
+//! one: `openai.rs`), and one line of [`dialects!`] below registers it: `--api`, endpoint URLs, the run's bodies, the stream reader, the
 //! `--require-cache-report` probe and the mock's routes all find it there. Bodies are written
 //! straight into the request buffer (the prompt is never copied twice). Stream events are
 //! classified with a few substring searches ([`StreamKeys`]); JSON is parsed only for whole
@@ -10,7 +10,6 @@
 
 mod body;
 mod events;
-mod openai;
 mod serve;
 
 pub use body::{BodyOptions, Synthesis};
@@ -25,21 +24,20 @@ use serde_json::{Map, Value};
 use crate::prompt::{PromptMode, Wrapping};
 use crate::trace::TraceRecord;
 
-/// Declares each dialect's module and lists it in [`REGISTRY`], in `--help` order.
+/// Declares each dialect module and lists its dialects in [`REGISTRY`], in `--help` order.
 macro_rules! dialects {
-    ($($module:ident :: $dialect:ident),* $(,)?) => {
+    ($($module:ident: [$($dialect:ident),+],)*) => {
         $(mod $module;)*
         /// Every dialect llmreplay speaks.
-        pub static REGISTRY: &[Api] = &[$(Api(&$module::$dialect)),*];
+        pub static REGISTRY: &[Api] = &[$($(Api(&$module::$dialect)),+),*];
     };
 }
 
-dialects![
-    openai_chat::OpenaiChat,
-    openai_completions::OpenaiCompletions,
-    tgi::Tgi,
-    anthropic::AnthropicMessages,
-];
+dialects! {
+    openai: [OpenaiChat, OpenaiCompletions],
+    tgi: [Tgi],
+    anthropic: [AnthropicMessages],
+}
 
 /// What one API dialect is, for the client and for the mock.
 pub trait Dialect: Sync {
@@ -116,9 +114,9 @@ pub struct Api(&'static dyn Dialect);
 #[allow(non_upper_case_globals)]
 impl Api {
     /// OpenAI `POST /v1/chat/completions`.
-    pub const OpenaiChat: Api = Api(&openai_chat::OpenaiChat);
+    pub const OpenaiChat: Api = Api(&openai::OpenaiChat);
     /// OpenAI `POST /v1/completions`.
-    pub const OpenaiCompletions: Api = Api(&openai_completions::OpenaiCompletions);
+    pub const OpenaiCompletions: Api = Api(&openai::OpenaiCompletions);
     /// Hugging Face TGI's own API.
     pub const Tgi: Api = Api(&tgi::Tgi);
 

@@ -1,5 +1,8 @@
-//! What the two OpenAI dialects (chat and completions) share: the body, the answer, and the
-//! mock's events around the choices that differ.
+//! The two OpenAI dialects: chat (`POST /v1/chat/completions`: `messages`, answered by
+//! `choices[].delta` events) and completions (`POST /v1/completions`: a `prompt` string or
+//! token ids, answered by `choices[].text` events), served by vLLM, SGLang, llama.cpp and
+//! TGI's OpenAI layer. They share their body, their usage and their events' envelope, and
+//! differ where `chat` says.
 
 use std::io::Write;
 
@@ -12,11 +15,24 @@ use super::events::{nonempty, text_of, FullResponse, StreamKeys};
 use super::serve::{
     answer_text, stream_of, tokens_asked, uint, Answer, MockRequest, Prompt, Route,
 };
+use super::{Dialect, Discovery};
+use crate::prompt::{PromptMode, Wrapping};
 use crate::trace::{Input, TraceRecord};
+
+/// An OpenAI dialect: chat, or completions.
+pub struct OpenAi {
+    chat: bool,
+}
+
+// Named as the other dialects' types are, for the registry.
+#[allow(non_upper_case_globals)]
+pub const OpenaiChat: OpenAi = OpenAi { chat: true };
+#[allow(non_upper_case_globals)]
+pub const OpenaiCompletions: OpenAi = OpenAi { chat: false };
 
 /// Where OpenAI stream events keep content and usage. A chat delta's `content`, its
 /// `reasoning_content` and tool-call `arguments` are all output; a completion's is `text`.
-pub(super) const CHAT_KEYS: StreamKeys = StreamKeys {
+const CHAT_KEYS: StreamKeys = StreamKeys {
     content: &[
         b"\"content\":",
         b"\"reasoning_content\":",
@@ -24,7 +40,7 @@ pub(super) const CHAT_KEYS: StreamKeys = StreamKeys {
     ],
     ..COMPLETION_KEYS
 };
-pub(super) const COMPLETION_KEYS: StreamKeys = StreamKeys {
+const COMPLETION_KEYS: StreamKeys = StreamKeys {
     content: &[b"\"text\":"],
     usage: b"\"usage\":",
     prompt_tokens: &[b"\"prompt_tokens\":"],
@@ -35,7 +51,7 @@ pub(super) const COMPLETION_KEYS: StreamKeys = StreamKeys {
 
 /// Appends the JSON body of `record` to `out`. With `saved`, also appends the record's
 /// `prompts.jsonl` line there (the prompt exactly as sent, CONTRACT §2 `--save-prompts`).
-pub(super) fn write_body(
+fn write_body(
     chat: bool,
     record: &TraceRecord,
     opts: &BodyOptions,
@@ -99,7 +115,7 @@ pub(super) fn write_body(
 }
 
 /// The first model id of a `GET /v1/models` answer.
-pub(super) fn first_model(body: &[u8]) -> Option<String> {
+fn first_model(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
     v.get("data")?
         .as_array()?
@@ -110,7 +126,7 @@ pub(super) fn first_model(body: &[u8]) -> Option<String> {
 }
 
 /// A whole OpenAI answer: its usage, and whether some choice carries output.
-pub(super) fn read_body(v: &Value) -> FullResponse {
+fn read_body(v: &Value) -> FullResponse {
     let usage = v.get("usage");
     let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
     FullResponse {
@@ -145,7 +161,7 @@ fn has_text(choice: &Value) -> bool {
 
 /// What the mock reads from an OpenAI request: `messages` (chat) or `prompt`, `max_tokens`
 /// (or `max_completion_tokens`), and `stream_options`.
-pub(super) fn mock_request<'a>(
+fn mock_request<'a>(
     chat: bool,
     obj: &'a Map<String, Value>,
     route: &Route,
@@ -178,12 +194,134 @@ pub(super) fn mock_request<'a>(
     })
 }
 
-/// The mock's OpenAI answers; `chat` picks the chat shapes.
-pub(super) struct Render {
-    pub chat: bool,
+impl Dialect for OpenAi {
+    fn name(&self) -> &'static str {
+        if self.chat {
+            "openai-chat"
+        } else {
+            "openai-completions"
+        }
+    }
+    fn aliases(&self) -> &'static [&'static str] {
+        // trace-replayer's name for chat.
+        if self.chat {
+            &["openai"]
+        } else {
+            &[]
+        }
+    }
+    fn about(&self) -> &'static str {
+        if self.chat {
+            "OpenAI POST /v1/chat/completions (vLLM, SGLang, llama.cpp, TGI's OpenAI layer); `openai` is accepted for it"
+        } else {
+            "OpenAI POST /v1/completions: a prompt string, or token ids with --prompt-mode token-ids"
+        }
+    }
+    fn path(&self, _stream: bool) -> &'static str {
+        self.url_paths()[0]
+    }
+    fn url_paths(&self) -> &'static [&'static str] {
+        if self.chat {
+            &["/v1/chat/completions"]
+        } else {
+            &["/v1/completions"]
+        }
+    }
+    fn discovery(&self) -> Discovery {
+        Discovery {
+            path: "/v1/models",
+            model: first_model,
+        }
+    }
+    fn wrapping(&self, mode: PromptMode) -> Option<Wrapping> {
+        match (self.chat, mode) {
+            (true, PromptMode::Text) => Some(Wrapping::Chat),
+            (true, PromptMode::TokenIds) => None,
+            (false, PromptMode::Text) => Some(Wrapping::Completion),
+            (false, PromptMode::TokenIds) => Some(Wrapping::TokenIds),
+        }
+    }
+    fn write_body(
+        &self,
+        record: &TraceRecord,
+        opts: &BodyOptions,
+        synthesis: Option<&mut Synthesis<'_>>,
+        out: &mut Vec<u8>,
+        saved: Option<&mut Vec<u8>>,
+    ) -> Result<(), String> {
+        write_body(self.chat, record, opts, synthesis, out, saved)
+    }
+    fn stream_keys(&self) -> &'static StreamKeys {
+        if self.chat {
+            &CHAT_KEYS
+        } else {
+            &COMPLETION_KEYS
+        }
+    }
+    fn read_body(&self, v: &Value) -> FullResponse {
+        read_body(v)
+    }
+
+    fn routes(&self) -> &'static [Route] {
+        const CHAT: [Route; 1] = [Route {
+            path: "/v1/chat/completions",
+            stream: None,
+        }];
+        const COMPLETIONS: [Route; 1] = [Route {
+            path: "/v1/completions",
+            stream: None,
+        }];
+        if self.chat {
+            &CHAT
+        } else {
+            &COMPLETIONS
+        }
+    }
+    fn mock_request<'a>(
+        &self,
+        obj: &'a Map<String, Value>,
+        route: &Route,
+    ) -> Result<MockRequest<'a>, String> {
+        mock_request(self.chat, obj, route)
+    }
+    fn content_frame(&self, a: &Answer) -> Option<(Vec<u8>, &'static [u8])> {
+        Some(self.frame(a))
+    }
+    fn write_open(&self, a: &Answer, out: &mut Vec<u8>) {
+        if self.chat {
+            self.write_event(a, out, true, None);
+        }
+    }
+    fn write_running_usage(&self, a: &Answer, out: &mut Vec<u8>) {
+        let (p, c) = (a.prompt_tokens, a.sent);
+        let _ = write!(out, ",\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c}}}", p + c);
+    }
+    /// The finish event, the usage event when asked for, and `[DONE]`.
+    fn write_close(&self, a: &Answer, out: &mut Vec<u8>) -> bool {
+        self.write_event(a, out, false, Some("length"));
+        if a.include_usage {
+            let usage = Self::usage(a);
+            let _ = write!(out, "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[],\"usage\":{usage}}}\n\n", self.id(a), self.object(a), json!(a.model));
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        true
+    }
+    fn full_response(&self, a: &Answer) -> Value {
+        let text = answer_text(a.tokens);
+        let choice = match self.chat {
+            true => {
+                json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": "length"})
+            }
+            false => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"})
+            }
+        };
+        json!({"id": self.id(a), "object": self.object(a), "created": 0, "model": a.model, "choices": [choice], "usage": Self::usage(a)})
+    }
 }
 
-impl Render {
+/// The mock's answers: the parts chat and completions share around the choices.
+impl OpenAi {
     fn object(&self, a: &Answer) -> &'static str {
         match (self.chat, a.stream) {
             (true, true) => "chat.completion.chunk",
@@ -208,7 +346,7 @@ impl Render {
     }
 
     /// The text of a content event before and after its token text: the hot path is memcpy.
-    pub fn content_frame(&self, a: &Answer) -> (Vec<u8>, &'static [u8]) {
+    fn frame(&self, a: &Answer) -> (Vec<u8>, &'static [u8]) {
         let (field, suffix): (&str, &'static [u8]) = match self.chat {
             true => (
                 "\"delta\":{\"content\":\"",
@@ -228,17 +366,8 @@ impl Render {
         (prefix.into_bytes(), suffix)
     }
 
-    pub fn write_running_usage(a: &Answer, out: &mut Vec<u8>) {
-        let (p, c) = (a.prompt_tokens, a.sent);
-        let _ = write!(
-            out,
-            ",\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c}}}",
-            p + c
-        );
-    }
-
     /// A role or finish event (rare: content events take the pre-rendered path).
-    pub fn write_event(&self, a: &Answer, out: &mut Vec<u8>, role: bool, finish: Option<&str>) {
+    fn write_event(&self, a: &Answer, out: &mut Vec<u8>, role: bool, finish: Option<&str>) {
         let choice = match self.chat {
             true if role => {
                 json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})
@@ -259,29 +388,6 @@ impl Render {
         out.extend_from_slice(b"\n\n");
     }
 
-    /// The finish event, the usage event when asked for, and `[DONE]`.
-    pub fn write_close(&self, a: &Answer, out: &mut Vec<u8>) -> bool {
-        self.write_event(a, out, false, Some("length"));
-        if a.include_usage {
-            let usage = Self::usage(a);
-            let _ = write!(out, "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[],\"usage\":{usage}}}\n\n", self.id(a), self.object(a), json!(a.model));
-        }
-        out.extend_from_slice(b"data: [DONE]\n\n");
-        true
-    }
-
-    pub fn full_response(&self, a: &Answer) -> Value {
-        let text = answer_text(a.tokens);
-        let choice = match self.chat {
-            true => {
-                json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": "length"})
-            }
-            false => {
-                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"})
-            }
-        };
-        json!({"id": self.id(a), "object": self.object(a), "created": 0, "model": a.model, "choices": [choice], "usage": Self::usage(a)})
-    }
 }
 
 #[cfg(test)]
