@@ -61,7 +61,8 @@ impl Dialect for AnthropicMessages {
     fn discovery(&self) -> Discovery {
         Discovery {
             path: "/v1/models",
-            model: first_model,
+            // Anthropic's model list has the shape of OpenAI's: `data[0].id`.
+            model: super::openai::first_model,
         }
     }
     fn wrapping(&self, mode: PromptMode) -> Option<Wrapping> {
@@ -240,12 +241,6 @@ fn anthropic_tool(tool: &Value) -> Value {
         t["description"] = d.clone();
     }
     t
-}
-
-/// The first model id of a `GET /v1/models` answer (Anthropic's and OpenAI's lists alike).
-fn first_model(body: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    v.pointer("/data/0/id")?.as_str().map(str::to_string)
 }
 
 /// The mock's message object: its prompt's counts split as Anthropic's are.

@@ -115,7 +115,7 @@ fn write_body(
 }
 
 /// The first model id of a `GET /v1/models` answer.
-fn first_model(body: &[u8]) -> Option<String> {
+pub(super) fn first_model(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
     v.get("data")?
         .as_array()?

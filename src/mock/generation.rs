@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::count_job::{CountJob, PendingCount};
 use super::faults::FaultPlan;
-use crate::api::{Answer, Api, Prompt, Route};
+use crate::api::{Answer, Api, MockRequest, Prompt, Route};
 use crate::prompt::PromptCounter;
 
 /// Timing and shape of the mock model.
@@ -235,6 +235,20 @@ impl Generation {
             .as_object()
             .ok_or("request body must be a JSON object")?;
         let req = dialect.mock_request(obj, route)?;
+        Ok(Generation::new(
+            dialect, &req, obj, id, arrival_ns, counting,
+        ))
+    }
+
+    /// A generation for a request its dialect has read (`obj` is its body).
+    pub fn new(
+        dialect: Api,
+        req: &MockRequest,
+        obj: &serde_json::Map<String, Value>,
+        id: u64,
+        arrival_ns: u64,
+        counting: &PromptCounting,
+    ) -> Generation {
         let (prompt_tokens, count_job) = match counting.count(&req.prompt) {
             Count::Known(n) => (n, None),
             Count::Deferred(job) => (0, Some(PendingCount::new(job))),
@@ -270,7 +284,7 @@ impl Generation {
             content_frame: None,
         };
         g.content_frame = dialect.content_frame(&g.answer());
-        Ok(g)
+        g
     }
 
     /// The answer as the dialect renders it, now.

@@ -145,15 +145,12 @@ impl MockLoop {
         let parsed = serde_json::from_slice::<Value>(&body)
             .map_err(|e| format!("invalid JSON body: {e}"))
             .and_then(|v| {
-                let mut g = Generation::from_request(dialect, &route, &v, id, now, &cfg.counting)?;
-                // The prompt as the dialect holds it (read again: it borrows the body).
-                let prompt = v
-                    .as_object()
-                    .and_then(|obj| dialect.mock_request(obj, &route).ok())
-                    .map(|req| req.prompt);
-                let uncached = match (cache.as_mut(), prompt) {
-                    (Some(cache), Some(prompt)) => {
-                        let (hits, queries, chain) = cache.serve_request(&prompt);
+                let obj = v.as_object().ok_or("request body must be a JSON object")?;
+                let req = dialect.mock_request(obj, &route)?;
+                let mut g = Generation::new(dialect, &req, obj, id, now, &cfg.counting);
+                let uncached = match cache.as_mut() {
+                    Some(cache) => {
+                        let (hits, queries, chain) = cache.serve_request(&req.prompt);
                         g.cache_chain = Some(chain);
                         // With --tokenizer, the token cache reports the hits (the words'
                         // serve the prefill time).
@@ -165,8 +162,8 @@ impl MockLoop {
                         queries - hits
                     }
                     // A prompt still to count: its words, one a token in synthetic prompts.
-                    (None, Some(prompt)) if g.count_job.is_some() => prompt_words(&prompt),
-                    _ => g.prompt_tokens,
+                    None if g.count_job.is_some() => prompt_words(&req.prompt),
+                    None => g.prompt_tokens,
                 };
                 g.prefill_ns = uncached * cfg.prefill_ns_per_token;
                 Ok(g)
