@@ -3,10 +3,35 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 
 use crate::api::Api;
+use crate::choice::Choice;
 use crate::trace::Format;
+
+/// The value parser of a flag that takes a [`Choice`]: its names, each with its doc
+/// comment as help.
+pub(crate) fn choice<T: Choice + Clone>() -> impl TypedValueParser<Value = T> {
+    let values = T::ALL.iter().map(|&(_, name, doc)| {
+        let value = PossibleValue::new(name);
+        match doc.is_empty() {
+            true => value,
+            false => value.help(crate::choice::help(doc)),
+        }
+    });
+    PossibleValuesParser::new(values).map(|name| T::from_name(&name).expect("a listed name"))
+}
+
+/// The value parser of `--api`: the registered dialects, with their aliases and help.
+pub(crate) fn api() -> impl TypedValueParser<Value = Api> {
+    let values = crate::api::REGISTRY.iter().map(|api| {
+        PossibleValue::new(api.name())
+            .help(api.about())
+            .aliases(api.aliases().iter().copied())
+    });
+    PossibleValuesParser::new(values).map(|name| Api::from_name(&name).expect("a registered name"))
+}
 
 mod hosts;
 mod mock;
@@ -256,11 +281,11 @@ pub struct PromptsArgs {
     #[arg(long, visible_alias = "dataset-path", value_name = "PATH")]
     pub trace: PathBuf,
 
-    #[arg(long, visible_alias = "dataset", value_enum, default_value = "auto")]
+    #[arg(long, visible_alias = "dataset", value_parser = crate::cli::choice::<Format>(), default_value_t)]
     pub format: Format,
 
     /// Request dialect the prompts are built for (decides the chat template accounting).
-    #[arg(long, value_parser = Api::value_parser(), default_value = "openai-chat")]
+    #[arg(long, value_parser = crate::cli::api(), default_value = "openai-chat")]
     pub api: Api,
 
     /// Build only the first N records.
@@ -298,7 +323,7 @@ pub struct InspectArgs {
     /// JSONL trace to inspect.
     pub trace: PathBuf,
 
-    #[arg(long, visible_alias = "dataset", value_enum, default_value = "auto")]
+    #[arg(long, visible_alias = "dataset", value_parser = crate::cli::choice::<Format>(), default_value_t)]
     pub format: Format,
 
     /// Tokens per hash id (default: 512 for mooncake, 16 for bailian).

@@ -13,7 +13,7 @@ pub const RUN_ERROR_EXIT_CODE: i32 = 2;
 /// The run completed but no request succeeded, or `--max-error-rate` stopped it.
 pub const NO_SUCCESS_EXIT_CODE: i32 = 3;
 /// A signal stopped the run (128 + SIGINT, as shells report Ctrl-C); outputs are written.
-pub const STOPPED_EXIT_CODE: i32 = 130;
+pub const STOPPED_EXIT_CODE: i32 = crate::sys::stop::STOPPED_EXIT_CODE;
 
 /// Every exit status with what it means, in the order the README's table gives them.
 pub const EXIT_CODES: [(i32, &str); 5] = [

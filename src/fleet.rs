@@ -102,33 +102,25 @@ impl EndpointSpec {
     }
 }
 
-/// `--route`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Route {
-    /// Records in turn, by record number (each endpoint `weight` times per round).
-    #[default]
-    RoundRobin,
-    /// All turns of a conversation (Bailian `parent_chat_id` chains, `session_id`) and all
-    /// records that share their first hash id on one endpoint, as a KV-aware router places
-    /// them; groups are spread by weight.
-    Session,
-    /// The endpoint with the fewest requests in flight (relative to its weight), decided by
-    /// the sender when the request is due, among the endpoints its body suits (same dialect
-    /// and model); the pipeline picks among different bodies when it builds.
-    LeastInflight,
-}
-
-impl Route {
-    /// The name `--route` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Route::RoundRobin => "round-robin",
-            Route::Session => "session",
-            Route::LeastInflight => "least-inflight",
-        }
+crate::choices! {
+    /// `--route`.
+    #[derive(Default)]
+    pub enum Route {
+        /// Records in turn, by record number (each endpoint `weight` times per round).
+        #[default]
+        RoundRobin = "round-robin",
+        /// All turns of a conversation (Bailian `parent_chat_id` chains, `session_id`) and all
+        /// records that share their first hash id on one endpoint, as a KV-aware router places
+        /// them; groups are spread by weight.
+        Session = "session",
+        /// The endpoint with the fewest requests in flight (relative to its weight), decided by
+        /// the sender when the request is due, among the endpoints its body suits (same dialect
+        /// and model); the pipeline picks among different bodies when it builds.
+        LeastInflight = "least-inflight",
     }
 }
+
+impl Route {}
 
 /// Requests in flight per endpoint, kept by the senders as they send and record, read by
 /// `least-inflight` routing.

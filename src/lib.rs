@@ -5,13 +5,15 @@
 //! (request bodies in each endpoint's dialect) -> [`pipeline`] (producers, bounded channel)
 //! -> [`sender`] (mio loops over [`transport`] and [`http`]) -> [`record`] -> [`stats`] ->
 //! [`report`]. [`cli`] parses the command line, [`plan`] validates it into plain values,
-//! [`commands`] run them; [`mock`] is the built-in server.
+//! [`commands`] run them; [`mock`] is the built-in server. [`sys`] is the floor: the clock,
+//! pinning, limits, raw socket calls, signals and civil time, and every `unsafe` block.
+//! Enums named by words (`--route`, `"format"`) are declared with [`choices!`], which gives
+//! them `FromStr`, `Display` and `Serialize` from one list of names.
 
-pub mod affinity;
 pub mod api;
 pub mod carry;
+pub mod choice;
 pub mod cli;
-pub mod clock;
 pub mod commands;
 pub mod digest;
 pub mod ending;
@@ -22,7 +24,6 @@ pub mod fleet;
 pub mod headline;
 pub mod http;
 pub mod jsonl;
-pub mod limits;
 pub mod load;
 pub mod mock;
 pub mod ntp;
@@ -40,13 +41,11 @@ pub mod sender;
 pub mod server_metrics;
 pub mod session;
 pub mod shard;
-pub mod sockopt;
 pub mod stats;
-pub mod stop;
 pub mod synthetic;
+pub mod sys;
 pub mod trace;
 pub mod transport;
-pub mod wall_start;
 
 use std::io::Write;
 
@@ -68,7 +67,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 commands::replay::dry_run(&plan)?;
                 return Ok(0);
             }
-            stop::install_signal_handlers();
+            sys::stop::install_signal_handlers();
             let outcome = commands::replay::run(&plan)?;
             print_summary(&outcome.summary, plan.output_format);
             if plan.tls.insecure {
@@ -103,7 +102,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Sweep(args) => {
             let plan = plan::SweepPlan::from_args(&args)?;
-            stop::install_signal_handlers();
+            sys::stop::install_signal_handlers();
             let sweep = commands::sweep::run(&plan)?;
             print!("{}", sweep.table());
             eprintln!("sweep results in {}", plan.dir.display());

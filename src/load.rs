@@ -13,17 +13,18 @@
 
 use crate::rng::SplitMix64;
 
-/// How the gaps of `--rate` are drawn.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arrival {
-    /// Every gap 1/R.
-    Constant,
-    /// Exponential gaps of mean 1/R.
-    #[default]
-    Poisson,
-    /// Gamma gaps of mean 1/R and shape `--burstiness` (below 1 burstier than Poisson).
-    Gamma,
+crate::choices! {
+    /// How the gaps of `--rate` are drawn.
+    #[derive(Default)]
+    pub enum Arrival {
+        /// Every gap 1/R.
+        Constant = "constant",
+        /// Exponential gaps of mean 1/R.
+        #[default]
+        Poisson = "poisson",
+        /// Gamma gaps of mean 1/R and shape `--burstiness` (below 1 burstier than Poisson).
+        Gamma = "gamma",
+    }
 }
 
 /// What paces the records.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::wall_start::unix_ns_now;
+use crate::sys::wall_start::unix_ns_now;
 
 /// Seconds from the NTP era (1900) to the Unix epoch.
 const NTP_UNIX_OFFSET_S: u64 = 2_208_988_800;

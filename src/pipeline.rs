@@ -26,7 +26,7 @@ use crate::prompt::{BlockCache, PromptSynth};
 use crate::schedule::{Shaper, Slot};
 use crate::session::{SessionLink, SessionTracker, SessionTurn};
 use crate::shard::ShardFilter;
-use crate::stop::StopRequest;
+use crate::sys::stop::StopRequest;
 use crate::trace::{Input, OrderedReader, TraceIds, TraceRecord};
 
 /// A request ready to be written: everything but the per-endpoint request line and headers.

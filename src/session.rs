@@ -36,15 +36,16 @@ impl Default for SessionPlan {
     }
 }
 
-/// How turns of a conversation are timed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SessionMode {
-    /// A turn leaves at the later of its own time and its parent's end plus the think time.
-    #[default]
-    AfterParent,
-    /// Every record at its own timestamp, answered or not (the stateless replay).
-    Timestamp,
+crate::choices! {
+    /// How turns of a conversation are timed.
+    #[derive(Default)]
+    pub enum SessionMode {
+        /// A turn leaves at the later of its own time and its parent's end plus the think time.
+        #[default]
+        AfterParent = "after-parent",
+        /// Every record at its own timestamp, answered or not (the stateless replay).
+        Timestamp = "timestamp",
+    }
 }
 
 /// A turn's place in its conversation, carried with its request to the sender.

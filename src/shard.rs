@@ -1,5 +1,5 @@
 //! Shards: one trace replayed by K hosts, each sending its own share of the one effective
-//! schedule ([`crate::schedule`]) from a common start ([`crate::wall_start`]), merged exactly
+//! schedule ([`crate::schedule`]) from a common start ([`crate::sys::wall_start`]), merged exactly
 //! afterwards (`llmreplay merge`).
 //!
 //! Every host reads the same trace, shapes it the same way and builds byte-identical prompts;
@@ -20,17 +20,18 @@ use crate::fleet::Router;
 use crate::schedule::{Shaping, Slot};
 use crate::trace::{OrderedReader, TraceRecord};
 
-/// How records are given to shards.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ShardBy {
-    /// A conversation (Bailian chain, Mooncake `session_id`) stays whole on one shard, chosen
-    /// by a stable hash of its root; records outside any conversation go round-robin by index.
-    #[default]
-    Session,
-    /// Shard I drives endpoints I, I+N, I+2N, ... and sends the records routed to them (hosts
-    /// placed near their instance group).
-    Endpoint,
+crate::choices! {
+    /// How records are given to shards.
+    #[derive(Default)]
+    pub enum ShardBy {
+        /// A conversation (Bailian chain, Mooncake `session_id`) stays whole on one shard, chosen
+        /// by a stable hash of its root; records outside any conversation go round-robin by index.
+        #[default]
+        Session = "session",
+        /// Shard I drives endpoints I, I+N, I+2N, ... and sends the records routed to them (hosts
+        /// placed near their instance group).
+        Endpoint = "endpoint",
+    }
 }
 
 /// This process's place among the shards.

@@ -135,18 +135,6 @@ impl Api {
             .copied()
             .filter(move |api| api.wrapping(mode).is_some())
     }
-
-    /// `--api`'s parser: the registry's names, aliases and help lines.
-    pub fn value_parser() -> impl clap::builder::TypedValueParser<Value = Api> {
-        let values = REGISTRY.iter().map(|api| {
-            clap::builder::PossibleValue::new(api.name())
-                .help(api.about())
-                .aliases(api.aliases().iter().copied())
-        });
-        use clap::builder::TypedValueParser;
-        clap::builder::PossibleValuesParser::new(values)
-            .map(|name| Api::from_name(&name).expect("a registered name"))
-    }
 }
 
 impl std::ops::Deref for Api {

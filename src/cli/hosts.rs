@@ -26,7 +26,7 @@ pub struct ShardArgs {
     /// How records are shared out: `session` keeps each conversation on one shard (a stable
     /// hash of its root; other records round-robin by index); `endpoint` gives shard I the
     /// records routed to endpoints I, I+N, ... (hosts placed near their instance group).
-    #[arg(long, value_enum, default_value = "session")]
+    #[arg(long, value_parser = crate::cli::choice::<ShardBy>(), default_value_t)]
     pub shard_by: ShardBy,
 
     /// Put the schedule's time 0 at this wall-clock instant: Unix milliseconds or RFC 3339
@@ -116,7 +116,7 @@ pub struct K8sJobArgs {
     #[arg(long, value_name = "CLAIM", default_value = "llmreplay-results")]
     pub results_claim: String,
 
-    #[arg(long, value_enum, default_value = "session")]
+    #[arg(long, value_parser = crate::cli::choice::<ShardBy>(), default_value_t)]
     pub shard_by: ShardBy,
 
     /// The replay options every shard runs, after `--` (paths as the pods see them: the

@@ -32,7 +32,7 @@ pub struct ReplayArgs {
     pub synthetic: Option<String>,
 
     /// Trace format; `auto` decides from the first record (`chat_id` means bailian).
-    #[arg(long, visible_alias = "dataset", value_enum, default_value = "auto")]
+    #[arg(long, visible_alias = "dataset", value_parser = crate::cli::choice::<Format>(), default_value_t)]
     pub format: Format,
 
     #[command(flatten)]
@@ -51,7 +51,7 @@ pub struct ReplayArgs {
     /// `session`: every turn of a conversation and every record sharing its first hash id
     /// on one endpoint, as a KV-aware router places them; `least-inflight`: the endpoint with
     /// the fewest requests in flight (per weight) when the request is due.
-    #[arg(long, value_enum, default_value = "round-robin")]
+    #[arg(long, value_parser = crate::cli::choice::<crate::fleet::Route>(), default_value_t)]
     pub route: crate::fleet::Route,
 
     /// Start the built-in mock server in-process on a free loopback port and target it.
@@ -68,7 +68,7 @@ pub struct ReplayArgs {
 
     /// Request dialect of every endpoint (default: openai-chat, or what an endpoint URL's
     /// path says; `openai` is openai-chat).
-    #[arg(long, value_parser = Api::value_parser())]
+    #[arg(long, value_parser = crate::cli::api())]
     pub api: Option<Api>,
 
     /// Model name sent in each request; by default the first model of each endpoint's
@@ -164,8 +164,8 @@ pub struct ReplayArgs {
     /// requests.jsonl in the run directory always keeps llmreplay's.
     #[arg(
         long,
-        value_enum,
-        default_value = "llmreplay",
+        value_parser = crate::cli::choice::<crate::record::RecordFormat>(),
+        default_value_t,
         requires = "output_path"
     )]
     pub record_format: crate::record::RecordFormat,
@@ -202,7 +202,7 @@ pub struct ReplayArgs {
     /// turn at the later of its own time and its parent's end plus the think time (as a user
     /// would; a slow server delays the next turn, recorded as `session_delay_ms`);
     /// `timestamp` sends every record at its own time, answered or not.
-    #[arg(long, value_enum, default_value = "after-parent")]
+    #[arg(long, value_parser = crate::cli::choice::<crate::session::SessionMode>(), default_value_t)]
     pub session_mode: crate::session::SessionMode,
 
     #[command(flatten)]
@@ -215,7 +215,7 @@ pub struct ReplayArgs {
 
     /// With --rate: `poisson` (exponential gaps, the default), `constant` (every 1/R), or
     /// `gamma` (shape --burstiness, as vllm bench serve's: below 1 burstier than Poisson).
-    #[arg(long, value_enum, requires = "rate")]
+    #[arg(long, value_parser = crate::cli::choice::<crate::load::Arrival>(), requires = "rate")]
     pub arrival: Option<crate::load::Arrival>,
 
     /// With --arrival gamma: the shape of the gaps (1 is Poisson).
@@ -241,7 +241,7 @@ pub struct ReplayArgs {
     /// the hash ids, so prefix caches hit as in production) or `dataset` (text from
     /// --prompt-dataset, cut or extended to exactly input_length tokens; UCM TraceReplay's
     /// benchmark mode; needs --tokenizer).
-    #[arg(long, value_enum, default_value = "synthetic")]
+    #[arg(long, value_parser = crate::cli::choice::<crate::prompt::PromptSource>(), default_value_t)]
     pub prompt_source: crate::prompt::PromptSource,
 
     /// With --prompt-source dataset: ShareGPT JSON (each conversation's first human turn) or

@@ -1,17 +1,18 @@
 //! Options of conversation replay: carry-forward, and the check that the server reports
 //! cached tokens (README "Load modes and conversations").
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
-/// `--carry-forward`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CarryForward {
-    /// A turn's prompt holds its parent's prompt and actual answer, then its own new tokens.
-    #[default]
-    On,
-    /// A turn's prompt is built from its own hash ids alone.
-    Off,
+crate::choices! {
+    /// `--carry-forward`.
+    #[derive(Default)]
+    pub enum CarryForward {
+        /// A turn's prompt holds its parent's prompt and actual answer, then its own new tokens.
+        #[default]
+        On = "on",
+        /// A turn's prompt is built from its own hash ids alone.
+        Off = "off",
+    }
 }
 
 #[derive(Debug, Args, Clone, Default)]
@@ -23,7 +24,7 @@ pub struct SessionArgs {
     /// production's did; the length stays exactly the trace's. `off` builds every turn from
     /// its own hash ids (the answer's place holds synthetic blocks, which the server misses).
     /// Text prompts only (token-id prompts are sent as built, and their records say so).
-    #[arg(long, value_enum, default_value = "on")]
+    #[arg(long, value_parser = crate::cli::choice::<CarryForward>(), default_value_t)]
     pub carry_forward: CarryForward,
 
     /// Before the run, send each endpoint the same prompt twice and stop (exit 2) unless the

@@ -22,7 +22,7 @@ pub struct ResultArgs {
     pub percentiles: Vec<f64>,
 
     /// `text` prints the vLLM-style table; `json` prints summary.json to stdout for scripts.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long, value_parser = crate::cli::choice::<OutputFormat>(), default_value_t)]
     pub output_format: OutputFormat,
 }
 
@@ -46,12 +46,12 @@ pub struct PromptArgs {
     /// What `input_length` counts: `prompt` = the server's `usage.prompt_tokens` (the chat
     /// template's or the special tokens' overhead is taken off the content), `content` = the
     /// synthetic content alone.
-    #[arg(long, value_enum, default_value = "prompt")]
+    #[arg(long, value_parser = crate::cli::choice::<LengthOf>(), default_value_t)]
     pub input_length_of: LengthOf,
 
     /// `text` sends prompt text; `token-ids` sends the token id array itself (exact by
     /// construction; --api openai-completions only).
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long, value_parser = crate::cli::choice::<PromptMode>(), default_value_t)]
     pub prompt_mode: PromptMode,
 
     /// Tokens per hash id (default: 512 for mooncake, 16 for bailian).

@@ -118,7 +118,7 @@ pub fn manifest(p: &K8sJobPlan) -> String {
         }),
         json!([volumes[0]]),
     );
-    let start = crate::wall_start::rfc3339_utc(p.start_at_unix_ns);
+    let start = crate::sys::wall_start::rfc3339_utc(p.start_at_unix_ns);
     let mut text = format!(
         "# llmreplay {}: {} shards of one run, starting together at {start}.\n\
          # Apply both Jobs at once (kubectl apply -f FILE); pods not running by then start\n\

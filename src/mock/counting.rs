@@ -56,7 +56,7 @@ impl CountPool {
             let token_cache = token_cache.clone();
             std::thread::Builder::new().name(name).spawn(move || {
                 if background {
-                    lower_priority();
+                    crate::sys::affinity::run_only_when_idle();
                 }
                 for (of, job) in jobs {
                     let done = match &token_cache {
@@ -135,15 +135,6 @@ impl CountPool {
     pub fn finished(&self) -> impl Iterator<Item = Counted> + '_ {
         self.results.try_iter()
     }
-}
-
-/// Counting ahead is background work: the event loop must win every core it wants.
-/// SCHED_IDLE threads run only where nothing else would (Linux; a thread may always lower its
-/// own policy, but not raise it again: hence the separate urgent thread).
-fn lower_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sets the calling thread's policy (pid 0); failure leaves it as it was.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
 }
 
 impl Drop for CountPool {

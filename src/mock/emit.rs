@@ -88,7 +88,10 @@ impl MockLoop {
             }
             // Read before the write: a write's time is then at or before the client's read of
             // it even when this thread is preempted as the write returns.
-            let write_ns = self.timing_log.is_some().then(crate::clock::monotonic_ns);
+            let write_ns = self
+                .timing_log
+                .is_some()
+                .then(crate::sys::clock::monotonic_ns);
             self.flush(slot, generation);
             if let (Some(write_ns), true) = (write_ns, wrote) {
                 self.log_timing(slot, generation, ended, write_ns);

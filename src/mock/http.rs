@@ -8,7 +8,7 @@ use std::path::Path;
 use mio::net::TcpStream;
 use serde_json::{json, Value};
 
-use crate::sockopt;
+use crate::sys::sockopt;
 
 /// `--fault-log` and `--arrival-log`: one JSON line per event, flushed at once.
 pub struct JsonlLog(BufWriter<File>);

@@ -6,7 +6,6 @@
 //! and one write. Due times come from a heap and a timerfd, so timing does not suffer from
 //! mio's millisecond poll timeout.
 
-mod arrival;
 mod count_job;
 mod counting;
 mod emit;
@@ -39,7 +38,8 @@ use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::{json, Value};
 
-use crate::clock::{minimise_timer_slack, DeadlineTimer, RunClock};
+use crate::sys::clock::{minimise_timer_slack, DeadlineTimer, RunClock};
+use crate::sys::{rx_stamp, sockopt};
 use crate::transport::Stream;
 
 const LISTENER: Token = Token(usize::MAX - 1);
@@ -88,11 +88,10 @@ impl MockServer {
         let listener = TcpListener::bind(listen)?;
         // mio listens with a backlog of 1024: thousands of clients connecting at once would
         // overflow it and wait out SYN retransmits (1, 3, 7 s). Ask for more (the kernel caps
-        // it at net.core.somaxconn); listen(2) on a listening socket only updates the backlog.
-        // SAFETY: listen on a descriptor this listener owns.
-        unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 65535) };
+        // it at net.core.somaxconn).
+        sockopt::widen_backlog(&listener, 65535);
         if cfg.arrival_log.is_some() || cfg.timing_log.is_some() {
-            arrival::enable(&listener)?;
+            rx_stamp::enable(&listener)?;
         }
         let addr = listener.local_addr()?;
         let poll = Poll::new()?;
@@ -289,8 +288,8 @@ impl MockLoop {
             }
             self.woke_ns = self.clock.now_ns();
             if self.arrival_log.is_some() || self.timing_log.is_some() {
-                self.woke_wall_ns = arrival::wall_ns();
-                self.woke_mono_ns = crate::clock::monotonic_ns();
+                self.woke_wall_ns = rx_stamp::wall_ns();
+                self.woke_mono_ns = crate::sys::clock::monotonic_ns();
             }
             for event in events.iter() {
                 match event.token() {
@@ -413,7 +412,7 @@ impl MockLoop {
         };
         if let (true, true, Some(tcp)) = (stamped, conn.input.is_empty(), plain) {
             let mut byte = [0u8; 1];
-            match arrival::read_first_byte(tcp, &mut byte) {
+            match rx_stamp::read_first_byte(tcp, &mut byte) {
                 Ok((0, _)) => open = false,
                 Ok((_, stamp)) => {
                     conn.input.push(byte[0]);

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::fleet::Route;
 use crate::load::Pace;
 use crate::shard::{Shard, ShardBy};
-use crate::wall_start;
+use crate::sys::wall_start;
 
 /// Where this replay stands among the hosts of one run.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -21,8 +21,8 @@ pub fn mock_config(a: &cli::MockArgs) -> Result<crate::mock::MockConfig> {
         }
     };
     Ok(crate::mock::MockConfig {
-        ttft_ns: crate::clock::ms_to_ns(a.ttft_ms),
-        itl_ns: crate::clock::ms_to_ns(a.itl_ms),
+        ttft_ns: crate::sys::clock::ms_to_ns(a.ttft_ms),
+        itl_ns: crate::sys::clock::ms_to_ns(a.itl_ms),
         tokens_per_chunk: a.tokens_per_chunk.max(1),
         model: a.model.clone(),
         counting,
@@ -36,8 +36,8 @@ pub fn mock_config(a: &cli::MockArgs) -> Result<crate::mock::MockConfig> {
         prefix_cache: a.cache_blocks.map(|n| (n, a.cache_block_size.max(1))),
         max_running: a.max_running.map(|n| n.max(1)),
         graceful_shutdown_after: a.graceful_shutdown_after,
-        prefill_ns_per_token: crate::clock::ms_to_ns(a.prefill_us_per_token / 1000.0),
-        keep_alive_ns: crate::clock::ms_to_ns(a.keep_alive_s * 1000.0),
+        prefill_ns_per_token: crate::sys::clock::ms_to_ns(a.prefill_us_per_token / 1000.0),
+        keep_alive_ns: crate::sys::clock::ms_to_ns(a.keep_alive_s * 1000.0),
         tls: match (&a.tls_cert, &a.tls_key) {
             (Some(cert), Some(key)) => {
                 Some(crate::transport::tls::server_config(cert, key).map_err(Error::Usage)?)

@@ -31,43 +31,38 @@ pub use vocab::{load_tokenizer, SafeVocab};
 
 use crate::error::{Error, Result};
 
-/// Which count `input_length` is (`--input-length-of`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LengthOf {
-    /// The prompt as the server counts it (`usage.prompt_tokens`), template included.
-    #[default]
-    Prompt,
-    /// The synthetic content alone; the server's count adds its template.
-    Content,
-}
-
-/// `--prompt-mode`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PromptMode {
-    #[default]
-    Text,
-    TokenIds,
-}
-
-impl PromptMode {
-    /// The name `--prompt-mode` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            PromptMode::Text => "text",
-            PromptMode::TokenIds => "token-ids",
-        }
+crate::choices! {
+    /// Which count `input_length` is (`--input-length-of`).
+    #[derive(Default)]
+    pub enum LengthOf {
+        /// The prompt as the server counts it (`usage.prompt_tokens`), template included.
+        #[default]
+        Prompt = "prompt",
+        /// The synthetic content alone; the server's count adds its template.
+        Content = "content",
     }
 }
 
-/// Where prompt text comes from (`--prompt-source`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PromptSource {
-    #[default]
-    Synthetic,
-    Dataset,
+crate::choices! {
+    /// `--prompt-mode`.
+    #[derive(Default)]
+    pub enum PromptMode {
+        #[default]
+        Text = "text",
+        TokenIds = "token-ids",
+    }
+}
+
+impl PromptMode {}
+
+crate::choices! {
+    /// Where prompt text comes from (`--prompt-source`).
+    #[derive(Default)]
+    pub enum PromptSource {
+        #[default]
+        Synthetic = "synthetic",
+        Dataset = "dataset",
+    }
 }
 
 /// Everything prompt synthesis is built from.

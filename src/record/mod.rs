@@ -10,15 +10,17 @@ use crate::trace::TraceIds;
 
 pub mod trace_replayer;
 
-/// The field names records are written with (`--record-format`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum RecordFormat {
-    /// CONTRACT §5 (requests.jsonl always).
-    #[default]
-    Llmreplay,
-    /// trace-replayer's names, for scripts written against its output (see
-    /// [`trace_replayer`]).
-    TraceReplayer,
+crate::choices! {
+    /// The field names records are written with (`--record-format`).
+    #[derive(Default)]
+    pub enum RecordFormat {
+        /// CONTRACT §5 (requests.jsonl always).
+        #[default]
+        Llmreplay = "llmreplay",
+        /// trace-replayer's names, for scripts written against its output (see
+        /// [`trace_replayer`]).
+        TraceReplayer = "trace-replayer",
+    }
 }
 
 impl RecordFormat {

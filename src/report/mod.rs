@@ -82,35 +82,14 @@ pub fn default_dir() -> PathBuf {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let base = PathBuf::from("llmreplay-results").join(utc_stamp(secs));
+    let base = PathBuf::from("llmreplay-results").join(crate::sys::wall_start::utc_stamp(secs));
     (1..)
         .map(|n| match n {
             1 => base.clone(),
-            n => base.with_file_name(format!("{}-{n}", utc_stamp(secs))),
+            n => base.with_file_name(format!("{}-{n}", crate::sys::wall_start::utc_stamp(secs))),
         })
         .find(|dir| !dir.exists())
         .expect("a free name")
-}
-
-/// `yyyymmdd-hhmmss` of a Unix time (UTC), by the civil-from-days algorithm.
-pub fn utc_stamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// Writes `content` to `path` atomically (temporary file, then rename).
@@ -191,12 +170,14 @@ pub fn load_itl(dir: &Path) -> Result<Option<(Histogram<u64>, Histogram<u64>)>> 
     Ok(Some((hist("itl_ns")?, hist("token_itl_ns")?)))
 }
 
-/// `--output-format`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    #[default]
-    Text,
-    Json,
+crate::choices! {
+    /// `--output-format`.
+    #[derive(Default)]
+    pub enum OutputFormat {
+        #[default]
+        Text = "text",
+        Json = "json",
+    }
 }
 
 /// Reads a run's `requests.jsonl` once: summary, plot data and (when given) the Requests
@@ -287,17 +268,5 @@ fn run_title(dir: &Path, run: Option<&Value>) -> String {
     match trace {
         Some(t) => format!("{t} ({})", dir.display()),
         None => dir.display().to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_stamps() {
-        assert_eq!(utc_stamp(0), "19700101-000000");
-        assert_eq!(utc_stamp(951_782_400 + 3661), "20000229-010101");
-        assert_eq!(utc_stamp(1_795_392_000), "20261123-000000");
     }
 }

@@ -5,10 +5,10 @@
 use std::io::{self, IoSlice};
 
 use super::exchange::Exchange;
-use crate::clock::RunClock;
 use crate::http::response::ResponseParser;
 use crate::http::sse::SseScanner;
 use crate::record::ErrorKind;
+use crate::sys::clock::RunClock;
 use crate::transport::Stream;
 
 pub struct Conn {
@@ -188,7 +188,7 @@ impl Conn {
     /// every read cost 6 % of the sender's CPU (perf) for no fewer segments. The server never
     /// waits on it: the kernel still ACKs once more than a segment's worth is unacknowledged.
     pub fn delay_acks(&mut self, now: u64) {
-        let _ = crate::sockopt::set(
+        let _ = crate::sys::sockopt::set(
             self.stream.tcp(),
             libc::IPPROTO_TCP,
             libc::TCP_QUICKACK,

@@ -50,15 +50,15 @@ use mio::event::Event;
 use mio::{Events, Poll, Token, Waker};
 
 use crate::api::{Api, EventScanner};
-use crate::clock::{
-    minimise_timer_slack, raise_thread_priority, thread_cpu_ns, DeadlineTimer, RunClock,
-};
 use crate::expected_cache::SharedExpected;
 use crate::fleet::Load;
 use crate::pipeline::{BufferPool, ChannelBudget, PreparedRequest};
 use crate::record::{ErrorKind, RequestRecord};
 use crate::stats::latency_histogram;
-use crate::stop::StopRequest;
+use crate::sys::clock::{
+    minimise_timer_slack, raise_thread_priority, thread_cpu_ns, DeadlineTimer, RunClock,
+};
+use crate::sys::stop::StopRequest;
 use crate::transport::TlsTarget;
 use active::ActiveSessions;
 pub use active::SessionCap;

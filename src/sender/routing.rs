@@ -5,9 +5,9 @@ use std::io;
 
 use mio::Interest;
 
-use crate::limits;
 use crate::pipeline::PreparedRequest;
 use crate::record::ErrorKind;
+use crate::sys::limits;
 use crate::transport::Stream;
 
 use super::conn::Conn;

@@ -16,8 +16,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::json;
 
 use super::families;
-use crate::clock::RunClock;
 use crate::http::blocking::{Accept, KeptConnection};
+use crate::sys::clock::RunClock;
 use crate::transport::TlsTarget;
 
 /// The per-scrape lines.

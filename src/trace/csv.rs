@@ -208,18 +208,8 @@ fn datetime_ms(s: &str) -> Option<f64> {
     if t.next().is_some() || hh > 23 || mm > 59 || !(0.0..61.0).contains(&sec) {
         return None;
     }
-    let days = days_from_civil(y, m, day);
+    let days = crate::sys::wall_start::days_from_civil(y, m, day);
     Some(((days * 24 + hh) * 60 + mm) as f64 * 60_000.0 + sec * 1000.0)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

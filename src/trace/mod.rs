@@ -18,25 +18,27 @@ pub use source::{TraceFile, MAX_LINE_BYTES};
 
 use serde_json::{Map, Value};
 
-/// The trace formats llmreplay understands (CONTRACT §3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    /// Decide from the first record: `chat_id` means bailian, anything else mooncake.
-    Auto,
-    /// Mooncake FAST'25 / AIPerf `mooncake_trace`: timestamps in ms, 512-token blocks.
-    Mooncake,
-    /// Alibaba Qwen-Bailian: timestamps in seconds, 16-token blocks, chat_id chains.
-    Bailian,
-    /// Azure LLM inference traces (CSV): TIMESTAMP (date-time), ContextTokens,
-    /// GeneratedTokens; no hash ids.
-    Azure,
-    /// BurstGPT (CSV): Timestamp (s), Request tokens, Response tokens[, Session ID]; no
-    /// hash ids.
-    Burstgpt,
-    /// TraceLab coding-agent sessions (CSV): session_id (or id), round_idx, prefix_len,
-    /// input_len, output_len, tool_wait_after_ms[, arrival_time in ms]; closed-loop rounds.
-    Tracelab,
+crate::choices! {
+    /// The trace formats llmreplay understands (CONTRACT §3).
+    #[derive(Default)]
+    pub enum Format {
+        /// Decide from the first record: `chat_id` means bailian, anything else mooncake.
+        #[default]
+        Auto = "auto",
+        /// Mooncake FAST'25 / AIPerf `mooncake_trace`: timestamps in ms, 512-token blocks.
+        Mooncake = "mooncake",
+        /// Alibaba Qwen-Bailian: timestamps in seconds, 16-token blocks, chat_id chains.
+        Bailian = "bailian",
+        /// Azure LLM inference traces (CSV): TIMESTAMP (date-time), ContextTokens,
+        /// GeneratedTokens; no hash ids.
+        Azure = "azure",
+        /// BurstGPT (CSV): Timestamp (s), Request tokens, Response tokens[, Session ID]; no
+        /// hash ids.
+        Burstgpt = "burstgpt",
+        /// TraceLab coding-agent sessions (CSV): session_id (or id), round_idx, prefix_len,
+        /// input_len, output_len, tool_wait_after_ms[, arrival_time in ms]; closed-loop rounds.
+        Tracelab = "tracelab",
+    }
 }
 
 impl Format {
@@ -46,18 +48,6 @@ impl Format {
             Format::Bailian => 16,
             Format::Tracelab => tracelab::BLOCK_TOKENS as u32,
             Format::Mooncake | Format::Auto | Format::Azure | Format::Burstgpt => 512,
-        }
-    }
-
-    /// The name `--format` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Auto => "auto",
-            Format::Mooncake => "mooncake",
-            Format::Bailian => "bailian",
-            Format::Azure => "azure",
-            Format::Burstgpt => "burstgpt",
-            Format::Tracelab => "tracelab",
         }
     }
 

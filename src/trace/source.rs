@@ -124,7 +124,7 @@ fn spool(mut input: Box<dyn BufRead + Send>, shown: &Path, max_lines: Option<u64
     let name = dir.join(format!(
         "llmreplay-trace-{}-{}",
         std::process::id(),
-        crate::clock::monotonic_ns()
+        crate::sys::clock::monotonic_ns()
     ));
     let file = File::options()
         .read(true)

@@ -311,6 +311,71 @@ fn the_layers_point_one_way() {
     );
 }
 
+/// `sys` is the floor: it names no module above it (errors aside), and every `unsafe` block
+/// of the crate is in it.
+#[test]
+fn sys_is_the_floor_and_holds_every_unsafe() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let layer = |m: &str| m.split("::").next().unwrap().to_string();
+    let mut wrong = Vec::new();
+    for ((from, to), at) in imports(&src) {
+        if layer(&from) == "sys" && !matches!(layer(&to).as_str(), "sys" | "error") {
+            wrong.push(format!(
+                "{from} -> {to} ({})",
+                at.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap();
+        if rel.starts_with("sys") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap();
+            if code.contains("unsafe ") || code.contains("unsafe{") {
+                wrong.push(format!(
+                    "src/{}:{}: unsafe outside sys",
+                    rel.display(),
+                    n + 1
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Only `cli` knows clap (and `plan`, which reads what it parsed): the engine's enums parse
+/// with `FromStr` through `choices!`, not clap's `ValueEnum`.
+#[test]
+fn only_the_command_line_knows_clap() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap();
+        if rel.starts_with("cli")
+            || rel.starts_with("cli.rs")
+            || rel.starts_with("plan")
+            || rel.starts_with("plan.rs")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap();
+            if code.contains("clap::") || code.contains("ValueEnum") {
+                wrong.push(format!("src/{}:{}: {}", rel.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "clap outside cli:\n{}", wrong.join("\n"));
+}
+
 /// No file of `src/` over 800 lines: a file that size holds more than one owner's work.
 #[test]
 fn no_file_over_800_lines() {

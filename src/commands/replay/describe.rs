@@ -136,8 +136,8 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     if let Some(at) = plan.hosts.start_at_unix_ns {
         line.push_str(&format!(
             "; time 0 at {} ({:.1} s from now, --start-at)",
-            crate::wall_start::rfc3339_utc(at),
-            (at as f64 - crate::wall_start::unix_ns_now() as f64) / 1e9
+            crate::sys::wall_start::rfc3339_utc(at),
+            (at as f64 - crate::sys::wall_start::unix_ns_now() as f64) / 1e9
         ));
     }
     let mut warnings = Vec::new();

@@ -20,15 +20,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::affinity;
 use crate::api::BodyOptions;
-use crate::clock::RunClock;
 use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::error_rate::ErrorRateJudge;
 use crate::expected_cache::{ExpectedPrefixHits, SharedExpected};
 use crate::fleet::{Load, Route, Router};
-use crate::limits;
 use crate::load::Pace;
 use crate::pipeline::{
     spawn_producers, BodyStyle, BufferPool, ChannelBudget, Passes, PromptLog, RequestBuilder,
@@ -43,7 +40,10 @@ use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGat
 use crate::server_metrics::{ScrapeConfig, Scraper};
 use crate::session::{SessionMode, SessionTracker};
 use crate::stats::{latency_histogram, Summary};
-use crate::stop::{signals_received, StopRequest};
+use crate::sys::affinity;
+use crate::sys::clock::RunClock;
+use crate::sys::limits;
+use crate::sys::stop::{signals_received, StopRequest};
 use setup::{Fleet, Output, Prompts, Say, TraceInput};
 
 /// What a finished replay leaves behind.
@@ -353,9 +353,11 @@ fn start(
     if let Some(at) = plan.hosts.start_at_unix_ns {
         say.say(format!(
             "waiting for the common start at {} (--start-at)",
-            crate::wall_start::rfc3339_utc(at)
+            crate::sys::wall_start::rfc3339_utc(at)
         ));
-        crate::wall_start::sleep_until(at, time_zero::START_AT_LEAD, || signals_received() > 0);
+        crate::sys::wall_start::sleep_until(at, time_zero::START_AT_LEAD, || {
+            signals_received() > 0
+        });
     }
     let progress = Arc::new(Progress::default());
     let senders: Vec<_> = (0..num_sender)
@@ -376,7 +378,7 @@ fn start(
         .collect();
 
     // The start: once every sender has its opening connections, the clock begins.
-    crate::stop::run_started();
+    crate::sys::stop::run_started();
     let opening = (warm + plan.connections) * pools;
     if opening >= 1000 {
         say.say(format!(
@@ -386,10 +388,10 @@ fn start(
     let connections_at_start =
         gate.wait_ready(|id| senders[id].is_finished(), || signals_received() > 0);
     let (t0_ns, common_start) = time_zero::time_zero(plan, &clock);
-    let t0_monotonic_ns = crate::clock::on_monotonic(&clock, t0_ns);
+    let t0_monotonic_ns = crate::sys::clock::on_monotonic(&clock, t0_ns);
     let started_unix_ms = match common_start {
         Some(s) => s.actual_unix_ns,
-        None => crate::wall_start::unix_ns_now() + time_zero::START_LEAD_NS,
+        None => crate::sys::wall_start::unix_ns_now() + time_zero::START_LEAD_NS,
     } / 1_000_000;
     gate.start(t0_ns);
     if let Some(late) = common_start.filter(|s| s.late_ns > 0) {
@@ -733,7 +735,7 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     let end_ns = stages.clock.now_ns();
     run["clock"]["end"] = json!({
         "run_ns": end_ns.saturating_sub(stages.t0_ns),
-        "monotonic_ns": crate::clock::on_monotonic(&stages.clock, end_ns),
+        "monotonic_ns": crate::sys::clock::on_monotonic(&stages.clock, end_ns),
     });
     // `--ntp`: checked again at the end (the clock may have been stepped during the run).
     if let Some(server) = &plan.hosts.ntp {

@@ -18,7 +18,7 @@ pub struct Resolved<'a> {
     pub t0_monotonic_ns: u64,
     pub connections_at_start: usize,
     /// `--start-at`: how the common start went.
-    pub common_start: Option<crate::wall_start::StartReport>,
+    pub common_start: Option<crate::sys::wall_start::StartReport>,
     /// `--ntp`: the clock check before the start.
     pub clock_check: Option<&'a crate::ntp::ClockCheck>,
     /// Per synthesiser: the tokenizer files' digests, and whether the analysis was cached.
@@ -192,7 +192,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put(
         "start",
         json!(r.common_start.map(|s| json!({
-            "at": crate::wall_start::rfc3339_utc(s.requested_unix_ns),
+            "at": crate::sys::wall_start::rfc3339_utc(s.requested_unix_ns),
             "at_unix_ms": unix_ms(s.requested_unix_ns),
             "actual_unix_ms": unix_ms(s.actual_unix_ns),
             "late_ms": s.late_ns as f64 / 1e6,

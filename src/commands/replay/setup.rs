@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 use crate::fleet::{EndpointSpec, Router};
 use crate::http::endpoint::Endpoint;
 use crate::http::probe;
-use crate::limits;
 use crate::mock::{MockConfig, MockServer, PromptCounting};
 use crate::plan::{ReplayPlan, Targets};
 use crate::prompt::dataset::DatasetPrompts;
@@ -23,6 +22,7 @@ use crate::schedule::{Preview, PreviewBuilder, Shaping};
 use crate::server_metrics::{self, ScrapeConfig, ScrapeTarget};
 use crate::session::SessionMode;
 use crate::shard::{Shard, Shares};
+use crate::sys::limits;
 use crate::trace::inspect::TraceStats;
 use crate::trace::{Format, OrderedReader, ReadOptions, TraceFile, TraceReader, ORDER_WINDOW};
 use crate::transport::{ClientTls, TlsOptions, TlsTarget};
@@ -429,8 +429,8 @@ pub fn start_mock(plan: &ReplayPlan, prompts: &Prompts, say: &Say) -> Result<Opt
         },
     };
     let cfg = MockConfig {
-        ttft_ns: crate::clock::ms_to_ns(ttft_ms),
-        itl_ns: crate::clock::ms_to_ns(itl_ms),
+        ttft_ns: crate::sys::clock::ms_to_ns(ttft_ms),
+        itl_ns: crate::sys::clock::ms_to_ns(itl_ms),
         counting,
         ..MockConfig::default()
     };

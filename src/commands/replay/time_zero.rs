@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use super::setup::Say;
-use crate::clock::RunClock;
 use crate::error::{Error, Result};
 use crate::plan::ReplayPlan;
-use crate::wall_start::StartReport;
+use crate::sys::clock::RunClock;
+use crate::sys::wall_start::StartReport;
 
 /// Time between the senders' connections being open and the first possible deadline:
 /// producers have been filling the channel since before the connections, and go on.
@@ -46,7 +46,7 @@ pub(super) fn time_zero(plan: &ReplayPlan, clock: &RunClock) -> (u64, Option<Sta
     let Some(at) = plan.hosts.start_at_unix_ns else {
         return (clock.now_ns() + START_LEAD_NS, None);
     };
-    let target = crate::wall_start::run_ns_at(clock, at);
+    let target = crate::sys::wall_start::run_ns_at(clock, at);
     let earliest = clock.now_ns() + LATE_START_NS;
     let t0 = if target >= i128::from(earliest) {
         target as u64

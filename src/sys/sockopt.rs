@@ -1,5 +1,5 @@
-//! The one raw `setsockopt(2)` wrapper, for the socket options std and mio do not offer
-//! (delayed ACKs, RST on close, receive timestamps).
+//! The raw socket calls std and mio do not offer: `setsockopt(2)` (delayed ACKs, RST on
+//! close, receive timestamps) and a listener's backlog.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -27,4 +27,12 @@ pub fn set<T>(
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Sets the accept backlog of a socket that is already listening (listen(2) again only
+/// updates it; the kernel caps it at net.core.somaxconn). Best effort: on failure the
+/// backlog stays as it was.
+pub fn widen_backlog(listener: &impl AsRawFd, backlog: libc::c_int) {
+    // SAFETY: listen(2) on a descriptor the caller owns; it touches no memory of ours.
+    unsafe { libc::listen(listener.as_raw_fd(), backlog) };
 }

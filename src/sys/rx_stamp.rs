@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use mio::net::TcpStream;
 
-use crate::sockopt;
+use crate::sys::sockopt;
 
 /// Asks the kernel to timestamp what this socket receives. Accepted sockets inherit it from
 /// a listener. The kernel turns timestamping on a moment later (deferred work), so the mock

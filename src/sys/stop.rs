@@ -14,9 +14,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use crate::clock::monotonic_ns;
+use crate::sys::clock::monotonic_ns;
 
-use crate::ending::STOPPED_EXIT_CODE;
+/// The status a run stopped by a signal exits with: 128 + SIGINT, as shells report Ctrl-C.
+pub const STOPPED_EXIT_CODE: i32 = 128 + libc::SIGINT;
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 /// CLOCK_MONOTONIC time of the first signal, in ns.

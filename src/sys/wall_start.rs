@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::clock::RunClock;
+use crate::sys::clock::RunClock;
 
 /// At most this far ahead: a start days away is a typing mistake.
 pub const MAX_AHEAD_S: u64 = 7 * 86_400;
@@ -97,7 +97,7 @@ fn rfc3339(t: &str) -> Option<u64> {
 /// Unix ns as RFC 3339 UTC with milliseconds (`2026-11-24T10:00:00.250Z`).
 pub fn rfc3339_utc(unix_ns: u64) -> String {
     let secs = unix_ns / 1_000_000_000;
-    let stamp = crate::report::utc_stamp(secs); // yyyymmdd-hhmmss
+    let stamp = utc_stamp(secs); // yyyymmdd-hhmmss
     format!(
         "{}-{}-{}T{}:{}:{}.{:03}Z",
         &stamp[0..4],
@@ -111,7 +111,7 @@ pub fn rfc3339_utc(unix_ns: u64) -> String {
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -120,10 +120,31 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// `yyyymmdd-hhmmss` of a Unix time (UTC), by the civil-from-days algorithm.
+pub fn utc_stamp(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// The run clock's reading at Unix time `unix_ns` (may be in the past: negative offsets are
 /// kept as i128), from the two clocks read back to back.
 pub fn run_ns_at(clock: &RunClock, unix_ns: u64) -> i128 {
-    i128::from(unix_ns) - crate::clock::paired_offset(|| clock.now_ns(), unix_ns_now)
+    i128::from(unix_ns) - crate::sys::clock::paired_offset(|| clock.now_ns(), unix_ns_now)
 }
 
 /// Sleeps until `unix_ns - lead` by this host's clock, waking early when `stop()` says so.
@@ -156,6 +177,13 @@ pub struct StartReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_stamps() {
+        assert_eq!(utc_stamp(0), "19700101-000000");
+        assert_eq!(utc_stamp(951_782_400 + 3661), "20000229-010101");
+        assert_eq!(utc_stamp(1_795_392_000), "20261123-000000");
+    }
 
     #[test]
     fn start_instants_in_both_forms() {

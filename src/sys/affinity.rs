@@ -1,4 +1,5 @@
-//! Which cores the sender and producer threads are pinned to (`--pin-cores`).
+//! Which cores the sender and producer threads are pinned to (`--pin-cores`), and the
+//! scheduling class of background threads.
 
 use core_affinity::CoreId;
 
@@ -127,6 +128,15 @@ fn parse_list(spec: &str) -> Result<Vec<usize>> {
         }
     }
     Ok(out)
+}
+
+/// Lowers the calling thread to SCHED_IDLE: it runs only where nothing else would, so an
+/// event loop wins every core it wants (Linux; a thread may always lower its own policy, but
+/// not raise it again). Failure leaves the thread as it was.
+pub fn run_only_when_idle() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sets the calling thread's policy (pid 0) from a valid sched_param.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
 }
 
 #[cfg(test)]
