@@ -52,17 +52,9 @@ impl Summary {
         }
         let mut out = format!("{:=^50}\n", " Serving Benchmark Result ");
         out.push_str(&s);
-        let short = [
-            "TTFT",
-            "TTFT-sched",
-            "TPOT",
-            "ITL",
-            "Token ITL",
-            "E2EL",
-            "Drift",
-        ];
-        for ((_, title, d), name) in self.metrics().into_iter().zip(short) {
+        for (l, d) in self.metrics() {
             let Some(d) = d else { continue };
+            let (title, name) = (l.title, l.name);
             out.push_str(&format!("{:-^50}\n", title));
             let mut row = |k: String, v: f64| out.push_str(&format!("{:<40}{:<10.2}\n", k, v));
             row(format!("Mean {name} (ms):"), d.mean);

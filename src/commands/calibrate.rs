@@ -99,8 +99,7 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
     let outcome = super::replay::run(&replay)?;
     let s = &outcome.summary;
     let drift = |p: f64| {
-        s.drift
-            .as_ref()
+        s.latency("drift_ms")
             .and_then(|d| d.percentile(p))
             .unwrap_or(f64::NAN)
     };
@@ -110,7 +109,7 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
         output_tokens_per_s: s.output_throughput,
         drift_p50_ms: drift(50.0),
         drift_p99_ms: drift(99.0),
-        drift_max_ms: s.drift.as_ref().map_or(f64::NAN, |d| d.max),
+        drift_max_ms: s.latency("drift_ms").map_or(f64::NAN, |d| d.max),
         late_sends: s.late_sends,
         failed: s.failed,
         sender_cpu_pct: 100.0 * outcome.sender_cpu_s / s.duration_s.max(1e-9),

@@ -185,7 +185,7 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
     };
     let queue_grew = queue_grew(s);
     let passed = goodput_share >= plan.min_goodput && queue_grew != Some(true);
-    let p = |d: &Option<crate::stats::Distribution>, q| d.as_ref().and_then(|d| d.percentile(q));
+    let p = |key: &str, q| s.latency(key).and_then(|d| d.percentile(q));
     let expected = s.prefix.expected_share();
     let observed = s.observed_prefix_share().map(|(share, _)| share);
     let cache_warning = match (expected, observed) {
@@ -217,9 +217,9 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
         goodput_share,
         request_throughput: s.request_throughput,
         output_throughput: s.output_throughput,
-        ttft_p50_ms: p(&s.ttft, 50.0),
-        ttft_p99_ms: p(&s.ttft, 99.0),
-        e2el_p99_ms: p(&s.e2el, 99.0),
+        ttft_p50_ms: p("ttft_ms", 50.0),
+        ttft_p99_ms: p("ttft_ms", 99.0),
+        e2el_p99_ms: p("e2el_ms", 99.0),
         queue_grew,
         prefix_expected_share: expected,
         prefix_observed_share: observed,

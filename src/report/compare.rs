@@ -44,11 +44,10 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
     let mut stats = vec!["mean".to_string(), "median".into()];
     stats.extend(a.percentiles.iter().map(|p| percentile_key(*p)));
     stats.push("max".into());
-    for i in 0..a.metrics().len() {
-        let key = a.metrics()[i].0;
+    for l in crate::stats::latency::LATENCIES {
         for stat in &stats {
-            push(format!("{key}.{stat}"), &|s: &Summary| {
-                s.metrics()[i].2.as_ref().and_then(|d| html::stat(d, stat))
+            push(format!("{}.{stat}", l.key), &|s: &Summary| {
+                s.latency(l.key).and_then(|d| html::stat(d, stat))
             });
         }
     }

@@ -67,9 +67,9 @@ pub fn summary_tables(s: &Summary) -> String {
         let _ = write!(t, "<th>{}</th>", crate::stats::percentile_key(*p));
     }
     t.push_str("<th>max</th></tr>\n");
-    for (key, _, d) in s.metrics() {
+    for (l, d) in s.metrics() {
         let Some(d) = d else { continue };
-        let _ = write!(t, "<tr><td>{key}</td><td>{}</td>", d.count);
+        let _ = write!(t, "<tr><td>{}</td><td>{}</td>", l.key, d.count);
         for v in [d.mean, d.median, d.std, d.min] {
             let _ = write!(t, "<td>{v:.3}</td>");
         }

@@ -11,6 +11,7 @@ use crate::server_metrics::summary::TargetSummary;
 
 mod breakdown;
 mod distribution;
+pub mod latency;
 mod sessions;
 
 use breakdown::EndpointBuilder;
@@ -19,6 +20,7 @@ use distribution::percentile_list;
 pub use distribution::{
     format_number, latency_histogram, percentile_key, record_gap, Distribution,
 };
+use latency::{Samples, LATENCIES};
 use sessions::SessionBuilder;
 pub use sessions::{Round, SessionSummary};
 
@@ -129,11 +131,8 @@ pub struct SummaryBuilder {
     last_end_ns: u64,
     input_tokens: u64,
     output_tokens: u64,
-    ttft: Vec<f64>,
-    ttft_sched: Vec<f64>,
-    tpot: Vec<f64>,
-    e2el: Vec<f64>,
-    drift: Vec<f64>,
+    /// One sample list per entry of [`LATENCIES`] (empty for the histograms).
+    latencies: Vec<Vec<f64>>,
     late_sends: u64,
     input_length_match: LengthMatch,
     output_length_match: LengthMatch,
@@ -152,6 +151,20 @@ impl SummaryBuilder {
         SummaryBuilder {
             slo,
             ..SummaryBuilder::default()
+        }
+    }
+
+    /// Adds `r`'s samples: of the latencies taken from every record, or (`succeeded`) of
+    /// those taken from successful ones.
+    fn add_latencies(&mut self, r: &RequestRecord, succeeded: bool) {
+        self.latencies.resize_with(LATENCIES.len(), Vec::new);
+        for (l, v) in LATENCIES.iter().zip(&mut self.latencies) {
+            let x = match l.samples {
+                Samples::Succeeded(of) if succeeded => of(r),
+                Samples::Every(of) if !succeeded => of(r),
+                _ => None,
+            };
+            v.extend(x);
         }
     }
 
@@ -177,11 +190,9 @@ impl SummaryBuilder {
             mine.e2el.extend(r.e2el_ms());
             mine.prefix.add(r);
         }
-        if let Some(d) = r.drift_ms() {
-            self.drift.push(d);
-            if d > LATE_SEND_MS {
-                self.late_sends += 1;
-            }
+        self.add_latencies(r, false);
+        if r.drift_ms().is_some_and(|d| d > LATE_SEND_MS) {
+            self.late_sends += 1;
         }
         // The run's duration spans every record, failures included: a request that never
         // got sent (its endpoint was down) counts from when it was due.
@@ -214,17 +225,7 @@ impl SummaryBuilder {
         self.prefix.add(r);
         self.output_length_match
             .add(r.output_tokens_target, r.output_tokens);
-        let pairs: [(&mut Vec<f64>, Option<f64>); 4] = [
-            (&mut self.ttft, r.ttft_ms()),
-            (&mut self.ttft_sched, r.ttft_from_schedule_ms()),
-            (&mut self.tpot, r.tpot_ms()),
-            (&mut self.e2el, r.e2el_ms()),
-        ];
-        for (v, x) in pairs {
-            if let Some(x) = x {
-                v.push(x);
-            }
-        }
+        self.add_latencies(r, true);
     }
 
     pub fn finish(
@@ -259,13 +260,20 @@ impl SummaryBuilder {
             good_requests: self.good,
             slo: self.slo,
             max_output_tokens_per_s: self.output_per_second.iter().copied().fold(0.0, f64::max),
-            ttft: Distribution::of(&mut self.ttft, percentiles),
-            ttft_from_schedule: Distribution::of(&mut self.ttft_sched, percentiles),
-            tpot: Distribution::of(&mut self.tpot, percentiles),
-            itl: Distribution::of_histogram_ns(itl_ns, percentiles),
-            token_itl: Distribution::of_histogram_ns(token_itl_ns, percentiles),
-            e2el: Distribution::of(&mut self.e2el, percentiles),
-            drift: Distribution::of(&mut self.drift, percentiles),
+            latencies: {
+                self.latencies.resize_with(LATENCIES.len(), Vec::new);
+                LATENCIES
+                    .iter()
+                    .zip(&mut self.latencies)
+                    .map(|(l, samples)| match l.samples {
+                        Samples::ChunkGaps => Distribution::of_histogram_ns(itl_ns, percentiles),
+                        Samples::TokenGaps => {
+                            Distribution::of_histogram_ns(token_itl_ns, percentiles)
+                        }
+                        _ => Distribution::of(samples, percentiles),
+                    })
+                    .collect()
+            },
             late_sends: self.late_sends,
             input_length_match: self.input_length_match,
             output_length_match: self.output_length_match,
@@ -325,13 +333,8 @@ pub struct Summary {
     pub slo: Option<Slo>,
     /// The most output tokens received in one second of the run (1-s buckets).
     pub max_output_tokens_per_s: f64,
-    pub ttft: Option<Distribution>,
-    pub ttft_from_schedule: Option<Distribution>,
-    pub tpot: Option<Distribution>,
-    pub itl: Option<Distribution>,
-    pub token_itl: Option<Distribution>,
-    pub e2el: Option<Distribution>,
-    pub drift: Option<Distribution>,
+    /// One distribution per entry of [`LATENCIES`], in its order (None: no sample).
+    pub latencies: Vec<Option<Distribution>>,
     pub late_sends: u64,
     /// The trace's input_length against the server's usage.prompt_tokens.
     pub input_length_match: LengthMatch,
@@ -385,28 +388,14 @@ impl Summary {
         }
     }
 
-    pub fn metrics(&self) -> [(&'static str, &'static str, &Option<Distribution>); 7] {
-        [
-            ("ttft_ms", "Time to First Token", &self.ttft),
-            (
-                "ttft_from_schedule_ms",
-                "TTFT from schedule",
-                &self.ttft_from_schedule,
-            ),
-            (
-                "tpot_ms",
-                "Time per Output Token (excl. 1st token)",
-                &self.tpot,
-            ),
-            ("itl_ms", "Inter-token Latency (per chunk)", &self.itl),
-            (
-                "token_itl_ms",
-                "Inter-token Latency (per token)",
-                &self.token_itl,
-            ),
-            ("e2el_ms", "End-to-end Latency", &self.e2el),
-            ("drift_ms", "Send drift (sent - scheduled)", &self.drift),
-        ]
+    /// Each latency of [`LATENCIES`] with its distribution.
+    pub fn metrics(&self) -> Vec<(&'static latency::Latency, &Option<Distribution>)> {
+        LATENCIES.iter().zip(&self.latencies).collect()
+    }
+
+    /// The distribution of the latency `key` of [`LATENCIES`] (`ttft_ms`).
+    pub fn latency(&self, key: &str) -> Option<&Distribution> {
+        self.latencies.get(latency::position(key))?.as_ref()
     }
 
     pub fn to_json(&self) -> Value {
@@ -433,9 +422,9 @@ impl Summary {
             "max_output_tokens_per_s".into(),
             json!(self.max_output_tokens_per_s),
         );
-        for (key, _, d) in self.metrics() {
+        for (l, d) in self.metrics() {
             m.insert(
-                key.into(),
+                l.key.into(),
                 d.as_ref().map_or(Value::Null, Distribution::to_json),
             );
         }

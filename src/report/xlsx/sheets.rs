@@ -101,10 +101,10 @@ pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) ->
     names.extend(s.percentiles.iter().map(|p| percentile_key(*p)));
     names.push("max".into());
     header(sheet, f, row, &names)?;
-    for (key, _, d) in s.metrics() {
+    for (l, d) in s.metrics() {
         let Some(d) = d else { continue };
         row += 1;
-        sheet.write_string(row, 0, key).map_err(xerr)?;
+        sheet.write_string(row, 0, l.key).map_err(xerr)?;
         let mut values = vec![d.count as f64, d.mean, d.median, d.std, d.min];
         values.extend(
             s.percentiles

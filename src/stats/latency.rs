@@ -1,0 +1,100 @@
+//! The run's latency distributions, one table: each entry's key (summary.json, results.xlsx,
+//! report.html, the comparison page), its section title and row name in summary.txt, and
+//! where its samples come from. [`SummaryBuilder`](super::SummaryBuilder) fills one sample
+//! list per entry and every writer walks the table, so a new per-request latency is one
+//! entry here and its accessor on [`RequestRecord`].
+
+use crate::record::RequestRecord;
+
+/// Where a distribution's samples come from.
+#[derive(Clone, Copy)]
+pub enum Samples {
+    /// One value per successful request.
+    Succeeded(fn(&RequestRecord) -> Option<f64>),
+    /// One value per measured record, failed or not.
+    Every(fn(&RequestRecord) -> Option<f64>),
+    /// The senders' histogram of the gaps between content chunks.
+    ChunkGaps,
+    /// The senders' histogram of the gaps between tokens.
+    TokenGaps,
+}
+
+/// One latency distribution of the summary.
+pub struct Latency {
+    /// Its key in summary.json and the pages (`ttft_ms`).
+    pub key: &'static str,
+    /// Its section title in summary.txt.
+    pub title: &'static str,
+    /// Its name in summary.txt's rows (`Mean TTFT (ms)`).
+    pub name: &'static str,
+    pub samples: Samples,
+}
+
+/// Every latency distribution, in the order summary.txt and the pages show them.
+pub const LATENCIES: &[Latency] = &[
+    Latency {
+        key: "ttft_ms",
+        title: "Time to First Token",
+        name: "TTFT",
+        samples: Samples::Succeeded(RequestRecord::ttft_ms),
+    },
+    Latency {
+        key: "ttft_from_schedule_ms",
+        title: "TTFT from schedule",
+        name: "TTFT-sched",
+        samples: Samples::Succeeded(RequestRecord::ttft_from_schedule_ms),
+    },
+    Latency {
+        key: "tpot_ms",
+        title: "Time per Output Token (excl. 1st token)",
+        name: "TPOT",
+        samples: Samples::Succeeded(RequestRecord::tpot_ms),
+    },
+    Latency {
+        key: "itl_ms",
+        title: "Inter-token Latency (per chunk)",
+        name: "ITL",
+        samples: Samples::ChunkGaps,
+    },
+    Latency {
+        key: "token_itl_ms",
+        title: "Inter-token Latency (per token)",
+        name: "Token ITL",
+        samples: Samples::TokenGaps,
+    },
+    Latency {
+        key: "e2el_ms",
+        title: "End-to-end Latency",
+        name: "E2EL",
+        samples: Samples::Succeeded(RequestRecord::e2el_ms),
+    },
+    Latency {
+        key: "drift_ms",
+        title: "Send drift (sent - scheduled)",
+        name: "Drift",
+        samples: Samples::Every(RequestRecord::drift_ms),
+    },
+];
+
+/// The entry of `key`.
+pub fn position(key: &str) -> usize {
+    LATENCIES
+        .iter()
+        .position(|l| l.key == key)
+        .unwrap_or_else(|| panic!("no latency {key} in LATENCIES"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_names_are_unique() {
+        for (i, a) in LATENCIES.iter().enumerate() {
+            for b in &LATENCIES[i + 1..] {
+                assert_ne!(a.key, b.key);
+                assert_ne!(a.name, b.name);
+            }
+        }
+    }
+}
