@@ -27,10 +27,43 @@ pub struct EndpointSpec {
     pub weight: u32,
 }
 
+/// What is wrong with an `--endpoint URL[,key=value...]`: each names the text given.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Url(#[from] crate::http::endpoint::EndpointError),
+    #[error("--endpoint {text:?}: expected key=value after the URL, got {part:?}")]
+    NotKeyValue { text: String, part: String },
+    #[error("--endpoint {text:?}: {message}")]
+    Api { text: String, message: String },
+    #[error("--endpoint {0:?}: weight must be a whole number above 0")]
+    Weight(String),
+    #[error("--endpoint {text:?}: unknown key {key:?} (api, model, weight)")]
+    UnknownKey { text: String, key: String },
+    #[error("--endpoint {url}: the path {path} is the {by_path} API, but {said} was asked for; drop the path or the api")]
+    PathAndApi {
+        url: String,
+        path: &'static str,
+        by_path: &'static str,
+        said: &'static str,
+    },
+}
+
+/// A bad `--endpoint` is the user's to fix (exit status 1).
+impl From<SpecError> for crate::error::Error {
+    fn from(e: SpecError) -> Self {
+        crate::error::Error::Usage(e.to_string())
+    }
+}
+
 impl EndpointSpec {
     /// Parses `URL[,key=value...]`; `api` is `--api` when the user gave it (a URL path that
     /// contradicts it is an error), and `default_api` applies when neither says.
-    pub fn parse(text: &str, api: Option<Api>, default_api: Api) -> Result<EndpointSpec, String> {
+    pub fn parse(
+        text: &str,
+        api: Option<Api>,
+        default_api: Api,
+    ) -> Result<EndpointSpec, SpecError> {
         let mut parts = text.split(',');
         let url = parts.next().unwrap_or_default();
         let mut endpoint = Endpoint::parse(url)?;
@@ -44,17 +77,22 @@ impl EndpointSpec {
         let mut model = None;
         let mut weight = 1;
         for part in parts {
-            let (key, value) = part.split_once('=').ok_or_else(|| {
-                format!("--endpoint {text:?}: expected key=value after the URL, got {part:?}")
+            let (key, value) = part.split_once('=').ok_or_else(|| SpecError::NotKeyValue {
+                text: text.to_string(),
+                part: part.to_string(),
             })?;
             match key.trim() {
                 "api" => {
-                    spec_api = Some(
-                        value
-                            .trim()
-                            .parse::<Api>()
-                            .map_err(|e| format!("--endpoint {text:?}: {e}"))?,
-                    )
+                    spec_api =
+                        Some(
+                            value
+                                .trim()
+                                .parse::<Api>()
+                                .map_err(|message| SpecError::Api {
+                                    text: text.to_string(),
+                                    message,
+                                })?,
+                        )
                 }
                 "model" if !value.trim().is_empty() => model = Some(value.trim().to_string()),
                 "weight" => {
@@ -63,26 +101,25 @@ impl EndpointSpec {
                         .parse()
                         .ok()
                         .filter(|w| *w > 0)
-                        .ok_or_else(|| {
-                            format!("--endpoint {text:?}: weight must be a whole number above 0")
-                        })?
+                        .ok_or_else(|| SpecError::Weight(text.to_string()))?
                 }
                 other => {
-                    return Err(format!(
-                        "--endpoint {text:?}: unknown key {other:?} (api, model, weight)"
-                    ))
+                    return Err(SpecError::UnknownKey {
+                        text: text.to_string(),
+                        key: other.to_string(),
+                    })
                 }
             }
         }
         let stated = spec_api.or(api);
         let api = match (from_path, stated) {
             (Some((path, by_path)), Some(said)) if by_path != said => {
-                return Err(format!(
-                    "--endpoint {url}: the path {path} is the {} API, but {} was asked for; \
-                     drop the path or the api",
-                    by_path.name(),
-                    said.name()
-                ))
+                return Err(SpecError::PathAndApi {
+                    url: url.to_string(),
+                    path,
+                    by_path: by_path.name(),
+                    said: said.name(),
+                })
             }
             (Some((_, by_path)), _) => by_path,
             (None, Some(said)) => said,
@@ -324,7 +361,8 @@ mod tests {
             Some(Api::OpenaiCompletions),
             Api::OpenaiChat,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("/v1/chat/completions") && err.contains("openai-completions"));
         assert!(EndpointSpec::parse(
             "http://h/v1/completions,api=openai-chat",

@@ -298,7 +298,7 @@ impl ReplayPlan {
             Targets::Servers(
                 a.endpoints
                     .iter()
-                    .map(|text| EndpointSpec::parse(text, a.api, api).map_err(Error::Usage))
+                    .map(|text| EndpointSpec::parse(text, a.api, api).map_err(Error::from))
                     .collect::<Result<_>>()?,
             )
         };
@@ -655,7 +655,7 @@ impl CalibratePlan {
             endpoint: a
                 .endpoint
                 .as_deref()
-                .map(|url| EndpointSpec::parse(url, None, Api::OpenaiChat).map_err(Error::Usage))
+                .map(|url| EndpointSpec::parse(url, None, Api::OpenaiChat).map_err(Error::from))
                 .transpose()?,
             mock_ttft_ms: a.mock_ttft_ms,
             mock_itl_ms: a.mock_itl_ms,

@@ -56,17 +56,44 @@ pub struct Endpoint {
     pub credentials: Option<String>,
 }
 
+/// What is wrong with an endpoint URL, or with finding its host. The URL in each is the one
+/// printed everywhere: without its credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("endpoint {0:?}: expected http://host:port or https://host:port")]
+    Scheme(String),
+    #[error("endpoint {0:?}: unclosed '[' in host")]
+    UnclosedBracket(String),
+    #[error("endpoint {0:?}: no host")]
+    NoHost(String),
+    #[error("endpoint {url:?}: invalid port {port:?}")]
+    Port { url: String, port: String },
+    #[error("endpoint {url}: cannot resolve {host}: {source}")]
+    Resolve {
+        url: String,
+        host: String,
+        source: std::io::Error,
+    },
+    #[error("endpoint {url}: {host} has no address")]
+    NoAddress { url: String, host: String },
+}
+
+/// A bad endpoint is the user's to fix (exit status 1).
+impl From<EndpointError> for crate::error::Error {
+    fn from(e: EndpointError) -> Self {
+        crate::error::Error::Usage(e.to_string())
+    }
+}
+
 impl Endpoint {
-    pub fn parse(url: &str) -> Result<Endpoint, String> {
+    pub fn parse(url: &str) -> Result<Endpoint, EndpointError> {
         let url = url.trim().trim_end_matches('/');
         let (tls, rest) = if let Some(r) = url.strip_prefix("http://") {
             (false, r)
         } else if let Some(r) = url.strip_prefix("https://") {
             (true, r)
         } else {
-            return Err(format!(
-                "endpoint {url:?}: expected http://host:port or https://host:port"
-            ));
+            return Err(EndpointError::Scheme(url.to_string()));
         };
         let (authority, path) = rest
             .find('/')
@@ -91,7 +118,7 @@ impl Endpoint {
         let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
             let close = v6
                 .find(']')
-                .ok_or_else(|| format!("endpoint {url:?}: unclosed '[' in host"))?;
+                .ok_or_else(|| EndpointError::UnclosedBracket(url.to_string()))?;
             let port = v6[close + 1..].strip_prefix(':');
             (&v6[..close], port)
         } else {
@@ -101,7 +128,7 @@ impl Endpoint {
             }
         };
         if host.is_empty() {
-            return Err(format!("endpoint {url:?}: no host"));
+            return Err(EndpointError::NoHost(url.to_string()));
         }
         let port = match port {
             None => {
@@ -111,9 +138,10 @@ impl Endpoint {
                     80
                 }
             }
-            Some(p) => p
-                .parse()
-                .map_err(|_| format!("endpoint {url:?}: invalid port {p:?}"))?,
+            Some(p) => p.parse().map_err(|_| EndpointError::Port {
+                url: url.to_string(),
+                port: p.to_string(),
+            })?,
         };
         Ok(Endpoint {
             url: url.to_string(),
@@ -161,12 +189,19 @@ impl Endpoint {
     }
 
     /// Resolves the host (at start-up; DNS is blocking).
-    pub fn resolve(&self) -> Result<SocketAddr, String> {
+    pub fn resolve(&self) -> Result<SocketAddr, EndpointError> {
         (self.host.as_str(), self.port)
             .to_socket_addrs()
-            .map_err(|e| format!("endpoint {}: cannot resolve {}: {e}", self.url, self.host))?
+            .map_err(|source| EndpointError::Resolve {
+                url: self.url.clone(),
+                host: self.host.clone(),
+                source,
+            })?
             .next()
-            .ok_or_else(|| format!("endpoint {}: {} has no address", self.url, self.host))
+            .ok_or_else(|| EndpointError::NoAddress {
+                url: self.url.clone(),
+                host: self.host.clone(),
+            })
     }
 }
 

@@ -36,11 +36,38 @@ pub struct ClientTls {
     config: Arc<ClientConfig>,
 }
 
+/// What stops TLS from being set up: a certificate or key file, a host name, or rustls
+/// refusing the configuration. Each names the file or the host.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: cannot read PEM certificates: {message}")]
+    ReadCerts { path: PathBuf, message: String },
+    #[error("{0}: no PEM certificate in it")]
+    NoCert(PathBuf),
+    #[error("--ca-cert {path}: not a usable CA certificate: {message}")]
+    BadCa { path: PathBuf, message: String },
+    #[error("{path}: no private key in PEM form: {message}")]
+    NoKey { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    CertAndKey { path: PathBuf, message: String },
+    #[error("{host:?} is not a valid TLS server name: {message}")]
+    ServerName { host: String, message: String },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Bad TLS files or names are the user's to fix (exit status 1).
+impl From<TlsError> for crate::error::Error {
+    fn from(e: TlsError) -> Self {
+        crate::error::Error::Usage(e.to_string())
+    }
+}
+
 impl ClientTls {
-    pub fn new(options: &TlsOptions) -> Result<ClientTls, String> {
+    pub fn new(options: &TlsOptions) -> Result<ClientTls, TlsError> {
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| TlsError::Config(e.to_string()))?;
         let mut config = if options.insecure {
             builder
                 .dangerous()
@@ -54,11 +81,9 @@ impl ClientTls {
             let mut pinned = Vec::new();
             if let Some(path) = &options.ca_cert {
                 for cert in read_certs(path)? {
-                    roots.add(cert.clone()).map_err(|e| {
-                        format!(
-                            "--ca-cert {}: not a usable CA certificate: {e}",
-                            path.display()
-                        )
+                    roots.add(cert.clone()).map_err(|e| TlsError::BadCa {
+                        path: path.clone(),
+                        message: e.to_string(),
                     })?;
                     pinned.push(cert);
                 }
@@ -68,7 +93,7 @@ impl ClientTls {
                 provider(),
             )
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| TlsError::Config(e.to_string()))?;
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(pinned::PinnedOrWebPki {
@@ -86,9 +111,12 @@ impl ClientTls {
 
     /// The settings for one endpoint: its host name goes in SNI and is what the certificate
     /// must name.
-    pub fn target(&self, host: &str) -> Result<TlsTarget, String> {
-        let server_name = ServerName::try_from(host.to_string())
-            .map_err(|e| format!("{host:?} is not a valid TLS server name: {e}"))?;
+    pub fn target(&self, host: &str) -> Result<TlsTarget, TlsError> {
+        let server_name =
+            ServerName::try_from(host.to_string()).map_err(|e| TlsError::ServerName {
+                host: host.to_string(),
+                message: e.to_string(),
+            })?;
         Ok(TlsTarget {
             config: Arc::clone(&self.config),
             server_name,
@@ -125,26 +153,34 @@ impl TlsTarget {
 }
 
 /// The mock's TLS: one certificate chain and key from PEM files, ALPN http/1.1.
-pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
     let certs = read_certs(cert)?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("{}: no private key in PEM form: {e}", key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::NoKey {
+        path: key.to_path_buf(),
+        message: e.to_string(),
+    })?;
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| TlsError::Config(e.to_string()))?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| format!("{}: {e}", cert.display()))?;
+        .map_err(|e| TlsError::CertAndKey {
+            path: cert.to_path_buf(),
+            message: e.to_string(),
+        })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{}: cannot read PEM certificates: {e}", path.display()))?;
+        .map_err(|e| TlsError::ReadCerts {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
     if certs.is_empty() {
-        return Err(format!("{}: no PEM certificate in it", path.display()));
+        return Err(TlsError::NoCert(path.to_path_buf()));
     }
     Ok(certs)
 }

@@ -488,14 +488,14 @@ pub fn connect(plan: &ReplayPlan, mock: Option<&MockServer>) -> Result<Fleet> {
         (Targets::Servers(specs), _) => specs.clone(),
         (Targets::Mock { .. }, Some(m)) => {
             let url = format!("http://{}", m.addr());
-            vec![EndpointSpec::parse(&url, Some(plan.api), plan.api).map_err(Error::Usage)?]
+            vec![EndpointSpec::parse(&url, Some(plan.api), plan.api)?]
         }
         (Targets::Mock { .. }, None) => unreachable!("the mock is started first"),
     };
     let endpoints: Vec<&Endpoint> = specs.iter().map(|s| &s.endpoint).collect();
     let addrs: Vec<SocketAddr> = endpoints
         .iter()
-        .map(|e| e.resolve().map_err(Error::Usage))
+        .map(|e| e.resolve().map_err(Error::from))
         .collect::<Result<_>>()?;
     let tls = tls_targets(&endpoints, &plan.tls)?;
     if plan.tls.insecure && tls.iter().any(Option::is_some) {
@@ -580,7 +580,7 @@ fn tls_targets(endpoints: &[&Endpoint], options: &TlsOptions) -> Result<Vec<Opti
                 return Ok(None);
             }
             if client.is_none() {
-                client = Some(ClientTls::new(options).map_err(Error::Usage)?);
+                client = Some(ClientTls::new(options)?);
             }
             let client = client.as_ref().expect("built above");
             client
@@ -647,7 +647,7 @@ pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Opti
                 if e.tls { "https" } else { "http" },
                 e.host_header()
             );
-            urls.push(Endpoint::parse(&url).map_err(Error::Usage)?);
+            urls.push(Endpoint::parse(&url)?);
         }
     }
     let refs: Vec<&Endpoint> = urls.iter().collect();
@@ -665,7 +665,7 @@ pub fn scrape_config(plan: &ReplayPlan, fleet: &Fleet, say: &Say) -> Result<Opti
         .map(|(u, tls)| {
             Ok(ScrapeTarget {
                 url: u.url.clone(),
-                addr: u.resolve().map_err(Error::Usage)?,
+                addr: u.resolve()?,
                 tls,
                 host: u.host_header(),
                 path: match u.base_path.as_str() {
