@@ -4,10 +4,12 @@
 use std::fmt;
 use std::io::{self, Write};
 
-use serde_json::{json, Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
 use crate::trace::TraceIds;
 
+pub mod line;
 pub mod trace_replayer;
 
 crate::choices! {
@@ -246,190 +248,20 @@ impl RequestRecord {
         Some((self.e2el_ms()? - self.ttft_ms()?) / (out - 1) as f64)
     }
 
-    /// The record as one JSON object (CONTRACT §5).
+    /// The record as one JSON object (CONTRACT §5; [`line::Line`] is its shape).
     pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        let opt_ms = |v: Option<u64>| v.map(ms);
-        m.insert("index".into(), json!(self.index));
-        m.insert("endpoint".into(), json!(self.endpoint));
-        m.insert("status".into(), json!(self.status));
-        m.insert(
-            "error".into(),
-            self.error.as_ref().map_or(
-                Value::Null,
-                |e| json!({"kind": e.kind.as_str(), "message": e.message}),
-            ),
-        );
-        m.insert("scheduled_ms".into(), json!(ms(self.scheduled_ns)));
-        m.insert("sent_ms".into(), json!(opt_ms(self.sent_ns)));
-        m.insert("drift_ms".into(), json!(self.drift_ms()));
-        m.insert("first_token_ms".into(), json!(opt_ms(self.first_token_ns)));
-        m.insert("end_ms".into(), json!(opt_ms(self.end_ns)));
-        m.insert("ttft_ms".into(), json!(self.ttft_ms()));
-        m.insert(
-            "ttft_from_schedule_ms".into(),
-            json!(self.ttft_from_schedule_ms()),
-        );
-        m.insert("e2el_ms".into(), json!(self.e2el_ms()));
-        m.insert("tpot_ms".into(), json!(self.tpot_ms()));
-        m.insert("input_tokens".into(), json!(self.input_tokens));
-        m.insert("prompt_tokens".into(), json!(self.prompt_tokens));
-        m.insert("cached_tokens".into(), json!(self.cached_tokens));
-        if let Some(e) = self.expected_cached_tokens {
-            m.insert("expected_cached_tokens".into(), json!(e));
-        }
-        m.insert(
-            "output_tokens_target".into(),
-            json!(self.output_tokens_target),
-        );
-        m.insert("output_tokens".into(), json!(self.output_tokens));
-        m.insert("chunks".into(), json!(self.chunks));
-        if let Some(times) = &self.chunk_times_ns {
-            m.insert(
-                "chunk_times_ms".into(),
-                json!(times.iter().map(|&t| ms(t)).collect::<Vec<_>>()),
-            );
-        }
-        if let Some(tokens) = &self.chunk_tokens {
-            m.insert("chunk_tokens".into(), json!(tokens));
-        }
-        if let Some(s) = &self.ids.session_id {
-            m.insert("session_id".into(), json!(s));
-        }
-        if let Some(c) = self.ids.chat_id {
-            m.insert("chat_id".into(), json!(c));
-        }
-        if let Some(p) = self.ids.parent_chat_id {
-            m.insert("parent_chat_id".into(), json!(p));
-        }
-        if let Some(q) = self.queue_ns {
-            m.insert("queue_ms".into(), json!(ms(q)));
-        }
-        if self.warmup {
-            m.insert("warmup".into(), json!(true));
-        }
-        if let Some(t) = &self.session {
-            m.insert("session_id".into(), json!(t.root));
-            m.insert("turn".into(), json!(t.turn));
-            m.insert("parent_index".into(), json!(t.parent_index));
-            m.insert("released_ms".into(), json!(t.released_ns.map(ms)));
-            m.insert("session_delay_ms".into(), json!(ms(t.delay_ns)));
-            m.insert("parent_failed".into(), json!(t.parent_failed));
-            if let Some(w) = t.session_wait_ns {
-                m.insert("session_wait_ms".into(), json!(ms(w)));
-            }
-            if let Some(last) = t.last {
-                m.insert("last_turn".into(), json!(last));
-            }
-            if let Some(c) = t.carried_tokens {
-                m.insert("carried_tokens".into(), json!(c));
-            }
-            if let Some(n) = &t.carry_note {
-                m.insert("carry_note".into(), json!(n));
-            }
-            if let Some(p) = t.planned_cached_tokens {
-                m.insert("planned_cached_tokens".into(), json!(p));
-                let planned = t.planned_hit_share(self.input_tokens);
-                let observed = self.observed_hit_share();
-                m.insert("planned_hit_share".into(), json!(planned));
-                m.insert("observed_hit_share".into(), json!(observed));
-                let diff = planned.zip(observed).map(|(p, o)| o - p);
-                m.insert("hit_share_diff".into(), json!(diff));
-            }
-        }
-        Value::Object(m)
+        serde_json::to_value(line::Line::from(self)).expect("a record serialises")
     }
-}
 
-impl RequestRecord {
     /// Reads a record back from its JSON line (the inverse of [`RequestRecord::to_json`]:
     /// milliseconds print as the shortest exact f64, so nanoseconds come back unchanged).
     pub fn from_json(v: &Value) -> Result<RequestRecord, String> {
-        let obj = v.as_object().ok_or("not a JSON object")?;
-        let num = |k: &str| obj.get(k).and_then(Value::as_f64);
-        let ns = |k: &str| num(k).map(|ms| (ms * 1e6).round().max(0.0) as u64);
-        let uint = |k: &str| obj.get(k).and_then(Value::as_u64);
-        let error = match obj.get("error") {
-            Some(Value::Object(e)) => Some(RequestError {
-                kind: ErrorKind::parse(e.get("kind").and_then(Value::as_str).unwrap_or("io")),
-                message: e
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-            }),
-            _ => None,
-        };
-        let array = |k: &str| obj.get(k).and_then(Value::as_array);
-        Ok(RequestRecord {
-            index: uint("index").ok_or("missing field `index`")?,
-            endpoint: obj
-                .get("endpoint")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            status: uint("status").map(|s| s as u16),
-            error,
-            scheduled_ns: ns("scheduled_ms").ok_or("missing field `scheduled_ms`")?,
-            sent_ns: ns("sent_ms"),
-            first_token_ns: ns("first_token_ms"),
-            end_ns: ns("end_ms"),
-            input_tokens: uint("input_tokens"),
-            prompt_tokens: uint("prompt_tokens"),
-            cached_tokens: uint("cached_tokens"),
-            expected_cached_tokens: uint("expected_cached_tokens"),
-            output_tokens_target: uint("output_tokens_target"),
-            output_tokens: uint("output_tokens"),
-            chunks: uint("chunks").unwrap_or(0),
-            chunk_times_ns: array("chunk_times_ms").map(|a| {
-                a.iter()
-                    .filter_map(Value::as_f64)
-                    .map(|ms| (ms * 1e6).round() as u64)
-                    .collect()
-            }),
-            chunk_tokens: array("chunk_tokens").map(|a| {
-                a.iter()
-                    .filter_map(Value::as_u64)
-                    .map(|n| n as u32)
-                    .collect()
-            }),
-            ids: TraceIds {
-                session_id: obj
-                    .get("session_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                chat_id: obj.get("chat_id").and_then(Value::as_i64),
-                parent_chat_id: obj.get("parent_chat_id").and_then(Value::as_i64),
-                delay_ms: None,
-                prefix_tokens: None,
-                wait_after_ms: None,
-            },
-            queue_ns: ns("queue_ms"),
-            warmup: obj.get("warmup").and_then(Value::as_bool).unwrap_or(false),
-            session: uint("turn").map(|turn| TurnRecord {
-                root: obj
-                    .get("session_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                turn: turn as u32,
-                parent_index: uint("parent_index"),
-                released_ns: ns("released_ms"),
-                delay_ns: ns("session_delay_ms").unwrap_or(0),
-                parent_failed: obj
-                    .get("parent_failed")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
-                carried_tokens: uint("carried_tokens"),
-                carry_note: obj
-                    .get("carry_note")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                planned_cached_tokens: uint("planned_cached_tokens"),
-                session_wait_ns: ns("session_wait_ms"),
-                last: obj.get("last_turn").and_then(Value::as_bool),
-            }),
-        })
+        if !v.is_object() {
+            return Err("not a JSON object".into());
+        }
+        line::Line::deserialize(v)
+            .map(RequestRecord::from)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -458,7 +290,14 @@ impl RecordWriter {
     }
 
     pub fn write(&mut self, record: &RequestRecord) -> io::Result<()> {
-        serde_json::to_writer(&mut self.lines, &self.format.to_json(record))?;
+        match self.format {
+            RecordFormat::Llmreplay => {
+                serde_json::to_writer(&mut self.lines, &line::Line::from(record))?
+            }
+            RecordFormat::TraceReplayer => {
+                serde_json::to_writer(&mut self.lines, &trace_replayer::to_json(record))?
+            }
+        }
         self.lines.push(b'\n');
         if self.lines.len() >= WRITE_CHUNK {
             self.flush()?;
