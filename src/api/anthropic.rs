@@ -21,7 +21,7 @@ use super::body::{merge_extra, write_lengths, write_prompt, write_saved_line};
 use super::events::{nonempty, text_of};
 use super::serve::{answer_text, stream_of, tokens_asked, uint};
 use super::{Answer, BodyOptions, Dialect, Discovery, FullResponse, MockRequest, Prompt, Route};
-use super::{StreamKeys, Synthesis};
+use super::{BodyError, StreamKeys, Synthesis};
 use crate::prompt::{PromptMode, Wrapping};
 use crate::trace::{Input, TraceRecord};
 
@@ -79,7 +79,7 @@ impl Dialect for AnthropicMessages {
         synthesis: Option<&mut Synthesis<'_>>,
         out: &mut Vec<u8>,
         saved: Option<&mut Vec<u8>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), BodyError> {
         let start = out.len();
         out.extend_from_slice(b"{\"model\":");
         out.extend_from_slice(opts.model_json.as_bytes());
@@ -90,16 +90,16 @@ impl Dialect for AnthropicMessages {
                     .partition(|m| m.get("role").and_then(Value::as_str) == Some("system"));
                 if let Some(system) = system_prompt(&system) {
                     out.extend_from_slice(b",\"system\":");
-                    serde_json::to_writer(&mut *out, &system).map_err(|e| e.to_string())?;
+                    serde_json::to_writer(&mut *out, &system)?;
                 }
                 out.extend_from_slice(b",\"messages\":");
                 let at = out.len();
-                serde_json::to_writer(&mut *out, &turns).map_err(|e| e.to_string())?;
+                serde_json::to_writer(&mut *out, &turns)?;
                 let prompt = at..out.len();
                 if let Some(Value::Array(tools)) = tools {
                     let tools: Vec<Value> = tools.iter().map(anthropic_tool).collect();
                     out.extend_from_slice(b",\"tools\":");
-                    serde_json::to_writer(&mut *out, &tools).map_err(|e| e.to_string())?;
+                    serde_json::to_writer(&mut *out, &tools)?;
                 }
                 (b"messages", prompt)
             }

@@ -8,6 +8,18 @@ use serde_json::{Map, Value};
 use crate::prompt::{BlockCache, PromptSynth, Rendering};
 use crate::trace::{Input, TraceRecord};
 
+/// Why a record's request body cannot be written in a dialect.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("the trace has no text: give --tokenizer to synthesise prompts")]
+    NoTokenizer,
+    /// The record or the prompt mode asks for what the dialect cannot carry.
+    #[error("{0}")]
+    Unsupported(&'static str),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+}
+
 /// Everything about a body that does not come from the record.
 #[derive(Clone, Debug)]
 pub struct BodyOptions {
@@ -54,18 +66,17 @@ pub(super) fn write_prompt(
     input: &Input,
     synthesis: Option<&mut Synthesis<'_>>,
     out: &mut Vec<u8>,
-) -> Result<&'static [u8], String> {
+) -> Result<&'static [u8], BodyError> {
     match input {
         Input::Text { text, .. } => {
-            serde_json::to_writer(&mut *out, text).map_err(|e| e.to_string())?;
+            serde_json::to_writer(&mut *out, text)?;
             Ok(b"prompt")
         }
         Input::Synthetic {
             input_length,
             hash_ids,
         } => {
-            let s =
-                synthesis.ok_or("the trace has no text: give --tokenizer to synthesise prompts")?;
+            let s = synthesis.ok_or(BodyError::NoTokenizer)?;
             let len = s.synth.content_len(*input_length);
             s.synth
                 .write_json(s.cache, record.index, len, hash_ids, out);
@@ -84,14 +95,13 @@ pub(super) fn merge_extra(
     start: usize,
     cli: Option<&Map<String, Value>>,
     record: Option<&Map<String, Value>>,
-) -> Result<(), String> {
-    let mut body: Map<String, Value> =
-        serde_json::from_slice(&out[start..]).map_err(|e| e.to_string())?;
+) -> Result<(), BodyError> {
+    let mut body: Map<String, Value> = serde_json::from_slice(&out[start..])?;
     for extra in [cli, record].into_iter().flatten() {
         for (k, v) in extra {
             body.insert(k.clone(), v.clone());
         }
     }
     out.truncate(start);
-    serde_json::to_writer(&mut *out, &body).map_err(|e| e.to_string())
+    Ok(serde_json::to_writer(&mut *out, &body)?)
 }

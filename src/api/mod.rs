@@ -12,7 +12,7 @@ mod body;
 mod events;
 mod serve;
 
-pub use body::{BodyOptions, Synthesis};
+pub use body::{BodyError, BodyOptions, Synthesis};
 pub use events::{excerpt, EventScanner, FullResponse, StreamEvent, StreamKeys, EXCERPT};
 pub use serve::{Answer, MockRequest, Prompt, Route, TOKEN_TEXT};
 
@@ -76,7 +76,7 @@ pub trait Dialect: Sync {
         synthesis: Option<&mut Synthesis<'_>>,
         out: &mut Vec<u8>,
         saved: Option<&mut Vec<u8>>,
-    ) -> Result<(), String>;
+    ) -> Result<(), BodyError>;
 
     /// Where a stream event's content, usage and errors are.
     fn stream_keys(&self) -> &'static StreamKeys;
@@ -193,7 +193,7 @@ pub fn write_body(
     synthesis: Option<&mut Synthesis<'_>>,
     out: &mut Vec<u8>,
     saved: Option<&mut Vec<u8>>,
-) -> Result<(), String> {
+) -> Result<(), BodyError> {
     api.write_body(record, opts, synthesis, out, saved)
 }
 

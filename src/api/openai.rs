@@ -15,7 +15,7 @@ use super::events::{nonempty, text_of, FullResponse, StreamKeys};
 use super::serve::{
     answer_text, stream_of, tokens_asked, uint, Answer, MockRequest, Prompt, Route,
 };
-use super::{Dialect, Discovery};
+use super::{BodyError, Dialect, Discovery};
 use crate::prompt::{PromptMode, Wrapping};
 use crate::trace::{Input, TraceRecord};
 
@@ -58,7 +58,7 @@ fn write_body(
     synthesis: Option<&mut Synthesis<'_>>,
     out: &mut Vec<u8>,
     saved: Option<&mut Vec<u8>>,
-) -> Result<(), String> {
+) -> Result<(), BodyError> {
     let start = out.len();
     out.extend_from_slice(b"{\"model\":");
     out.extend_from_slice(opts.model_json.as_bytes());
@@ -67,15 +67,17 @@ fn write_body(
         (true, Input::Messages { messages, tools }) => {
             out.extend_from_slice(b",\"messages\":");
             prompt_start = out.len();
-            serde_json::to_writer(&mut *out, messages).map_err(|e| e.to_string())?;
+            serde_json::to_writer(&mut *out, messages)?;
             if let Some(tools) = tools {
                 out.extend_from_slice(b",\"tools\":");
-                serde_json::to_writer(&mut *out, tools).map_err(|e| e.to_string())?;
+                serde_json::to_writer(&mut *out, tools)?;
             }
             b"messages"
         }
         (false, Input::Messages { .. }) => {
-            return Err("a record with `messages` needs --api openai-chat".into());
+            return Err(BodyError::Unsupported(
+                "a record with `messages` needs --api openai-chat",
+            ));
         }
         (_, input) => {
             out.extend_from_slice(match chat {
@@ -248,7 +250,7 @@ impl Dialect for OpenAi {
         synthesis: Option<&mut Synthesis<'_>>,
         out: &mut Vec<u8>,
         saved: Option<&mut Vec<u8>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), BodyError> {
         write_body(self.chat, record, opts, synthesis, out, saved)
     }
     fn stream_keys(&self) -> &'static StreamKeys {

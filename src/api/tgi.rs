@@ -16,7 +16,7 @@ use super::body::{merge_extra, write_prompt, write_saved_line};
 use super::events::{nonempty, text_of};
 use super::serve::{answer_text, stream_of, TOKEN_TEXT, DEFAULT_MAX_TOKENS};
 use super::{Answer, BodyOptions, Dialect, Discovery, FullResponse, MockRequest, Prompt, Route};
-use super::{StreamKeys, Synthesis};
+use super::{BodyError, StreamKeys, Synthesis};
 use crate::prompt::{PromptMode, Wrapping};
 use crate::trace::{Input, TraceRecord};
 
@@ -78,7 +78,7 @@ impl Dialect for Tgi {
         synthesis: Option<&mut Synthesis<'_>>,
         out: &mut Vec<u8>,
         saved: Option<&mut Vec<u8>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), BodyError> {
         write_body(record, opts, synthesis, out, saved)
     }
     fn stream_keys(&self) -> &'static StreamKeys {
@@ -172,25 +172,27 @@ fn write_body(
     synthesis: Option<&mut Synthesis<'_>>,
     out: &mut Vec<u8>,
     saved: Option<&mut Vec<u8>>,
-) -> Result<(), String> {
+) -> Result<(), BodyError> {
     let start = out.len();
     if let Input::Messages { .. } = record.input {
-        return Err(
-            "a record with `messages` needs --api openai-chat (TGI takes `inputs` text)".into(),
-        );
+        return Err(BodyError::Unsupported(
+            "a record with `messages` needs --api openai-chat (TGI takes `inputs` text)",
+        ));
     }
     out.extend_from_slice(b"{\"inputs\":");
     let prompt_start = out.len();
     let key = write_prompt(record, &record.input, synthesis, out)?;
     if key != b"prompt" {
-        return Err("--prompt-mode token-ids needs --api openai-completions".into());
+        return Err(BodyError::Unsupported(
+            "--prompt-mode token-ids needs --api openai-completions",
+        ));
     }
     if let Some(saved) = saved {
         write_saved_line(saved, record.index, b"prompt", &out[prompt_start..]);
     }
     out.extend_from_slice(b",\"parameters\":{\"details\":true");
     if let Some(n) = record.output_length {
-        write!(out, ",\"max_new_tokens\":{n}").map_err(|e| e.to_string())?;
+        let _ = write!(out, ",\"max_new_tokens\":{n}");
     }
     out.extend_from_slice(b"}");
     if opts.stream {

@@ -189,14 +189,14 @@ impl Shared<'_> {
             for record in &batch {
                 part.records += 1;
                 let t = Instant::now();
-                let request =
-                    self.builder
-                        .build(record, 0, 0, 0, &mut cache)
-                        .map_err(|message| Error::Trace {
-                            file: self.args.trace.clone(),
-                            line: record.line,
-                            message,
-                        })?;
+                let request = self
+                    .builder
+                    .build(record, 0, 0, 0, &mut cache)
+                    .map_err(|e| Error::Trace {
+                        file: self.args.trace.clone(),
+                        line: record.line,
+                        message: e.to_string(),
+                    })?;
                 part.build_s += t.elapsed().as_secs_f64();
                 part.body_bytes += request.payload().len() as u64;
                 let Input::Synthetic {

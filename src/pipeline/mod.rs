@@ -6,28 +6,25 @@
 //! part). They may finish out of order; the senders order what they receive by deadline.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
-use crate::api::{write_body, Api, BodyOptions, Synthesis};
 use crate::carry::CarrySlot;
 use crate::error::{Error, Result};
 use crate::expected_cache::PromptShape;
 use crate::fleet::Router;
-use crate::prompt::dataset::DatasetPrompts;
-use crate::prompt::{BlockCache, PromptSynth};
 use crate::schedule::{Shaper, Slot};
 use crate::session::{SessionLink, SessionTracker, SessionTurn};
 use crate::shard::ShardFilter;
 use crate::sys::stop::StopRequest;
-use crate::trace::{Input, OrderedReader, TraceIds, TraceRecord};
+use crate::trace::{OrderedReader, TraceIds, TraceRecord};
+
+mod build;
+pub use build::{BlockCaches, BodyStyle, BuildError, PromptLog, RequestBuilder};
 
 /// A request ready to be written: everything but the per-endpoint request line and headers.
 #[derive(Debug)]
@@ -242,253 +239,6 @@ impl ToSenders {
     }
 }
 
-/// How the bodies for one endpoint are written.
-pub struct BodyStyle {
-    pub api: Api,
-    pub body: BodyOptions,
-    /// Which of [`RequestBuilder::synths`] builds its prompts (they differ by what the
-    /// server wraps around the content: a chat template, special tokens, nothing).
-    pub synth: Option<usize>,
-}
-
-/// Turns records into request bytes.
-pub struct RequestBuilder {
-    /// Per endpoint, by [`PreparedRequest::endpoint`].
-    pub styles: Vec<BodyStyle>,
-    pub synths: Vec<Arc<PromptSynth>>,
-    /// Block cache budget of each producer, in bytes (`--block-cache-mb` / producers).
-    pub cache_bytes_per_producer: usize,
-    /// `--save-prompts`: where each prompt is logged, in record order.
-    pub prompt_log: Option<PromptLog>,
-    /// Buffers the senders gave back.
-    pub buffers: BufferPool,
-    /// `--prompt-source dataset`: records with lengths get dataset text.
-    pub dataset: Option<Arc<DatasetPrompts>>,
-    /// `--carry-forward on`: per synthesiser, the tokens a chat template adds around an
-    /// answer and the next user message ([`CarrySlot::turn_overhead`]); None when off.
-    pub carry: Option<Vec<u64>>,
-    /// `--server-block-size`: planned prefix-cache hits are whole blocks.
-    pub server_block: u64,
-}
-
-/// Room kept in front of the body for the per-request headers: the record index (so server
-/// logs and the mock's fault log name the record) and `Content-Length`.
-const HEAD_ROOM: usize = 80;
-
-/// A producer's block caches, one per synthesiser (shared by the endpoints that use it).
-pub struct BlockCaches(Vec<BlockCache>);
-
-impl BlockCaches {
-    pub fn hits(&self) -> u64 {
-        self.0.iter().map(BlockCache::hits).sum()
-    }
-
-    pub fn misses(&self) -> u64 {
-        self.0.iter().map(BlockCache::misses).sum()
-    }
-}
-
-impl RequestBuilder {
-    /// A builder for one dialect and body, as every endpoint of a single-API run shares.
-    pub fn uniform(
-        api: Api,
-        body: BodyOptions,
-        synth: Option<Arc<PromptSynth>>,
-        buffers: BufferPool,
-    ) -> RequestBuilder {
-        RequestBuilder {
-            styles: vec![BodyStyle {
-                api,
-                body,
-                synth: synth.as_ref().map(|_| 0),
-            }],
-            synths: synth.into_iter().collect(),
-            cache_bytes_per_producer: 0,
-            prompt_log: None,
-            buffers,
-            dataset: None,
-            carry: None,
-            server_block: 1,
-        }
-    }
-
-    /// Where a conversation turn's synthetic prompt is, for carry-forward; None when off,
-    /// or for a prompt that is not synthetic text.
-    fn carry_slot(&self, request: &PreparedRequest, record: &TraceRecord) -> Option<CarrySlot> {
-        let overheads = self.carry.as_ref()?;
-        if self.dataset.is_some() || !matches!(record.input, Input::Synthetic { .. }) {
-            return None;
-        }
-        let at = self.styles[request.endpoint as usize].synth?;
-        let synth = &self.synths[at];
-        if synth.rendering() != crate::prompt::Rendering::Text {
-            return None;
-        }
-        let content = synth.content_len(record.input_length()?);
-        crate::carry::locate(request.payload(), content, overheads[at])
-    }
-
-    /// The hits production's server had for a turn: its planned prefix less the last token
-    /// (always computed), in whole server blocks.
-    pub fn planned_cached(&self, planned_prefix: u64, input_length: u64) -> u64 {
-        let hit = planned_prefix.min(input_length.saturating_sub(1));
-        hit / self.server_block.max(1) * self.server_block.max(1)
-    }
-
-    /// A synthetic record's prompt at this endpoint as a prefix cache sees it; None when its
-    /// prompt is not built from hash ids.
-    pub fn prompt_shape(&self, endpoint: u32, record: &TraceRecord) -> Option<PromptShape> {
-        if self.dataset.is_some() {
-            return None;
-        }
-        let Input::Synthetic {
-            input_length,
-            hash_ids,
-        } = &record.input
-        else {
-            return None;
-        };
-        let synth = &self.synths[self.styles[endpoint as usize].synth?];
-        Some(PromptShape::of(
-            synth,
-            record.index,
-            *input_length,
-            hash_ids,
-        ))
-    }
-
-    /// The block caches of one producer; the budget is split among the synthesisers.
-    pub fn new_caches(&self) -> BlockCaches {
-        let each = self.cache_bytes_per_producer / self.synths.len().max(1);
-        BlockCaches(self.synths.iter().map(|s| s.block_cache(each)).collect())
-    }
-
-    /// The bytes of `record` for endpoint `endpoint`; `seq` is its place among the records
-    /// this run sends (0, 1, 2, ...: prompts.jsonl is written in that order).
-    pub fn build(
-        &self,
-        record: &TraceRecord,
-        seq: u64,
-        endpoint: u32,
-        scheduled_ns: u64,
-        caches: &mut BlockCaches,
-    ) -> Result<PreparedRequest, String> {
-        let style = &self.styles[endpoint as usize];
-        let synth = style.synth.map(|i| (&*self.synths[i], i));
-        let prompt_bytes = match (synth, record.input_length()) {
-            (Some((s, _)), Some(len)) => s.estimated_bytes(len),
-            (_, len) => len.unwrap_or(0) as usize * 8,
-        };
-        let mut bytes = self.buffers.take(HEAD_ROOM + 512 + prompt_bytes);
-        bytes.resize(HEAD_ROOM, 0);
-        let mut synthesis = synth.map(|(synth, i)| Synthesis {
-            synth,
-            cache: &mut caches.0[i],
-        });
-        let mut saved = self.prompt_log.as_ref().map(|_| Vec::new());
-        write_body(
-            style.api,
-            record,
-            &style.body,
-            synthesis.as_mut(),
-            &mut bytes,
-            saved.as_mut(),
-        )?;
-        if let (Some(log), Some(line)) = (&self.prompt_log, saved) {
-            log.put(seq, line)
-                .map_err(|e| format!("cannot write {}: {e}", log.path.display()))?;
-        }
-        let body_len = bytes.len() - HEAD_ROOM;
-        let mut head = [0u8; HEAD_ROOM];
-        let mut cursor = &mut head[..];
-        write!(
-            cursor,
-            "X-Llmreplay-Index: {}\r\nContent-Length: {body_len}\r\n\r\n",
-            record.index
-        )
-        .expect("fits in HEAD_ROOM");
-        let head_len = HEAD_ROOM - cursor.len();
-        let start = HEAD_ROOM - head_len;
-        bytes[start..HEAD_ROOM].copy_from_slice(&head[..head_len]);
-        Ok(PreparedRequest {
-            index: record.index,
-            endpoint,
-            scheduled_ns,
-            bytes,
-            start,
-            input_tokens: record.input_length(),
-            output_tokens_target: record.output_length,
-            ids: record.ids.clone(),
-            session: None,
-            queue_ns: None,
-            warmup: false,
-            expected_cached_tokens: None,
-            cache_shape: None,
-            carry: None,
-        })
-    }
-}
-
-/// `prompts.jsonl`, written in record order although producers finish out of order, so two
-/// runs with the same seed write identical files. Lines are put by their place among the
-/// records sent (not by record index, which has gaps after `--start-offset` or in a shard). Lines wait in a small reorder buffer (one per
-/// producer in flight for a sorted trace; up to the reorder window for an unsorted one).
-pub struct PromptLog {
-    path: PathBuf,
-    state: Mutex<PromptLogState>,
-}
-
-struct PromptLogState {
-    out: BufWriter<File>,
-    next: u64,
-    waiting: BTreeMap<u64, Vec<u8>>,
-}
-
-impl PromptLog {
-    pub fn create(path: &Path) -> Result<PromptLog> {
-        let file = File::create(path).map_err(|e| Error::io(path, e))?;
-        Ok(PromptLog {
-            path: path.to_path_buf(),
-            state: Mutex::new(PromptLogState {
-                out: BufWriter::with_capacity(1 << 20, file),
-                next: 0,
-                waiting: BTreeMap::new(),
-            }),
-        })
-    }
-
-    fn put(&self, index: u64, line: Vec<u8>) -> std::io::Result<()> {
-        let mut s = self
-            .state
-            .lock()
-            .map_err(|_| std::io::Error::other("a producer panicked"))?;
-        s.waiting.insert(index, line);
-        loop {
-            let next = s.next;
-            let Some(line) = s.waiting.remove(&next) else {
-                return Ok(());
-            };
-            s.out.write_all(&line)?;
-            s.next += 1;
-        }
-    }
-
-    /// Writes what is left and flushes; called once the producers are done.
-    pub fn finish(&self) -> Result<()> {
-        let mut s = self
-            .state
-            .lock()
-            .map_err(|_| Error::Run("a producer thread panicked".into()))?;
-        let s = &mut *s;
-        for line in std::mem::take(&mut s.waiting).into_values() {
-            s.out
-                .write_all(&line)
-                .map_err(|e| Error::io(&self.path, e))?;
-        }
-        s.out.flush().map_err(|e| Error::io(&self.path, e))
-    }
-}
-
 /// `--loop`: how the trace is read again for the next pass.
 pub struct Passes {
     /// Passes after the current one.
@@ -675,12 +425,12 @@ fn produce(
         }
         let mut request = builder
             .build(&p.record, p.seq, p.endpoint, p.scheduled_ns, &mut caches)
-            .map_err(|message| Error::Trace {
+            .map_err(|e| Error::Trace {
                 file: lock()
                     .map(|s| s.reader.reader().path().to_path_buf())
                     .unwrap_or_default(),
                 line: p.record.line,
-                message,
+                message: e.to_string(),
             })?;
         request.warmup = p.warmup;
         // For the expected prefix-cache hits, looked up when it is sent.
@@ -707,6 +457,7 @@ fn produce(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{Api, BodyOptions};
     use crate::trace::Input;
 
     #[test]
