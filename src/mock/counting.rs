@@ -55,6 +55,9 @@ impl CountPool {
             let (results, counter, waker) = (result_tx.clone(), counter.clone(), waker.clone());
             let token_cache = token_cache.clone();
             std::thread::Builder::new().name(name).spawn(move || {
+                // Counting ahead is background work: the event loop must win every core it
+                // wants. An idle thread cannot raise itself again, hence the separate urgent
+                // thread for requests that wait on their count.
                 if background {
                     crate::sys::affinity::run_only_when_idle();
                 }

@@ -9,13 +9,13 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ErrorKind, RequestError, RequestRecord, TurnRecord};
+use super::{ms, ErrorKind, RequestError, RequestRecord, TurnRecord};
 use crate::trace::TraceIds;
 
 /// `Some(None)` writes `null`; `None` leaves the key out.
 type Present<T> = Option<Option<T>>;
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Line<'a> {
     pub cached_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -96,10 +96,6 @@ pub struct ErrorLine<'a> {
     pub kind: Cow<'a, str>,
     #[serde(borrow, default)]
     pub message: Cow<'a, str>,
-}
-
-fn ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
 }
 
 fn ns(ms: f64) -> u64 {

@@ -26,13 +26,6 @@ crate::choices! {
 }
 
 impl RecordFormat {
-    pub fn to_json(self, r: &RequestRecord) -> Value {
-        match self {
-            RecordFormat::Llmreplay => r.to_json(),
-            RecordFormat::TraceReplayer => trace_replayer::to_json(r),
-        }
-    }
-
     /// Reads a record line of either format (`line_index`: its index when it names none).
     pub fn read_any(v: &Value, line_index: u64) -> Result<RequestRecord, String> {
         if trace_replayer::is_trace_replayer(v) {

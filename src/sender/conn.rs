@@ -202,25 +202,12 @@ impl Conn {
 mod tests {
     use super::*;
     use crate::pipeline::PreparedRequest;
-    use crate::trace::TraceIds;
     use std::io::Read;
 
     fn request(payload: Vec<u8>) -> Exchange {
         let req = PreparedRequest {
-            index: 0,
-            endpoint: 0,
-            scheduled_ns: 0,
             bytes: payload,
-            start: 0,
-            input_tokens: None,
-            output_tokens_target: None,
-            ids: TraceIds::default(),
-            session: None,
-            queue_ns: None,
-            warmup: false,
-            expected_cached_tokens: None,
-            cache_shape: None,
-            carry: None,
+            ..PreparedRequest::empty_for_test(0, 0)
         };
         Exchange::new(req, false)
     }

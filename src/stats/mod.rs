@@ -150,6 +150,7 @@ impl SummaryBuilder {
     pub fn new(slo: Option<Slo>) -> Self {
         SummaryBuilder {
             slo,
+            latencies: vec![Vec::new(); LATENCIES.len()],
             ..SummaryBuilder::default()
         }
     }
@@ -157,7 +158,6 @@ impl SummaryBuilder {
     /// Adds `r`'s samples: of the latencies taken from every record, or (`succeeded`) of
     /// those taken from successful ones.
     fn add_latencies(&mut self, r: &RequestRecord, succeeded: bool) {
-        self.latencies.resize_with(LATENCIES.len(), Vec::new);
         for (l, v) in LATENCIES.iter().zip(&mut self.latencies) {
             let x = match l.samples {
                 Samples::Succeeded(of) if succeeded => of(r),
@@ -261,7 +261,6 @@ impl SummaryBuilder {
             slo: self.slo,
             max_output_tokens_per_s: self.output_per_second.iter().copied().fold(0.0, f64::max),
             latencies: {
-                self.latencies.resize_with(LATENCIES.len(), Vec::new);
                 LATENCIES
                     .iter()
                     .zip(&mut self.latencies)
