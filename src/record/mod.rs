@@ -4,7 +4,7 @@
 use std::fmt;
 use std::io::{self, Write};
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::trace::TraceIds;
@@ -241,9 +241,9 @@ impl RequestRecord {
         Some((self.e2el_ms()? - self.ttft_ms()?) / (out - 1) as f64)
     }
 
-    /// The record as one JSON object (CONTRACT §5; [`line::Line`] is its shape).
+    /// The record as one JSON object (CONTRACT §5).
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(line::Line::from(self)).expect("a record serialises")
+        serde_json::to_value(self).expect("a record serialises")
     }
 
     /// Reads a record back from its JSON line (the inverse of [`RequestRecord::to_json`]:
@@ -252,9 +252,21 @@ impl RequestRecord {
         if !v.is_object() {
             return Err("not a JSON object".into());
         }
-        line::Line::deserialize(v)
-            .map(RequestRecord::from)
-            .map_err(|e| e.to_string())
+        RequestRecord::deserialize(v).map_err(|e| e.to_string())
+    }
+}
+
+/// A record is written and read in its line's shape, [`line::Line`]: borrowed from the record
+/// on the way out, so no JSON tree is built per record.
+impl Serialize for RequestRecord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        line::Line::from(self).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestRecord {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RequestRecord, D::Error> {
+        line::Line::deserialize(d).map(RequestRecord::from)
     }
 }
 
@@ -284,9 +296,7 @@ impl RecordWriter {
 
     pub fn write(&mut self, record: &RequestRecord) -> io::Result<()> {
         match self.format {
-            RecordFormat::Llmreplay => {
-                serde_json::to_writer(&mut self.lines, &line::Line::from(record))?
-            }
+            RecordFormat::Llmreplay => serde_json::to_writer(&mut self.lines, record)?,
             RecordFormat::TraceReplayer => {
                 serde_json::to_writer(&mut self.lines, &trace_replayer::to_json(record))?
             }
