@@ -163,10 +163,10 @@ pub fn run(cli: Cli) -> Result<i32> {
                 print!("{report}");
             }
             match &report.verify {
-                Some(v) if v.exact < v.checked || v.prefix_pairs_differing > 0 => {
+                Some(v) if v.failed() > 0 || v.prefix_pairs_differing > 0 => {
                     Err(Error::Run(format!(
                         "{} of {} verified prompts are not exact, {} shared prefixes differ",
-                        v.checked - v.exact,
+                        v.failed(),
                         v.checked,
                         v.prefix_pairs_differing
                     )))

@@ -87,7 +87,8 @@ pub struct MockArgs {
     #[arg(long, value_name = "US", default_value_t = 0.0)]
     pub prefill_us_per_token: f64,
 
-    /// `tokenizer_config.json` with the chat template (default: the one beside the tokenizer).
+    /// `tokenizer_config.json` with the chat template, or beside a `chat_template.jinja` (default:
+    /// the one beside the tokenizer).
     #[arg(long, value_name = "PATH", requires = "tokenizer")]
     pub tokenizer_config: Option<PathBuf>,
 

@@ -39,7 +39,8 @@ pub struct PromptArgs {
     pub tokenizer: Option<PathBuf>,
 
     /// `tokenizer_config.json` whose chat template the server applies (default: the one beside
-    /// tokenizer.json, if any).
+    /// tokenizer.json, if any); without a `chat_template` in it, the `chat_template.jinja`
+    /// beside it is the template.
     #[arg(long, value_name = "PATH")]
     pub tokenizer_config: Option<PathBuf>,
 

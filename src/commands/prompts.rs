@@ -53,6 +53,9 @@ pub struct Verification {
     /// Prompts with exactly the intended count (`usage.prompt_tokens == input_length`, or the
     /// content alone with `--input-length-of content`) and their synthetic ids intact.
     pub exact: u64,
+    /// Records shorter than what the server adds around any content plus one token (the
+    /// chat template, a BOS): no prompt can have their length. Not counted as failures.
+    pub shorter_than_frame: u64,
     pub max_abs_diff: u64,
     /// Pairs (record, earlier record) compared on a shared prefix of k hash ids: their first
     /// k*B content token ids must be equal.
@@ -62,6 +65,11 @@ pub struct Verification {
 }
 
 impl Verification {
+    /// Prompts that could have been exact and are not.
+    pub fn failed(&self) -> u64 {
+        self.checked - self.exact - self.shorter_than_frame
+    }
+
     fn fail(&mut self, message: String) {
         if self.examples.len() < MAX_EXAMPLES {
             self.examples.push(message);
@@ -262,6 +270,12 @@ impl Shared<'_> {
         };
         if got == input_length {
             v.exact += 1;
+        } else if self.length_of == LengthOf::Prompt && input_length <= synth.overhead() {
+            v.shorter_than_frame += 1;
+            v.fail(format!(
+                "record {index}: input_length {input_length} is not above the {} tokens the server adds",
+                synth.overhead()
+            ));
         } else {
             v.max_abs_diff = v.max_abs_diff.max(got.abs_diff(input_length));
             v.fail(format!(
@@ -317,6 +331,7 @@ impl PromptsReport {
         if let (Some(total), Some(v)) = (self.verify.as_mut(), part.verify) {
             total.checked += v.checked;
             total.exact += v.exact;
+            total.shorter_than_frame += v.shorter_than_frame;
             total.max_abs_diff = total.max_abs_diff.max(v.max_abs_diff);
             total.prefix_pairs_checked += v.prefix_pairs_checked;
             total.prefix_pairs_differing += v.prefix_pairs_differing;
@@ -374,6 +389,13 @@ impl std::fmt::Display for PromptsReport {
         if let Some(v) = &self.verify {
             row(f, "Verified prompts:", v.checked.to_string())?;
             row(f, "Exact length, ids intact:", v.exact.to_string())?;
+            if v.shorter_than_frame > 0 {
+                row(
+                    f,
+                    "Shorter than the template (cannot be exact):",
+                    v.shorter_than_frame.to_string(),
+                )?;
+            }
             row(f, "Max abs length difference:", v.max_abs_diff.to_string())?;
             row(
                 f,

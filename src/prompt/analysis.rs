@@ -21,7 +21,9 @@ use crate::digest::fnv1a;
 use crate::error::{Error, Result};
 
 /// Bumped whenever what is analysed or how it is written changes.
-const FORMAT: &str = "llmreplay-tokenizer-analysis 1";
+/// 2: frames measured by comparing probes (earlier entries may hold a refusal that no longer
+/// stands).
+const FORMAT: &str = "llmreplay-tokenizer-analysis 2";
 
 /// The stable tokens and the frames of a tokenizer (and template).
 pub struct Analysis {
@@ -51,10 +53,14 @@ impl Analysis {
             message,
         })?;
         let vocab = SafeVocab::from_tokenizer(tokenizer, file)?;
-        let chat = counter
-            .template_path()
-            .map(|_| counter.frame(Wrapping::Chat, &vocab));
-        let completion = counter.frame(Wrapping::Completion, &vocab);
+        let chat = counter.template_path().map(|_| {
+            counter
+                .frame(Wrapping::Chat, &vocab)
+                .map_err(|e| e.to_string())
+        });
+        let completion = counter
+            .frame(Wrapping::Completion, &vocab)
+            .map_err(|e| e.to_string());
         Ok(Analysis {
             vocab,
             chat,
@@ -153,7 +159,7 @@ pub fn load_or_make(
 ) -> Result<(Analysis, PromptCounter)> {
     let counter = PromptCounter::deferred(file, config)?;
     let template = counter.template_path().map(Path::to_path_buf);
-    let digest = digests(file, template.as_deref())?;
+    let digest = digests(file, &counter.template_files())?;
     let entry = dir.map(|dir| dir.join(format!("{digest}.txt")));
     if let Some(entry) = &entry {
         if let Some(mut analysis) = read_entry(entry, template.is_some()) {
@@ -171,18 +177,31 @@ pub fn load_or_make(
     Ok((analysis, counter))
 }
 
-/// `TOKENIZER-CONFIG`: FNV-1a of each file's content and its length (`none` without a
-/// template); the name of the cache entry.
-fn digests(file: &Path, template: Option<&Path>) -> Result<String> {
-    let digest = |p: &Path| -> Result<String> {
-        let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
-        Ok(format!("{:016x}{:x}", fnv1a(&bytes), bytes.len()))
+/// `TOKENIZER-CONFIG`: FNV-1a of each file's content and its length (the tokenizer's, then
+/// each template file's joined by `+`: `none` without a template, `@yyyymmdd` after a template
+/// that prints the date); the name of the cache entry.
+fn digests(file: &Path, template: &[&Path]) -> Result<String> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| Error::io(p, e));
+    let digest = |bytes: &[u8]| format!("{:016x}{:x}", fnv1a(bytes), bytes.len());
+    let mut config = Vec::new();
+    let mut dated = false;
+    for t in template {
+        let bytes = read(t)?;
+        dated |= String::from_utf8_lossy(&bytes).contains("strftime_now");
+        config.push(digest(&bytes));
+    }
+    let mut config = match config.is_empty() {
+        true => "none".to_string(),
+        false => config.join("+"),
     };
-    let config = match template {
-        Some(t) => digest(t)?,
-        None => "none".into(),
-    };
-    Ok(format!("{}-{config}", digest(file)?))
+    if dated {
+        // A template that prints today's date may count differently tomorrow.
+        let today = crate::sys::wall_start::utc_stamp(
+            crate::sys::wall_start::unix_ns_now() / 1_000_000_000,
+        );
+        config.push_str(&format!("@{}", &today[..8]));
+    }
+    Ok(format!("{}-{config}", digest(&read(file)?)))
 }
 
 fn read_entry(entry: &Path, has_template: bool) -> Option<Analysis> {
@@ -280,7 +299,7 @@ mod tests {
         for damaged in [
             good.replace("12\t wf", "12\t wg"), // a changed piece: the checksum fails
             good[..good.len() / 2].to_string(), // cut short
-            good.replace("tokenizer-analysis 1", "tokenizer-analysis 0"), // another format
+            good.replace("tokenizer-analysis 2", "tokenizer-analysis 1"), // an older format
             String::new(),
         ] {
             std::fs::write(&entry, damaged).unwrap();

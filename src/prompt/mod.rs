@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 pub use cache::BlockCache;
 pub use synth::{PromptSynth, Rendering};
-pub use template::{ChatTemplate, Frame, PromptCounter, Wrapping};
+pub use template::{ChatTemplate, Frame, FrameError, PromptCounter, Wrapping};
 pub use vocab::{load_tokenizer, SafeVocab};
 
 use crate::error::{Error, Result};
@@ -52,8 +52,6 @@ crate::choices! {
         TokenIds = "token-ids",
     }
 }
-
-impl PromptMode {}
 
 crate::choices! {
     /// Where prompt text comes from (`--prompt-source`).

@@ -39,8 +39,10 @@ const TEMPLATE: &str = "chat";
 
 impl ChatTemplate {
     /// Reads `chat_template` (a string, or a list of named templates: `default` is taken) and
-    /// the BOS/EOS tokens. `Ok(None)` when the file has no chat template.
-    pub fn load(config: &Path) -> Result<Option<ChatTemplate>> {
+    /// the BOS/EOS tokens; a config without `chat_template` takes the `chat_template.jinja`
+    /// beside it (the layout of newer Hugging Face repositories). `Ok(None)` when there is no
+    /// template; else the template and the file its text came from.
+    pub fn load(config: &Path) -> Result<Option<(ChatTemplate, PathBuf)>> {
         let fail = |message: String| Error::Tokenizer {
             path: config.to_path_buf(),
             message,
@@ -48,18 +50,26 @@ impl ChatTemplate {
         let text = std::fs::read_to_string(config).map_err(|e| Error::io(config, e))?;
         let json: Value =
             serde_json::from_str(&text).map_err(|e| fail(format!("invalid JSON: {e}")))?;
-        let source = match json.get("chat_template") {
+        let jinja = config.with_file_name("chat_template.jinja");
+        let (source, from) = match json.get("chat_template") {
+            None | Some(Value::Null) if jinja.is_file() => (
+                std::fs::read_to_string(&jinja).map_err(|e| Error::io(&jinja, e))?,
+                jinja,
+            ),
             None | Some(Value::Null) => return Ok(None),
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(named)) => named
-                .iter()
-                .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
-                .or_else(|| named.first())
-                .and_then(|t| t.get("template").and_then(Value::as_str))
-                .ok_or_else(|| {
-                    fail("field `chat_template`: no usable template in the list".into())
-                })?
-                .to_owned(),
+            Some(Value::String(s)) => (s.clone(), config.to_path_buf()),
+            Some(Value::Array(named)) => (
+                named
+                    .iter()
+                    .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+                    .or_else(|| named.first())
+                    .and_then(|t| t.get("template").and_then(Value::as_str))
+                    .ok_or_else(|| {
+                        fail("field `chat_template`: no usable template in the list".into())
+                    })?
+                    .to_owned(),
+                config.to_path_buf(),
+            ),
             Some(_) => {
                 return Err(fail(
                     "field `chat_template`: expected a string or a list".into(),
@@ -95,15 +105,25 @@ impl ChatTemplate {
                 ))
             },
         );
-        // Templates that print today's date get a fixed one: counts must not change by the day.
-        env.add_function("strftime_now", |_format: String| "26 Jul 2024".to_string());
+        // Templates that print today's date (Llama 3.2's system header) get today's, as the
+        // server renders it.
+        env.add_function("strftime_now", |format: String| {
+            strftime(
+                &format,
+                crate::sys::wall_start::unix_ns_now() / 1_000_000_000,
+            )
+        });
         env.add_template_owned(TEMPLATE, source)
-            .map_err(|e| fail(format!("field `chat_template`: {e}")))?;
-        Ok(Some(ChatTemplate {
+            .map_err(|e| Error::Tokenizer {
+                path: from.clone(),
+                message: format!("chat template: {e}"),
+            })?;
+        let template = ChatTemplate {
             env,
             bos: special("bos_token"),
             eos: special("eos_token"),
-        }))
+        };
+        Ok(Some((template, from)))
     }
 
     /// The prompt text for `messages` (and `tools`), with the generation prompt appended.
@@ -128,8 +148,10 @@ pub struct PromptCounter {
     tokenizer: OnceLock<std::result::Result<Tokenizer, String>>,
     tokenizer_file: PathBuf,
     template: Option<ChatTemplate>,
-    /// Where the template came from, for messages.
+    /// The file the template's text came from, for messages.
     template_path: Option<PathBuf>,
+    /// The `tokenizer_config.json` read (its special tokens), when there is a template.
+    config_path: Option<PathBuf>,
 }
 
 impl PromptCounter {
@@ -148,14 +170,15 @@ impl PromptCounter {
     /// A counter whose tokenizer is read from `tokenizer_file` the first time it counts.
     pub fn deferred(tokenizer_file: &Path, config: Option<&Path>) -> Result<Self> {
         let path = Self::config_path(tokenizer_file, config);
-        let template = match &path {
-            Some(p) => ChatTemplate::load(p)?,
-            None => None,
+        let (template, template_path) = match &path {
+            Some(p) => ChatTemplate::load(p)?.unzip(),
+            None => (None, None),
         };
         Ok(PromptCounter {
             tokenizer: OnceLock::new(),
             tokenizer_file: tokenizer_file.to_path_buf(),
-            template_path: template.as_ref().and(path),
+            config_path: template.as_ref().and(path),
+            template_path,
             template,
         })
     }
@@ -184,6 +207,16 @@ impl PromptCounter {
     /// The file the chat template came from, if there is one.
     pub fn template_path(&self) -> Option<&Path> {
         self.template_path.as_deref()
+    }
+
+    /// The files the template is read from: the config, and the `.jinja` when it is apart.
+    pub fn template_files(&self) -> Vec<&Path> {
+        let mut files: Vec<&Path> = self.config_path.iter().map(PathBuf::as_path).collect();
+        files.extend(
+            self.template_path()
+                .filter(|t| Some(*t) != files.first().copied()),
+        );
+        files
     }
 
     /// The prompt text a chat request becomes on the server.
@@ -224,74 +257,218 @@ impl PromptCounter {
             .map_err(|e| format!("tokenizer: {e}"))
     }
 
-    /// What the server adds around synthetic content of the given wrapping: measured by
-    /// rendering and encoding probe contents of several lengths, which must all agree, and
-    /// finding each content's own ids in the prompt's.
-    pub fn frame(&self, wrapping: Wrapping, vocab: &SafeVocab) -> Result<Frame, String> {
-        let mut seen: Option<Frame> = None;
-        for n in [1usize, 7, 64] {
-            let content: String = (0..n)
-                .map(|i| vocab.text((i * 7919 + n) % vocab.len()))
-                .collect();
+    /// What the server adds around synthetic content of the given wrapping, measured with
+    /// probe contents of several lengths whose first tokens all differ:
+    /// - the head is the tokens every probe's prompt begins with (so a probe token that also
+    ///   occurs in the template's own text, a default system prompt say, cannot mislead it);
+    /// - each prompt must hold exactly its content's tokens plus one fixed number more, and
+    ///   end in the same tail (the generation prompt);
+    /// - the content must come back intact after the head, its first token allowed to come
+    ///   back as its bare word (templates that trim the content drop its leading space; the
+    ///   safe table guarantees the bare word is one token).
+    pub fn frame(&self, wrapping: Wrapping, vocab: &SafeVocab) -> Result<Frame, FrameError> {
+        if wrapping == Wrapping::TokenIds {
+            return Ok(Frame::default());
+        }
+        let mut probes = Vec::new();
+        for (salt, n) in [1usize, 2, 7, 64].into_iter().enumerate() {
+            let content = probe_text(vocab, n, salt + 1);
             let ids = match wrapping {
-                Wrapping::TokenIds => return Ok(Frame::default()),
-                Wrapping::Completion => self.completion_ids(&content)?,
                 Wrapping::Chat => {
                     self.chat_ids(&json!([{"role": "user", "content": content}]), None)?
                 }
+                _ => self.completion_ids(&content)?,
             };
-            let own = self.content_ids(&content)?;
-            let head = ids
-                .windows(own.len())
-                .position(|w| w == own.as_slice())
-                .ok_or_else(|| {
-                    format!(
-                        "{n} content tokens are not found as they are in the {} prompt tokens the template makes of them",
-                        ids.len()
-                    )
-                })?;
-            let frame = Frame {
-                head: head as u64,
-                tail: (ids.len() - head - own.len()) as u64,
-            };
-            if let Some(s) = seen.filter(|s| *s != frame) {
-                return Err(format!(
-                    "the chat template adds {} tokens around one content and {} around another: \
-                     it does not wrap the content in a fixed text, so prompt lengths cannot be made exact",
-                    s.total(),
-                    frame.total()
-                ));
-            }
-            seen = Some(frame);
+            probes.push((self.content_ids(&content)?, ids));
         }
-        Ok(seen.unwrap_or_default())
+        let (own0, ids0) = &probes[0];
+        let total = (ids0.len() as u64).saturating_sub(own0.len() as u64);
+        for (own, ids) in &probes {
+            let other = (ids.len() as u64).saturating_sub(own.len() as u64);
+            if other != total || ids.len() < own.len() {
+                return Err(FrameError::NotFixed { one: total, other });
+            }
+        }
+        let head = probes
+            .iter()
+            .map(|(_, ids)| common_prefix(ids0, ids))
+            .min()
+            .unwrap_or(0);
+        let frame = Frame {
+            head: head as u64,
+            tail: total - (head as u64).min(total),
+        };
+        let tail_of = |ids: &[u32]| ids[ids.len() - frame.tail as usize..].to_vec();
+        for (own, ids) in &probes {
+            let at = &ids[head..];
+            let first_ok = at.first().is_some_and(|&first| {
+                first == own[0] || self.bare_word(own[0]).is_some_and(|bare| bare == first)
+            });
+            if !first_ok || at.len() < own.len() || at[1..own.len()] != own[1..] {
+                return Err(FrameError::ContentChanged {
+                    tokens: own.len(),
+                    prompt: ids.len(),
+                });
+            }
+            if tail_of(ids) != tail_of(ids0) {
+                return Err(FrameError::NotFixed {
+                    one: frame.total(),
+                    other: frame.total(),
+                });
+            }
+        }
+        Ok(frame)
+    }
+
+    /// The id of a `" word"` token's bare word, when it is one token.
+    fn bare_word(&self, id: u32) -> Option<u32> {
+        let text = self.decode(&[id]).ok()?;
+        match self.content_ids(text.strip_prefix(' ')?).ok()?.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        }
     }
 
     /// What a chat template adds when an answer and a new user message follow a user
     /// message, beyond their own tokens: the generation prompt, the end of the answer's turn
     /// and the next user's opening (carry-forward keeps a turn's length exact with it).
-    pub fn turn_overhead(&self, vocab: &SafeVocab) -> Result<u64, String> {
-        let text = |n: usize, salt: usize| -> String {
-            (0..n)
-                .map(|i| vocab.text((i * 7919 + salt) % vocab.len()))
-                .collect()
-        };
-        let (user, answer, next) = (text(5, 1), text(7, 2), text(3, 3));
+    /// Measured with two answers of different lengths, which must agree: a template that
+    /// rewrites earlier turns by their content cannot keep a carried turn exact.
+    pub fn turn_overhead(&self, vocab: &SafeVocab) -> Result<u64, FrameError> {
+        let user = probe_text(vocab, 5, 1);
         let one = self.chat_ids(&json!([{"role": "user", "content": user}]), None)?;
-        let three = self.chat_ids(
-            &json!([
-                {"role": "user", "content": user},
-                {"role": "assistant", "content": answer},
-                {"role": "user", "content": next},
-            ]),
-            None,
-        )?;
-        let own = self.content_ids(&answer)?.len() + self.content_ids(&next)?.len();
-        (three.len() as u64)
-            .checked_sub((one.len() + own) as u64)
-            .ok_or_else(|| {
-                "the chat template drops part of an earlier answer: a carried-forward turn's length cannot be made exact (give --carry-forward off)".to_string()
-            })
+        let mut seen = None;
+        for (n, salt) in [(7, 2), (30, 4)] {
+            let (answer, next) = (probe_text(vocab, n, salt), probe_text(vocab, 3, salt + 1));
+            let three = self.chat_ids(
+                &json!([
+                    {"role": "user", "content": user},
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": next},
+                ]),
+                None,
+            )?;
+            let own = self.content_ids(&answer)?.len() + self.content_ids(&next)?.len();
+            let overhead = (three.len() as u64)
+                .checked_sub((one.len() + own) as u64)
+                .ok_or(FrameError::DropsHistory)?;
+            if seen.is_some_and(|s| s != overhead) {
+                return Err(FrameError::DropsHistory);
+            }
+            seen = Some(overhead);
+        }
+        Ok(seen.unwrap_or(0))
+    }
+}
+
+/// Python's `strftime` for a Unix time (UTC), for the specifiers chat templates use (`%d %b
+/// %Y`, `%B`, `%m`, `%y`, `%H`, `%M`, `%S`, `%-d`, `%%`); others are written as they are.
+fn strftime(format: &str, unix_secs: u64) -> String {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    let stamp = crate::sys::wall_start::utc_stamp(unix_secs); // yyyymmdd-hhmmss
+    let field = |range: std::ops::Range<usize>| &stamp[range];
+    let month = MONTHS[field(4..6).parse::<usize>().unwrap_or(1).clamp(1, 12) - 1];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(field(6..8)),
+            Some('-') if chars.clone().next() == Some('d') => {
+                chars.next();
+                out.push_str(field(6..8).trim_start_matches('0'));
+            }
+            Some('b') => out.push_str(&month[..3]),
+            Some('B') => out.push_str(month),
+            Some('m') => out.push_str(field(4..6)),
+            Some('Y') => out.push_str(field(0..4)),
+            Some('y') => out.push_str(field(2..4)),
+            Some('H') => out.push_str(field(9..11)),
+            Some('M') => out.push_str(field(11..13)),
+            Some('S') => out.push_str(field(13..15)),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// `n` safe tokens from `salt` on: probes with different salts begin with different tokens.
+fn probe_text(vocab: &SafeVocab, n: usize, salt: usize) -> String {
+    (0..n)
+        .map(|i| vocab.text((i * 7919 + salt) % vocab.len()))
+        .collect()
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Why the prompt lengths of a wrapping cannot be made exact.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// Rendering or tokenizing the probes failed.
+    Render(String),
+    /// The template adds a different number (or a different text) around different contents.
+    NotFixed { one: u64, other: u64 },
+    /// A content's tokens do not come back as they are after the template's opening.
+    ContentChanged { tokens: usize, prompt: usize },
+    /// An earlier answer does not come back whole in a longer conversation.
+    DropsHistory,
+}
+
+impl From<String> for FrameError {
+    fn from(message: String) -> FrameError {
+        FrameError::Render(message)
+    }
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Render(message) => f.write_str(message),
+            FrameError::NotFixed { one, other } if one != other => write!(
+                f,
+                "the chat template adds {one} tokens around one content and {other} around \
+                 another: it does not wrap the content in a fixed text, so prompt lengths cannot \
+                 be made exact"
+            ),
+            FrameError::NotFixed { .. } => f.write_str(
+                "the chat template ends different contents with different text: it does not \
+                 wrap the content in a fixed text, so prompt lengths cannot be made exact",
+            ),
+            FrameError::ContentChanged { tokens, prompt } => write!(
+                f,
+                "{tokens} content tokens are not found as they are after the template's opening \
+                 in the {prompt} prompt tokens it makes of them: the template rewrites the \
+                 content, so prompt lengths cannot be made exact (send --prompt-mode \
+                 completions, or give a --tokenizer-config whose template passes content through)"
+            ),
+            FrameError::DropsHistory => f.write_str(
+                "the chat template drops or rewrites part of an earlier answer: a \
+                 carried-forward turn's length cannot be made exact (give --carry-forward off)",
+            ),
+        }
     }
 }
 
@@ -315,5 +492,22 @@ impl std::fmt::Debug for PromptCounter {
         f.debug_struct("PromptCounter")
             .field("template", &self.template_path)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strftime;
+
+    #[test]
+    fn strftime_writes_the_specifiers_templates_use() {
+        // 2024-07-06 09:05:03 UTC
+        let t = 1_720_256_703;
+        assert_eq!(strftime("%d %b %Y", t), "06 Jul 2024");
+        assert_eq!(strftime("%-d %B %y", t), "6 July 24");
+        assert_eq!(
+            strftime("%Y-%m-%d %H:%M:%S %% %q", t),
+            "2024-07-06 09:05:03 % %q"
+        );
     }
 }

@@ -68,14 +68,16 @@ pub fn check_record(
             server_ids.len()
         ));
     }
-    let content_start = (0..=server_ids.len().saturating_sub(n))
-        .find(|&at| server_ids[at + 1..at + n] == want[1..])
-        .ok_or_else(|| {
-            format!(
-                "the {n} synthetic tokens are not found intact among the {} tokens the server would see",
-                server_ids.len()
-            )
-        })?;
+    // The content follows the head the frame measured, every token intact but the first,
+    // which may be its bare word.
+    let content_start = synth.frame().head as usize;
+    if server_ids.get(content_start + 1..content_start + n) != Some(&want[1..]) {
+        return Err(format!(
+            "the {n} synthetic tokens are not found intact after the {content_start}-token head \
+             among the {} tokens the server would see",
+            server_ids.len()
+        ));
+    }
     Ok(Checked {
         server_ids,
         content_start,

@@ -7,6 +7,7 @@ mod common;
 
 mod anthropic;
 mod carry_forward;
+mod chat_templates;
 mod connections;
 mod crash_safe;
 mod dialects;

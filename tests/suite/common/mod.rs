@@ -8,9 +8,22 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-/// The bundled tokenizer families: byte-level BPE (Qwen3) and SentencePiece/Metaspace BPE
-/// (Mistral v1).
-pub const TOKENIZERS: [&str; 2] = ["qwen3", "mistral"];
+/// The bundled tokenizer families: byte-level BPE (Qwen3), SentencePiece/Metaspace BPE
+/// (Mistral v1), GPT-2-style BPE with split digits (SmolLM2, as llama.cpp serves it) and
+/// o200k harmony (GPT-OSS). Each directory holds its chat template.
+pub const TOKENIZERS: [&str; 4] = ["qwen3", "mistral", "smollm2", "gpt-oss"];
+
+/// Chat templates bundled without a tokenizer of their own (`tests/data/templates/NAME/`,
+/// given as `--tokenizer-config` beside the Qwen3 tokenizer): the behaviours of families
+/// whose files cannot be bundled, and DeepSeek-R1's.
+pub const TEMPLATES: [&str; 3] = ["llama3-style", "gemma-style", "deepseek-r1"];
+
+/// The `tokenizer_config.json` of a bundled template (one of [`TEMPLATES`]).
+pub fn template_config(name: &str) -> PathBuf {
+    repo("tests/data/templates")
+        .join(name)
+        .join("tokenizer_config.json")
+}
 
 /// A Mooncake FAST'25 trace bundled in `tests/data/mooncake/`.
 pub fn mooncake(name: &str) -> PathBuf {
@@ -21,7 +34,7 @@ pub fn mooncake(name: &str) -> PathBuf {
 pub fn tokenizer(family: &str) -> PathBuf {
     match family {
         "qwen3" => repo("assets/tokenizers/qwen3"),
-        "mistral" => repo("tests/data/tokenizers/mistral"),
+        "mistral" | "smollm2" | "gpt-oss" => repo("tests/data/tokenizers").join(family),
         other => panic!("no bundled tokenizer {other:?}"),
     }
 }
