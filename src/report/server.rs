@@ -39,10 +39,7 @@ pub fn section_of(out: &mut String, targets: &[TargetSummary], data: &RunData) {
             )
         })
         .chain(targets.iter().flat_map(|t| {
-            let notes = [t.baseline_note(), t.no_cache_counters().map(String::from)];
-            notes
-                .into_iter()
-                .flatten()
+            t.baseline_note()
                 .map(move |note| format!("{}: {note}", t.target))
         }))
         .collect();

@@ -24,7 +24,8 @@ pub enum Kind {
     Counter,
 }
 
-/// One common name and the families that feed it, by server.
+/// One common name and the families that feed it, by server. A family written `A + B` is the
+/// sum of both, present when both are.
 pub struct Common {
     pub name: &'static str,
     pub kind: Kind,
@@ -103,6 +104,11 @@ pub const COMMON: &[Common] = &[
             (Vllm, "vllm:gpu_prefix_cache_queries_total"),
             // Every prompt token is looked up; its hits are `cached_tokens_total`.
             (Sglang, "sglang:prompt_tokens_total"),
+            // It counts only the prompt tokens it evaluated; the cached ones come apart.
+            (
+                LlamaCpp,
+                "llamacpp:prompt_tokens_total + llamacpp:prompt_tokens_cached_total",
+            ),
         ],
     },
     Common {
@@ -114,6 +120,7 @@ pub const COMMON: &[Common] = &[
             (Vllm, "vllm:prefix_cache_hits_total"),
             (Vllm, "vllm:gpu_prefix_cache_hits_total"),
             (Sglang, "sglang:cached_tokens_total"),
+            (LlamaCpp, "llamacpp:prompt_tokens_cached_total"),
         ],
     },
     Common {
@@ -138,6 +145,10 @@ pub const COMMON: &[Common] = &[
         families: &[
             (Vllm, "vllm:prompt_tokens_total"),
             (Sglang, "sglang:prompt_tokens_total"),
+            (
+                LlamaCpp,
+                "llamacpp:prompt_tokens_total + llamacpp:prompt_tokens_cached_total",
+            ),
         ],
     },
     Common {
@@ -145,9 +156,7 @@ pub const COMMON: &[Common] = &[
         kind: Kind::Counter,
         combine: Combine::Sum,
         what: "prompt tokens computed: the prefix cache's hits left out",
-        // llama.cpp's `prompt_tokens_total` counts only the tokens it evaluated, so under
-        // `prompt_tokens` it would read as fewer tokens sent; its /metrics has no cache
-        // counter (the answers' `cached_tokens` give its hits).
+        // llama.cpp's `prompt_tokens_total` counts only the tokens it evaluated.
         families: &[(LlamaCpp, "llamacpp:prompt_tokens_total")],
     },
     Common {
@@ -174,6 +183,8 @@ pub fn common(name: &str) -> Option<&'static Common> {
 pub struct Selected {
     pub server: Option<&'static str>,
     pub values: BTreeMap<String, f64>,
+    /// The `extra` series that are counters (their increase is what the run did).
+    pub counters: Vec<String>,
 }
 
 /// Parses an exposition and picks the common names and the `extra` series. A line the parser
@@ -191,7 +202,11 @@ pub fn select(text: &str, extra: &[String]) -> Result<Selected, String> {
     let mut out = Selected::default();
     for c in COMMON {
         for &(server, family) in c.families {
-            if let Some(v) = value_of(&scrape, family, c.combine) {
+            let parts: Option<Vec<f64>> = family
+                .split(" + ")
+                .map(|f| value_of(&scrape, f, c.combine))
+                .collect();
+            if let Some(v) = parts.map(|p| p.iter().sum()) {
                 out.values.insert(c.name.to_string(), v);
                 out.server.get_or_insert(server.name());
                 break;
@@ -201,6 +216,9 @@ pub fn select(text: &str, extra: &[String]) -> Result<Selected, String> {
     for name in extra {
         if let Some(v) = value_of(&scrape, name, Combine::Sum) {
             out.values.insert(name.clone(), v);
+            if is_counter(&scrape, name) {
+                out.counters.push(name.clone());
+            }
         }
     }
     Ok(out)
@@ -225,6 +243,18 @@ fn value_of(scrape: &Scrape, name: &str, combine: Combine) -> Option<f64> {
         Combine::Sum => sum,
         Combine::Mean => sum / values.len() as f64,
     })
+}
+
+/// Whether a series is a counter: its family says so, or (untyped) its name ends in `_total`.
+fn is_counter(scrape: &Scrape, name: &str) -> bool {
+    match find(scrape, name) {
+        Some((m, ValueType::Sample)) => match m.kind {
+            Type::Counter => true,
+            Type::Untyped => name.ends_with("_total"),
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// The family a series name belongs to, and which of its samples the name means. A counter's

@@ -160,8 +160,12 @@ impl Job {
                             if first {
                                 self.warn_missing(&sel);
                             }
-                            json!({"t_s": t_s, "target": target.url,
-                                   "server": sel.server, "metrics": sel.values})
+                            let mut line = json!({"t_s": t_s, "target": target.url,
+                                   "server": sel.server, "metrics": sel.values});
+                            if !sel.counters.is_empty() {
+                                line["counters"] = json!(sel.counters);
+                            }
+                            line
                         }
                         Err(e) => json!({"t_s": t_s, "target": target.url, "error": e}),
                     };

@@ -23,6 +23,8 @@ pub struct TargetSummary {
     pub baseline_error: Option<String>,
     /// Each series' points: (run seconds, value).
     pub points: BTreeMap<String, Vec<(f64, f64)>>,
+    /// The `--metric` series the server typed as counters (the common names know their kind).
+    pub counters: std::collections::BTreeSet<String>,
 }
 
 /// What one series did over the run.
@@ -40,7 +42,10 @@ impl TargetSummary {
     pub fn series(&self, name: &str) -> Option<SeriesSummary> {
         let points = self.points.get(name).filter(|p| !p.is_empty())?;
         let values = points.iter().map(|p| p.1);
-        let counter = families::common(name).is_some_and(|c| c.kind == Kind::Counter);
+        let counter = match families::common(name) {
+            Some(c) => c.kind == Kind::Counter,
+            None => self.counters.contains(name),
+        };
         let increase = counter.then(|| {
             points
                 .windows(2)
@@ -97,9 +102,6 @@ impl TargetSummary {
         if let Some(n) = self.series("preemptions").and_then(|s| s.increase) {
             parts.push(format!("{n} preemptions"));
         }
-        if let Some(note) = self.no_cache_counters() {
-            parts.push(note.to_string());
-        }
         match (self.scrapes - self.failed, &self.first_error) {
             (0, Some(e)) => parts.push(format!("every scrape failed: {e}")),
             _ => {
@@ -109,15 +111,6 @@ impl TargetSummary {
             }
         }
         parts.join("; ")
-    }
-
-    /// A server whose /metrics cannot give a prefix-cache hit share, said where one is looked
-    /// for.
-    pub fn no_cache_counters(&self) -> Option<&'static str> {
-        (self.server.as_deref() == Some("llama.cpp")).then_some(
-            "llama.cpp counts only computed prompt tokens (prompt_tokens_computed) and has no \
-             cache counter: its hits are the answers' cached_tokens",
-        )
     }
 
     /// When the baseline failed: which counters' increases start late, and from when.
@@ -204,6 +197,11 @@ pub fn load(dir: &Path) -> Result<Option<Vec<TargetSummary>>> {
                 t.points.entry(name.clone()).or_default().push((t_s, x));
             }
         }
+        for name in v["counters"].as_array().into_iter().flatten() {
+            if let Some(name) = name.as_str() {
+                t.counters.insert(name.to_string());
+            }
+        }
         Ok(())
     })?;
     Ok(Some(targets))
@@ -231,5 +229,12 @@ mod tests {
         assert_eq!(t.prefix_hit_share(), Some(0.5));
         let w = t.series("waiting").unwrap();
         assert_eq!((w.mean, w.max, w.last, w.increase), (2.0, 4.0, 2.0, None));
+        // A `--metric` series gets its increase when the scrapes marked it a counter.
+        let points = vec![(0.0, 10.0), (1.0, 25.0)];
+        t.points.insert("x_total".into(), points.clone());
+        t.points.insert("y".into(), points);
+        t.counters.insert("x_total".into());
+        assert_eq!(t.series("x_total").unwrap().increase, Some(15.0));
+        assert_eq!(t.series("y").unwrap().increase, None);
     }
 }

@@ -21,7 +21,7 @@ fn fixture(name: &str) -> String {
 fn each_servers_families_get_the_common_names() {
     /// (fixture, the server it shows, the common names it gives)
     type Case = (&'static str, &'static str, &'static [(&'static str, f64)]);
-    let cases: [Case; 4] = [
+    let cases: [Case; 5] = [
         (
             "vllm.txt",
             "vllm",
@@ -60,6 +60,21 @@ fn each_servers_families_get_the_common_names() {
                 ("generation_tokens", 7801.0),
             ],
         ),
+        (
+            // A real server's: its cache counter gives the hits, and with the evaluated
+            // tokens the queries and all prompt tokens.
+            "llamacpp-cached.txt",
+            "llama.cpp",
+            &[
+                ("running", 0.0),
+                ("waiting", 0.0),
+                ("prompt_tokens_computed", 35548.0),
+                ("prefix_cache_hits", 39580.0),
+                ("prefix_cache_queries", 35548.0 + 39580.0),
+                ("prompt_tokens", 35548.0 + 39580.0),
+                ("generation_tokens", 1143.0),
+            ],
+        ),
         ("tgi.txt", "tgi", &[("running", 32.0), ("waiting", 14.0)]),
     ];
     for (file, server, expected) in cases {
@@ -92,6 +107,17 @@ fn each_servers_families_get_the_common_names() {
     assert_eq!(v("tgi_request_duration_sum"), 1337.25);
     assert_eq!(v("tgi_batch_inference_duration_count"), 10000.0);
     assert_eq!(v("tgi_request_success"), 1040.0);
+    // Typed counters among them are marked, so the summary gives their increase.
+    assert_eq!(s.counters, ["tgi_request_success"]);
+    let s = select(
+        &fixture("llamacpp-cached.txt"),
+        &[
+            "llamacpp:n_decode_total".into(),
+            "llamacpp:requests_processing".into(),
+        ],
+    )
+    .unwrap();
+    assert_eq!(s.counters, ["llamacpp:n_decode_total"]);
 }
 
 /// A run with `--scrape-server` against a mock with a prefix cache and `--max-running 2`,
