@@ -38,6 +38,9 @@ impl Summary {
         if let Some(q) = &self.queue {
             line("Queue wait p50 / p99 (ms):", q.p50_p99());
         }
+        for (label, value) in self.reasoning.lines() {
+            line(&label, value);
+        }
         for t in self.server.iter().flatten() {
             line(&format!("Server {}:", t.target), t.describe());
         }

@@ -30,7 +30,10 @@ pub struct AnthropicMessages;
 const PATH: &str = "/v1/messages";
 
 const KEYS: StreamKeys = StreamKeys {
-    content: &[b"\"text\":", b"\"thinking\":", b"\"partial_json\":"],
+    content: &[b"\"text\":", b"\"partial_json\":"],
+    reasoning: &[b"\"thinking\":"],
+    tool_call: Some(b"tool_use"),
+    reasoning_tokens: None,
     usage: b"\"usage\":",
     prompt_tokens: &[
         b"\"input_tokens\":",
@@ -137,20 +140,25 @@ impl Dialect for AnthropicMessages {
         ]
         .map(count);
         let blocks = v.get("content").and_then(Value::as_array);
+        let kind = |block: &Value| block.get("type").and_then(Value::as_str).map(str::to_string);
+        let tool_calls = blocks.map_or(0, |b| {
+            b.iter().filter(|block| kind(block).as_deref() == Some("tool_use")).count()
+        }) as u64;
+        let answered = tool_calls > 0
+            || blocks.is_some_and(|b| b.iter().any(|block| nonempty(block.get("text"))));
+        let reasoning =
+            blocks.is_some_and(|b| b.iter().any(|block| nonempty(block.get("thinking"))));
         FullResponse {
             prompt_tokens: parts.iter().any(Option::is_some).then(|| parts.iter().flatten().sum()),
             cached_tokens: count("cache_read_input_tokens"),
             completion_tokens: count("output_tokens"),
-            content: blocks.is_some_and(|b| {
-                b.iter().any(|block| {
-                    nonempty(block.get("text"))
-                        || nonempty(block.get("thinking"))
-                        || block.get("type").and_then(Value::as_str) == Some("tool_use")
-                })
-            }),
+            content: answered || reasoning,
+            answered,
+            reasoning,
+            tool_calls,
             answer: blocks.and_then(|b| {
                 b.iter()
-                    .find(|block| block.get("type").and_then(Value::as_str) == Some("text"))
+                    .find(|block| kind(block).as_deref() == Some("text"))
                     .and_then(|block| text_of(block.get("text")))
             }),
             ..FullResponse::default()

@@ -8,8 +8,16 @@ use super::Api;
 /// The meaning of one stream event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StreamEvent {
-    /// Carries generated text (or reasoning or tool-call arguments): counts as a chunk.
+    /// Carries generated output (answer text, reasoning, tool-call arguments): counts as a
+    /// chunk.
     pub content: bool,
+    /// Its output is reasoning only (no answer text or tool call beside it).
+    pub reasoning: bool,
+    /// Tool calls it starts.
+    pub tool_calls: u32,
+    /// `usage.completion_tokens_details.reasoning_tokens`: the server's count of reasoning
+    /// tokens among the completion tokens.
+    pub reasoning_tokens: Option<u64>,
     /// `[DONE]`.
     pub done: bool,
     pub prompt_tokens: Option<u64>,
@@ -27,10 +35,16 @@ pub struct StreamEvent {
 /// Where a dialect's stream events keep what llmreplay reads: static data, searched for with
 /// pre-built substring finders ([`EventScanner`]).
 pub struct StreamKeys {
-    /// Keys whose non-empty string value is generated output (text, reasoning, tool-call
-    /// arguments): such an event counts as a chunk. The first one holds the answer text that
-    /// carry-forward pastes into the next turn.
+    /// Keys whose non-empty string value is answer output (text, tool-call arguments): such
+    /// an event counts as a chunk. The first one holds the answer text that carry-forward
+    /// pastes into the next turn.
     pub content: &'static [&'static [u8]],
+    /// Keys whose non-empty string value is reasoning (thinking): a chunk too, of reasoning.
+    pub reasoning: &'static [&'static [u8]],
+    /// The `"type":` value that starts a tool call (`function`, `tool_use`).
+    pub tool_call: Option<&'static [u8]>,
+    /// The key in the usage object of its reasoning tokens.
+    pub reasoning_tokens: Option<&'static [u8]>,
     /// The object that holds the counts (`"usage":`).
     pub usage: &'static [u8],
     /// Keys in it whose numbers add up to the prompt's tokens.
@@ -47,6 +61,10 @@ pub struct StreamKeys {
 pub struct EventScanner {
     api: Api,
     content_keys: Vec<Finder<'static>>,
+    reasoning_keys: Vec<Finder<'static>>,
+    type_key: Finder<'static>,
+    tool_call: Option<&'static [u8]>,
+    reasoning_tokens: Option<Finder<'static>>,
     usage: Finder<'static>,
     prompt_tokens: Vec<Finder<'static>>,
     cached_tokens: Option<Finder<'static>>,
@@ -60,6 +78,10 @@ impl EventScanner {
         EventScanner {
             api,
             content_keys: keys.content.iter().map(|k| Finder::new(*k)).collect(),
+            reasoning_keys: keys.reasoning.iter().map(|k| Finder::new(*k)).collect(),
+            type_key: Finder::new(b"\"type\":"),
+            tool_call: keys.tool_call,
+            reasoning_tokens: keys.reasoning_tokens.map(Finder::new),
             usage: Finder::new(keys.usage),
             prompt_tokens: keys.prompt_tokens.iter().map(|k| Finder::new(*k)).collect(),
             cached_tokens: keys.cached_tokens.map(Finder::new),
@@ -89,10 +111,19 @@ impl EventScanner {
             ev.malformed = true;
             return ev;
         }
-        ev.content = self
+        let answer = self
             .content_keys
             .iter()
             .any(|k| has_nonempty_string(payload, k));
+        let reasoning = self
+            .reasoning_keys
+            .iter()
+            .any(|k| has_nonempty_string(payload, k));
+        ev.tool_calls = self
+            .tool_call
+            .map_or(0, |kind| count_string_values(payload, &self.type_key, kind));
+        ev.content = answer || reasoning;
+        ev.reasoning = reasoning && !answer && ev.tool_calls == 0;
         // An event that carries text is not an error, so the search for an error object (a
         // whole pass over the payload) is spent only on the few events without text.
         if !ev.content
@@ -115,6 +146,10 @@ impl EventScanner {
                     .as_ref()
                     .and_then(|k| number_after(rest, k));
                 ev.completion_tokens = number_after(rest, &self.completion_tokens);
+                ev.reasoning_tokens = self
+                    .reasoning_tokens
+                    .as_ref()
+                    .and_then(|k| number_after(rest, k));
             }
         }
         ev
@@ -166,6 +201,11 @@ pub struct FullResponse {
     pub not_json: bool,
     /// The answer's text (the first choice's).
     pub answer: Option<String>,
+    /// It carries reasoning; `answered`: answer text or a tool call besides.
+    pub reasoning: bool,
+    pub answered: bool,
+    pub reasoning_tokens: Option<u64>,
+    pub tool_calls: u64,
 }
 
 /// Longest excerpt of a server's error text kept in a record.
@@ -199,6 +239,18 @@ fn has_nonempty_string(payload: &[u8], key: &Finder) -> bool {
         let rest = skip_ws(&payload[at + key.needle().len()..]);
         rest.len() >= 2 && rest[0] == b'"' && rest[1] != b'"'
     })
+}
+
+/// How many times `key` is followed by the string `value` (`"type": "function"`).
+fn count_string_values(payload: &[u8], key: &Finder, value: &[u8]) -> u32 {
+    key.find_iter(payload)
+        .filter(|&at| {
+            let rest = skip_ws(&payload[at + key.needle().len()..]);
+            rest.strip_prefix(b"\"")
+                .and_then(|r| r.strip_prefix(value))
+                .is_some_and(|r| r.first() == Some(&b'"'))
+        })
+        .count() as u32
 }
 
 /// The inside of the first string value after `key`, escapes kept.
@@ -287,6 +339,7 @@ mod tests {
                 cached_tokens: None,
                 completion_tokens: Some(2),
                 content: true,
+                answered: true,
                 answer: Some("abc".into()),
                 ..FullResponse::default()
             }

@@ -94,6 +94,11 @@ pub trait Dialect: Sync {
     /// The text of a content event before and after its token text (`None`: its token events
     /// are written by [`Dialect::write_tokens`]).
     fn content_frame(&self, a: &Answer) -> Option<(Vec<u8>, &'static [u8])>;
+    /// The text of a reasoning event around its token text (`None`: the mock streams no
+    /// reasoning in this dialect).
+    fn reasoning_frame(&self, _a: &Answer) -> Option<(Vec<u8>, &'static [u8])> {
+        None
+    }
     /// Events before the first token.
     fn write_open(&self, _a: &Answer, _out: &mut Vec<u8>) {}
     /// A token event carrying `n` tokens, for a dialect without a content frame.

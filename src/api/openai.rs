@@ -32,16 +32,19 @@ pub const OpenaiCompletions: OpenAi = OpenAi { chat: false };
 
 /// Where OpenAI stream events keep content and usage. A chat delta's `content`, its
 /// `reasoning_content` and tool-call `arguments` are all output; a completion's is `text`.
+/// Reasoning comes as `reasoning_content` (SGLang, DeepSeek's API, llama.cpp, vLLM before
+/// 0.10) or `reasoning` (vLLM since); a tool call starts with `"type":"function"`.
 const CHAT_KEYS: StreamKeys = StreamKeys {
-    content: &[
-        b"\"content\":",
-        b"\"reasoning_content\":",
-        b"\"arguments\":",
-    ],
+    content: &[b"\"content\":", b"\"arguments\":"],
+    reasoning: &[b"\"reasoning_content\":", b"\"reasoning\":"],
+    tool_call: Some(b"function"),
     ..COMPLETION_KEYS
 };
 const COMPLETION_KEYS: StreamKeys = StreamKeys {
     content: &[b"\"text\":"],
+    reasoning: &[],
+    tool_call: None,
+    reasoning_tokens: Some(b"\"reasoning_tokens\":"),
     usage: b"\"usage\":",
     prompt_tokens: &[b"\"prompt_tokens\":"],
     cached_tokens: Some(b"\"cached_tokens\":"),
@@ -131,34 +134,40 @@ pub(super) fn first_model(body: &[u8]) -> Option<String> {
 fn read_body(v: &Value) -> FullResponse {
     let usage = v.get("usage");
     let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+    let choices = v.get("choices").and_then(Value::as_array);
+    let any = |f: &dyn Fn(&Value) -> bool| choices.is_some_and(|c| c.iter().any(f));
+    fn tool_calls(choice: &Value) -> u64 {
+        choice
+            .pointer("/message/tool_calls")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len) as u64
+    }
+    let answered = any(&|c| {
+        nonempty(c.get("text")) || nonempty(c.pointer("/message/content")) || tool_calls(c) > 0
+    });
+    let reasoning = any(&|c| {
+        ["reasoning_content", "reasoning"]
+            .iter()
+            .any(|k| nonempty(c.get("message").and_then(|m| m.get(*k))))
+    });
     FullResponse {
         prompt_tokens: count("prompt_tokens"),
         cached_tokens: usage
             .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
             .and_then(Value::as_u64),
         completion_tokens: count("completion_tokens"),
-        content: v
-            .get("choices")
-            .and_then(Value::as_array)
-            .is_some_and(|choices| choices.iter().any(has_text)),
+        reasoning_tokens: usage
+            .and_then(|u| u.pointer("/completion_tokens_details/reasoning_tokens"))
+            .and_then(Value::as_u64),
+        content: answered || reasoning,
+        answered,
+        reasoning,
+        tool_calls: choices.map_or(0, |c| c.iter().map(tool_calls).sum()),
         answer: v.pointer("/choices/0").and_then(|c| {
             text_of(c.get("text")).or_else(|| text_of(c.pointer("/message/content")))
         }),
         ..FullResponse::default()
     }
-}
-
-/// A choice of a chat or completions answer that carries text (or reasoning or a tool call).
-fn has_text(choice: &Value) -> bool {
-    let message = choice.get("message");
-    nonempty(choice.get("text"))
-        || ["content", "reasoning_content"]
-            .iter()
-            .any(|k| nonempty(message.and_then(|m| m.get(*k))))
-        || message
-            .and_then(|m| m.get("tool_calls"))
-            .and_then(Value::as_array)
-            .is_some_and(|calls| !calls.is_empty())
 }
 
 /// What the mock reads from an OpenAI request: `messages` (chat) or `prompt`, `max_tokens`
@@ -287,7 +296,12 @@ impl Dialect for OpenAi {
         mock_request(self.chat, obj, route)
     }
     fn content_frame(&self, a: &Answer) -> Option<(Vec<u8>, &'static [u8])> {
-        Some(self.frame(a))
+        Some(self.frame(a, "content"))
+    }
+    /// Chat reasoning in `reasoning_content` (SGLang, llama.cpp, DeepSeek; vLLM's newer name
+    /// `reasoning` is read as well).
+    fn reasoning_frame(&self, a: &Answer) -> Option<(Vec<u8>, &'static [u8])> {
+        self.chat.then(|| self.frame(a, "reasoning_content"))
     }
     fn write_open(&self, a: &Answer, out: &mut Vec<u8>) {
         if self.chat {
@@ -309,10 +323,14 @@ impl Dialect for OpenAi {
         true
     }
     fn full_response(&self, a: &Answer) -> Value {
-        let text = answer_text(a.tokens);
+        let text = answer_text(a.tokens - a.reasoning);
         let choice = match self.chat {
             true => {
-                json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": "length"})
+                let mut message = json!({"role": "assistant", "content": text});
+                if a.reasoning > 0 {
+                    message["reasoning_content"] = json!(answer_text(a.reasoning));
+                }
+                json!({"index": 0, "message": message, "logprobs": null, "finish_reason": "length"})
             }
             false => {
                 json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"})
@@ -344,18 +362,22 @@ impl OpenAi {
         if let Some(cached) = a.cached_tokens {
             usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
         }
+        if a.reasoning > 0 {
+            let reasoning = a.reasoning.min(a.sent);
+            usage["completion_tokens_details"] = json!({ "reasoning_tokens": reasoning });
+        }
         usage
     }
 
     /// The text of a content event before and after its token text: the hot path is memcpy.
-    fn frame(&self, a: &Answer) -> (Vec<u8>, &'static [u8]) {
-        let (field, suffix): (&str, &'static [u8]) = match self.chat {
+    fn frame(&self, a: &Answer, delta_key: &str) -> (Vec<u8>, &'static [u8]) {
+        let (field, suffix): (String, &'static [u8]) = match self.chat {
             true => (
-                "\"delta\":{\"content\":\"",
+                format!("\"delta\":{{\"{delta_key}\":\""),
                 b"\"},\"logprobs\":null,\"finish_reason\":null}]",
             ),
             false => (
-                "\"text\":\"",
+                "\"text\":\"".to_string(),
                 b"\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}]",
             ),
         };

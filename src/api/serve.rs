@@ -58,6 +58,8 @@ pub struct Answer<'a> {
     pub cached_tokens: Option<u64>,
     pub include_usage: bool,
     pub continuous_usage: bool,
+    /// The first tokens that are reasoning.
+    pub reasoning: u64,
 }
 
 /// Default `max_tokens` when a request gives none (vLLM's default for completions).

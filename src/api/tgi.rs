@@ -31,6 +31,9 @@ pub struct Tgi;
 /// them (TGI reports no prompt count).
 const KEYS: StreamKeys = StreamKeys {
     content: &[b"\"text\":"],
+    reasoning: &[],
+    tool_call: None,
+    reasoning_tokens: None,
     usage: b"\"details\":",
     prompt_tokens: &[],
     cached_tokens: None,

@@ -23,6 +23,12 @@ pub struct MockArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub tokens_per_chunk: u32,
 
+    /// Each answer starts with N reasoning tokens (all of it when shorter), streamed as a
+    /// reasoning model's server does: openai-chat's `delta.reasoning_content`. Other dialects
+    /// answer without reasoning.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub reasoning_tokens: u64,
+
     /// Model name listed by `GET /v1/models`.
     #[arg(long, default_value = "mock-model")]
     pub model: String,

@@ -16,6 +16,9 @@ pub struct MockConfig {
     /// Gap between consecutive chunks.
     pub itl_ns: u64,
     pub tokens_per_chunk: u32,
+    /// Each answer's first tokens are reasoning, streamed in the dialect's reasoning field
+    /// (`--reasoning-tokens`; dialects without one stream none).
+    pub reasoning_tokens: u64,
     /// Model name served by `/v1/models`; requests may name any model.
     pub model: String,
     pub counting: PromptCounting,
@@ -139,6 +142,7 @@ impl Default for MockConfig {
             ttft_ns: 20_000_000,
             itl_ns: 5_000_000,
             tokens_per_chunk: 1,
+            reasoning_tokens: 0,
             model: "mock-model".into(),
             counting: PromptCounting::Words {
                 chat_overhead: 0,
@@ -206,6 +210,10 @@ pub struct Generation {
     /// Pre-rendered text of a content event around its token text: the hot path is memcpy
     /// (`None`: the dialect writes its token events whole).
     content_frame: Option<(Vec<u8>, &'static [u8])>,
+    /// The answer's first tokens that are reasoning, and their event's text around the token
+    /// text.
+    reasoning: u64,
+    reasoning_frame: Option<(Vec<u8>, &'static [u8])>,
 }
 
 /// A request's own timing (`--timing-log`), on CLOCK_MONOTONIC.
@@ -282,9 +290,20 @@ impl Generation {
             id,
             model,
             content_frame: None,
+            reasoning: 0,
+            reasoning_frame: None,
         };
         g.content_frame = dialect.content_frame(&g.answer());
         g
+    }
+
+    /// Its first `tokens` (of those asked for) are reasoning, where the dialect streams any.
+    pub fn with_reasoning(mut self, tokens: u64) -> Generation {
+        self.reasoning_frame = dialect_reasoning(self.dialect, &self.answer(), tokens);
+        if self.reasoning_frame.is_some() {
+            self.reasoning = tokens.min(self.tokens);
+        }
+        self
     }
 
     /// The answer as the dialect renders it, now.
@@ -298,6 +317,7 @@ impl Generation {
             prompt_tokens: self.prompt_tokens,
             cached_tokens: self.cached_tokens,
             include_usage: self.include_usage,
+            reasoning: self.reasoning,
             continuous_usage: self.continuous_usage,
         }
     }
@@ -363,10 +383,21 @@ impl Generation {
             if self.sent == 0 {
                 dialect.write_open(&self.answer(), out);
             }
-            let n = per.min(self.tokens - self.sent);
+            // A chunk is all reasoning or all answer.
+            let thinking = self.sent < self.reasoning;
+            let end = if thinking {
+                self.reasoning
+            } else {
+                self.tokens
+            };
+            let n = per.min(end - self.sent);
             self.sent += n;
             written += 1;
-            let Some((prefix, suffix)) = &self.content_frame else {
+            let frame = match thinking {
+                true => &self.reasoning_frame,
+                false => &self.content_frame,
+            };
+            let Some((prefix, suffix)) = frame else {
                 dialect.write_tokens(&self.answer(), n, out);
                 continue;
             };
@@ -395,6 +426,17 @@ impl Generation {
         self.sent = self.tokens;
         self.dialect.full_response(&self.answer())
     }
+}
+
+/// The dialect's reasoning event frame, when there are reasoning tokens to stream.
+fn dialect_reasoning(
+    dialect: Api,
+    answer: &Answer,
+    tokens: u64,
+) -> Option<(Vec<u8>, &'static [u8])> {
+    (tokens > 0)
+        .then(|| dialect.reasoning_frame(answer))
+        .flatten()
 }
 
 /// The words of a request's prompt (its messages' contents, or its prompt): the prefill work

@@ -147,7 +147,8 @@ impl MockLoop {
             .and_then(|v| {
                 let obj = v.as_object().ok_or("request body must be a JSON object")?;
                 let req = dialect.mock_request(obj, &route)?;
-                let mut g = Generation::new(dialect, &req, obj, id, now, &cfg.counting);
+                let mut g = Generation::new(dialect, &req, obj, id, now, &cfg.counting)
+                    .with_reasoning(cfg.reasoning_tokens);
                 let uncached = match cache.as_mut() {
                     Some(cache) => {
                         let (hits, queries, chain) = cache.serve_request(&req.prompt);

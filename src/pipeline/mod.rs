@@ -62,9 +62,9 @@ impl PreparedRequest {
         &self.bytes[self.start..]
     }
 
-    /// An empty request due at `at` (unit tests of the sender).
-    #[cfg(test)]
-    pub fn empty_for_test(index: u64, at: u64) -> PreparedRequest {
+    /// An empty request due at `at` (a response read with no request behind it:
+    /// [`crate::sender::read_response`], the sender's unit tests).
+    pub fn empty(index: u64, at: u64) -> PreparedRequest {
         PreparedRequest {
             index,
             endpoint: 0,
@@ -90,7 +90,7 @@ impl PreparedRequest {
         let session = Some(Box::new(turn));
         PreparedRequest {
             session,
-            ..Self::empty_for_test(index, at)
+            ..Self::empty(index, at)
         }
     }
 }

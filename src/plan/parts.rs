@@ -24,6 +24,7 @@ pub fn mock_config(a: &cli::MockArgs) -> Result<crate::mock::MockConfig> {
         ttft_ns: crate::sys::clock::ms_to_ns(a.ttft_ms),
         itl_ns: crate::sys::clock::ms_to_ns(a.itl_ms),
         tokens_per_chunk: a.tokens_per_chunk.max(1),
+        reasoning_tokens: a.reasoning_tokens,
         model: a.model.clone(),
         counting,
         faults: crate::mock::FaultPlan::parse(&a.faults, a.seed).map_err(Error::Usage)?,

@@ -41,6 +41,9 @@ pub struct Line<'a> {
     pub error: Option<ErrorLine<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_cached_tokens: Option<u64>,
+    /// Written for answers that reasoned (for the others it is `first_token_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_answer_ms: Present<f64>,
     pub first_token_ms: Option<f64>,
     #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub hit_share_diff: Present<f64>,
@@ -66,6 +69,8 @@ pub struct Line<'a> {
     pub prompt_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_ms: Present<f64>,
     /// Required: a line without it is refused.
@@ -78,8 +83,12 @@ pub struct Line<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_wait_ms: Option<f64>,
     pub status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u64>,
     #[serde(skip_deserializing)]
     pub tpot_ms: Option<f64>,
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub ttfo_ms: Present<f64>,
     #[serde(skip_deserializing)]
     pub ttft_from_schedule_ms: Option<f64>,
     #[serde(skip_deserializing)]
@@ -128,6 +137,7 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
                 message: Cow::Borrowed(&e.message),
             }),
             expected_cached_tokens: r.expected_cached_tokens,
+            first_answer_ms: r.reasoning_tokens.map(|_| r.first_answer_ns.map(ms)),
             first_token_ms: r.first_token_ns.map(ms),
             hit_share_diff: planned_share
                 .zip(observed_share)
@@ -145,6 +155,7 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
             planned_hit_share: planned_share,
             prompt_tokens: r.prompt_tokens,
             queue_ms: r.queue_ns.map(ms),
+            reasoning_tokens: r.reasoning_tokens,
             released_ms: turn.map(|t| t.released_ns.map(ms)),
             scheduled_ms: ms(r.scheduled_ns),
             sent_ms: r.sent_ns.map(ms),
@@ -156,9 +167,11 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
             },
             session_wait_ms: turn.and_then(|t| t.session_wait_ns.map(ms)),
             status: r.status,
+            tool_calls: r.tool_calls,
             tpot_ms: r.tpot_ms(),
             ttft_from_schedule_ms: r.ttft_from_schedule_ms(),
             ttft_ms: r.ttft_ms(),
+            ttfo_ms: r.reasoning_tokens.map(|_| r.ttfo_ms()),
             turn: turn.map(|t| t.turn),
             warmup: r.warmup,
         }
@@ -179,6 +192,9 @@ impl From<Line<'_>> for RequestRecord {
             scheduled_ns: ns(l.scheduled_ms),
             sent_ns: l.sent_ms.map(ns),
             first_token_ns: l.first_token_ms.map(ns),
+            first_answer_ns: l.first_answer_ms.flatten().map(ns),
+            reasoning_tokens: l.reasoning_tokens,
+            tool_calls: l.tool_calls,
             end_ns: l.end_ms.map(ns),
             input_tokens: l.input_tokens,
             prompt_tokens: l.prompt_tokens,
@@ -238,6 +254,9 @@ mod tests {
             output_tokens_target: Some(4),
             output_tokens: Some(4),
             chunks: 3,
+            first_answer_ns: Some(12_000_001),
+            reasoning_tokens: Some(1),
+            tool_calls: Some(2),
             chunk_times_ns: Some(vec![9_000_000, 12_000_001, 19_000_003]),
             chunk_tokens: Some(vec![1, 2, 1]),
             ids: TraceIds {

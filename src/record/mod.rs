@@ -156,6 +156,14 @@ pub struct RequestRecord {
     pub session: Option<TurnRecord>,
     /// Closed loop (`--concurrency`): its wait for a free slot.
     pub queue_ns: Option<u64>,
+    /// For an answer that reasoned, when its first answer token (not reasoning) arrived
+    /// (`first_token_ns` is the first of any kind).
+    pub first_answer_ns: Option<u64>,
+    /// The answer's reasoning tokens: the server's `reasoning_tokens`, else the reasoning
+    /// chunks' tokens. None: it did not reason.
+    pub reasoning_tokens: Option<u64>,
+    /// Tool calls the answer made (None: none).
+    pub tool_calls: Option<u64>,
     /// Sent before the measured run (`--warmup-requests`): in no statistic.
     pub warmup: bool,
 }
@@ -222,6 +230,18 @@ impl RequestRecord {
 
     pub fn ttft_ms(&self) -> Option<f64> {
         Some(ms(self.first_token_ns?.checked_sub(self.sent_ns?)?))
+    }
+
+    /// Time to first output: from the send to the first answer token after the reasoning,
+    /// for answers that reasoned (for the others it is the TTFT).
+    pub fn ttfo_ms(&self) -> Option<f64> {
+        self.reasoning_tokens?;
+        Some(ms(self.first_answer_ns?.checked_sub(self.sent_ns?)?))
+    }
+
+    /// A success whose answer ended inside its reasoning: a TTFT and no TTFO.
+    pub fn ended_in_thinking(&self) -> bool {
+        self.ok() && self.reasoning_tokens.is_some() && self.first_answer_ns.is_none()
     }
 
     pub fn ttft_from_schedule_ms(&self) -> Option<f64> {

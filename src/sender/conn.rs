@@ -207,7 +207,7 @@ mod tests {
     fn request(payload: Vec<u8>) -> Exchange {
         let req = PreparedRequest {
             bytes: payload,
-            ..PreparedRequest::empty_for_test(0, 0)
+            ..PreparedRequest::empty(0, 0)
         };
         Exchange::new(req, false)
     }

@@ -3,9 +3,10 @@
 use crate::stats::record_gap;
 use hdrhistogram::Histogram;
 
+use crate::api::Api;
 use crate::api::{excerpt, EventScanner, StreamEvent, EXCERPT};
 use crate::expected_cache::SharedExpected;
-use crate::http::response::{ResponseHead, ResponseSink};
+use crate::http::response::{ResponseHead, ResponseParser, ResponseSink, Step};
 use crate::http::sse::SseScanner;
 use crate::pipeline::PreparedRequest;
 use crate::record::{ErrorKind, RequestError, RequestRecord, TurnRecord};
@@ -28,6 +29,8 @@ pub struct Exchange {
     /// The body is an event stream (decided when the head arrives).
     sse: bool,
     pub first_token_ns: Option<u64>,
+    /// The first chunk of answer (not reasoning).
+    first_answer_ns: Option<u64>,
     last_chunk_ns: Option<u64>,
     /// When the last bytes of the response arrived (a started response is judged stalled
     /// from it).
@@ -37,6 +40,12 @@ pub struct Exchange {
     /// Stream events the dialect could read (content or not).
     events: u64,
     counted_tokens: u64,
+    /// Chunks of reasoning only, and their tokens.
+    reasoning_chunks: u64,
+    reasoning_counted: u64,
+    /// The server's own count of reasoning tokens (usage).
+    reasoning_tokens: Option<u64>,
+    tool_calls: u64,
     prompt_tokens: Option<u64>,
     cached_tokens: Option<u64>,
     /// The server's prompt count is only an estimate: it is not recorded.
@@ -59,12 +68,17 @@ impl Exchange {
             status: None,
             sse: false,
             first_token_ns: None,
+            first_answer_ns: None,
             last_chunk_ns: None,
             last_byte_ns: None,
             end_ns: None,
             chunks: 0,
             events: 0,
             counted_tokens: 0,
+            reasoning_chunks: 0,
+            reasoning_counted: 0,
+            reasoning_tokens: None,
+            tool_calls: 0,
             prompt_tokens: None,
             cached_tokens: None,
             approximate_prompt_count: false,
@@ -110,11 +124,19 @@ impl Exchange {
             }
             self.completion_tokens = Some(total);
         }
+        self.reasoning_tokens = ev.reasoning_tokens.or(self.reasoning_tokens);
+        self.tool_calls += u64::from(ev.tool_calls);
         if !ev.content {
             return;
         }
         self.chunks += 1;
         self.counted_tokens += tokens;
+        if ev.reasoning {
+            self.reasoning_chunks += 1;
+            self.reasoning_counted += tokens;
+        } else if self.first_answer_ns.is_none() {
+            self.first_answer_ns = Some(now);
+        }
         match self.last_chunk_ns {
             None => self.first_token_ns = Some(now),
             // Warmup requests are in no statistic.
@@ -189,6 +211,13 @@ impl Exchange {
             self.cached_tokens = full.cached_tokens;
             self.completion_tokens = full.completion_tokens;
             content = full.content;
+            // Reasoning is counted only where the server says how much: a whole answer has
+            // no chunks to count.
+            self.reasoning_tokens = full.reasoning_tokens.filter(|_| full.reasoning);
+            self.tool_calls = full.tool_calls;
+            if full.answered {
+                self.first_answer_ns = Some(now);
+            }
             if let (Some(answer), Some(text)) = (&mut self.answer, &full.answer) {
                 let quoted = serde_json::to_vec(text).unwrap_or_default();
                 answer.extend_from_slice(&quoted[1..quoted.len() - 1]);
@@ -229,6 +258,11 @@ impl Exchange {
         let output_tokens = self
             .completion_tokens
             .or((self.chunks > 0).then_some(self.counted_tokens));
+        // OpenAI writes `reasoning_tokens: 0` for models that do not reason.
+        let reasoning_tokens = match self.reasoning_tokens {
+            Some(n) if n > 0 || self.reasoning_chunks > 0 => Some(n),
+            _ => (self.reasoning_chunks > 0).then_some(self.reasoning_counted),
+        };
         RequestRecord {
             index: self.req.index,
             endpoint: endpoint.to_string(),
@@ -237,6 +271,9 @@ impl Exchange {
             scheduled_ns: self.req.scheduled_ns,
             sent_ns: rel(self.sent_ns),
             first_token_ns: rel(self.first_token_ns),
+            first_answer_ns: rel(self.first_answer_ns).filter(|_| reasoning_tokens.is_some()),
+            reasoning_tokens,
+            tool_calls: (self.tool_calls > 0).then_some(self.tool_calls),
             end_ns: rel(self.end_ns),
             input_tokens: self.req.input_tokens,
             prompt_tokens: self
@@ -328,14 +365,78 @@ impl ResponseSink for Feed<'_> {
     }
 }
 
+/// A response read by read as a sender reads it, with no socket: `reads` are each read's bytes
+/// and arrival time (ns, on the clock of `sent_ns`, when the request went out). Gives the
+/// request's record, every figure of it measured from those times: how a server's stream
+/// shapes are judged from a fixture (the golden-stream tests).
+pub fn read_response<'a>(
+    api: Api,
+    sent_ns: u64,
+    output_tokens_target: Option<u64>,
+    reads: impl IntoIterator<Item = (&'a [u8], u64)>,
+) -> RequestRecord {
+    let mut req = PreparedRequest::empty(0, sent_ns);
+    req.output_tokens_target = output_tokens_target;
+    let mut ex = Exchange::new(req, true);
+    ex.sent_ns = Some(sent_ns);
+    feed_reads(&mut ex, api, reads);
+    if ex.end_ns.is_none() {
+        ex.fail(
+            ErrorKind::Reset,
+            "the response ended before it was complete",
+        );
+    }
+    ex.into_record("", 0)
+}
+
+/// Feeds reads into `ex` until the response is complete (then finishes it) or fails; the
+/// parser's step after each read.
+fn feed_reads<'a>(
+    ex: &mut Exchange,
+    api: Api,
+    reads: impl IntoIterator<Item = (&'a [u8], u64)>,
+) -> Vec<Step> {
+    let scanner = EventScanner::new(api);
+    let (mut parser, mut sse, mut body) =
+        (ResponseParser::default(), SseScanner::default(), Vec::new());
+    let mut hists = Hists {
+        itl: crate::stats::latency_histogram(),
+        token_itl: crate::stats::latency_histogram(),
+    };
+    let mut steps = Vec::new();
+    for (bytes, now) in reads {
+        let mut feed = Feed {
+            ex,
+            sse: &mut sse,
+            body: &mut body,
+            scanner: &scanner,
+            hists: &mut hists,
+            now,
+            stream: true,
+        };
+        match parser.feed(bytes, &mut feed) {
+            Ok(step) => {
+                let done = matches!(step, Step::Done { .. });
+                steps.push(step);
+                if done {
+                    ex.finish_response(&body, &scanner, now);
+                    break;
+                }
+            }
+            Err(e) => {
+                ex.fail(ErrorKind::Protocol, e.to_string());
+                break;
+            }
+        }
+    }
+    steps
+}
+
 /// The exchange is a state machine fed bytes: these tests give it a response read by read, with
 /// the time of each read, and judge the record, with no socket.
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Api;
-    use crate::http::response::{ResponseParser, Step};
-    use crate::stats::latency_histogram;
 
     const SENT_NS: u64 = 1_000_000;
     const MS: u64 = 1_000_000;
@@ -360,32 +461,13 @@ mod tests {
 
     /// Feeds `reads` (each with its arrival time) and completes the exchange as the sender does.
     fn replay(reads: &[(Vec<u8>, u64)]) -> (RequestRecord, Vec<Step>) {
-        let mut ex = Exchange::new(PreparedRequest::empty_for_test(0, 0), true);
+        let mut ex = Exchange::new(PreparedRequest::empty(0, 0), true);
         ex.sent_ns = Some(SENT_NS);
-        let scanner = EventScanner::new(Api::OpenaiChat);
-        let (mut parser, mut sse, mut body) =
-            (ResponseParser::default(), SseScanner::default(), Vec::new());
-        let mut hists = Hists {
-            itl: latency_histogram(),
-            token_itl: latency_histogram(),
-        };
-        let mut steps = Vec::new();
-        for (bytes, now) in reads {
-            let mut feed = Feed {
-                ex: &mut ex,
-                sse: &mut sse,
-                body: &mut body,
-                scanner: &scanner,
-                hists: &mut hists,
-                now: *now,
-                stream: true,
-            };
-            let step = parser.feed(bytes, &mut feed).expect("a valid response");
-            if let Step::Done { .. } = step {
-                ex.finish_response(&body, &scanner, *now);
-            }
-            steps.push(step);
-        }
+        let steps = feed_reads(
+            &mut ex,
+            Api::OpenaiChat,
+            reads.iter().map(|(b, t)| (&b[..], *t)),
+        );
         (ex.into_record("http://test", 0), steps)
     }
 

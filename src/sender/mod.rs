@@ -29,6 +29,7 @@ mod connector;
 mod conversations;
 mod deadlines;
 mod exchange;
+pub use exchange::read_response;
 mod housekeeping;
 mod pool;
 mod routing;

@@ -39,6 +39,12 @@ pub const LATENCIES: &[Latency] = &[
         samples: Samples::Succeeded(RequestRecord::ttft_ms),
     },
     Latency {
+        key: "ttfo_ms",
+        title: "Time to First Output (after reasoning)",
+        name: "TTFO",
+        samples: Samples::Succeeded(RequestRecord::ttfo_ms),
+    },
+    Latency {
         key: "ttft_from_schedule_ms",
         title: "TTFT from schedule",
         name: "TTFT-sched",

@@ -12,6 +12,7 @@ use crate::server_metrics::summary::TargetSummary;
 mod breakdown;
 mod distribution;
 pub mod latency;
+mod reasoning;
 mod sessions;
 
 use breakdown::EndpointBuilder;
@@ -141,6 +142,7 @@ pub struct SummaryBuilder {
     warmup: u64,
     queue_ms: Vec<f64>,
     prefix: PrefixHits,
+    reasoning: reasoning::Reasoning,
 }
 
 /// Sends later than this are `late_sends` (CONTRACT §6).
@@ -223,6 +225,7 @@ impl SummaryBuilder {
         self.output_tokens += r.output_tokens.unwrap_or(0);
         self.input_length_match.add(r.input_tokens, r.prompt_tokens);
         self.prefix.add(r);
+        self.reasoning.add(r);
         self.output_length_match
             .add(r.output_tokens_target, r.output_tokens);
         self.add_latencies(r, true);
@@ -280,6 +283,7 @@ impl SummaryBuilder {
             warmup_requests: self.warmup,
             queue: Distribution::of(&mut self.queue_ms, percentiles),
             prefix: self.prefix,
+            reasoning: self.reasoning,
             server: None,
             sessions: self.sessions.finish(percentiles),
             per_endpoint: self
@@ -314,6 +318,8 @@ impl SummaryBuilder {
 /// The aggregate of a run (CONTRACT §6).
 #[derive(Clone, Debug)]
 pub struct Summary {
+    /// Reasoning answers and tool calls.
+    pub reasoning: reasoning::Reasoning,
     pub total: u64,
     pub ok: u64,
     pub failed: u64,
@@ -447,6 +453,9 @@ impl Summary {
         }
         if self.warmup_requests > 0 {
             m.insert("warmup_requests".into(), json!(self.warmup_requests));
+        }
+        if self.reasoning.any() {
+            m.insert("reasoning".into(), self.reasoning.to_json());
         }
         if let Some(q) = &self.queue {
             m.insert("queue_ms".into(), q.to_json());

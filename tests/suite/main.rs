@@ -15,6 +15,7 @@ mod endings;
 mod expected_cache;
 mod faults;
 mod fleet;
+mod golden_streams;
 mod graceful_stop;
 mod hostile_answers;
 mod hostile_input;

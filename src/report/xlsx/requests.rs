@@ -35,7 +35,7 @@ enum Kind {
 
 /// Every field of a record (CONTRACT §5) but the per-chunk arrays, in reading order: the
 /// request, its timing, its tokens, its conversation. `error` is split in two.
-const COLUMNS: [(&str, Kind, f64); 39] = [
+const COLUMNS: [(&str, Kind, f64); 43] = [
     ("index", Kind::Int, 8.0),
     ("warmup", Kind::Bool, 8.0),
     ("endpoint", Kind::Text, 26.0),
@@ -50,6 +50,8 @@ const COLUMNS: [(&str, Kind, f64); 39] = [
     ("end_ms", Kind::Ms, 13.0),
     ("ttft_ms", Kind::Ms, 10.0),
     ("ttft_from_schedule_ms", Kind::Ms, 12.0),
+    ("first_answer_ms", Kind::Ms, 14.0),
+    ("ttfo_ms", Kind::Ms, 10.0),
     ("tpot_ms", Kind::Ms, 10.0),
     ("e2el_ms", Kind::Ms, 11.0),
     ("input_tokens", Kind::Int, 10.0),
@@ -59,6 +61,8 @@ const COLUMNS: [(&str, Kind, f64); 39] = [
     ("output_tokens_target", Kind::Int, 12.0),
     ("output_tokens", Kind::Int, 10.0),
     ("chunks", Kind::Int, 8.0),
+    ("reasoning_tokens", Kind::Int, 10.0),
+    ("tool_calls", Kind::Int, 8.0),
     ("session_id", Kind::Text, 14.0),
     ("chat_id", Kind::Int, 10.0),
     ("parent_chat_id", Kind::Int, 10.0),
@@ -216,6 +220,9 @@ mod tests {
             output_tokens_target: Some(2),
             output_tokens: Some(2),
             chunks: 2,
+            first_answer_ns: Some(3),
+            reasoning_tokens: Some(1),
+            tool_calls: Some(1),
             chunk_times_ns: Some(vec![3, 4]),
             chunk_tokens: Some(vec![1, 1]),
             ids: TraceIds {

@@ -1,0 +1,251 @@
+//! Golden streams: each server's documented stream shapes (`tests/fixtures/streams/`, and
+//! Anthropic's in `tests/fixtures/anthropic/`), read event by event through the sender's own
+//! state machine with no socket (`llmreplay::sender::read_response`). Event k of a fixture
+//! arrives k+1 ms after the send, so every time below is the fixture's own event order.
+//!
+//! What is judged, per dialect: TTFT is the first output of any kind (reasoning included, as
+//! vLLM's benchmark and AIPerf define it), TTFO the first answer token after the reasoning,
+//! reasoning and answer tokens, tool calls, usage and cached tokens.
+
+use llmreplay::api::Api;
+use llmreplay::record::RequestRecord;
+use llmreplay::sender::read_response;
+
+const SENT_NS: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+
+/// The fixture's events, one per read after the head, chunked as a server sends them.
+fn read(dir: &str, file: &str, api: &str) -> RequestRecord {
+    let api: Api = api.parse().unwrap();
+    let path = format!("{}/tests/fixtures/{dir}/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut reads = vec![
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec(),
+    ];
+    for event in text.split_inclusive("\n\n") {
+        reads.push(format!("{:x}\r\n{event}\r\n", event.len()).into_bytes());
+    }
+    reads.last_mut().unwrap().extend_from_slice(b"0\r\n\r\n");
+    let timed = reads
+        .iter()
+        .enumerate()
+        .map(|(k, r)| (&r[..], SENT_NS + k as u64 * MS));
+    read_response(api, SENT_NS, None, timed)
+}
+
+/// What a fixture holds: the events (0-based) of its first output and first answer, its
+/// chunks of output, tokens, reasoning tokens and tool calls, and its usage.
+struct Holds {
+    first_output: u64,
+    first_answer: Option<u64>,
+    chunks: u64,
+    output_tokens: u64,
+    reasoning_tokens: Option<u64>,
+    tool_calls: Option<u64>,
+    prompt_tokens: u64,
+    cached_tokens: Option<u64>,
+}
+
+fn check(dir: &str, file: &str, api: &str, h: Holds) {
+    let r = read(dir, file, api);
+    assert!(r.ok(), "{file}: {:?}", r.error);
+    let at = |event: u64| (event + 1) as f64;
+    assert_eq!(r.ttft_ms(), Some(at(h.first_output)), "{file}: TTFT");
+    assert_eq!(r.chunks, h.chunks, "{file}: chunks");
+    assert_eq!(
+        r.output_tokens,
+        Some(h.output_tokens),
+        "{file}: output tokens"
+    );
+    assert_eq!(r.reasoning_tokens, h.reasoning_tokens, "{file}: reasoning");
+    assert_eq!(r.tool_calls, h.tool_calls, "{file}: tool calls");
+    assert_eq!(r.prompt_tokens, Some(h.prompt_tokens), "{file}: prompt");
+    assert_eq!(r.cached_tokens, h.cached_tokens, "{file}: cached");
+    match h.reasoning_tokens {
+        // A reasoning answer has a TTFO at its first answer token, or none at all.
+        Some(_) => {
+            assert_eq!(r.ttfo_ms(), h.first_answer.map(at), "{file}: TTFO");
+            assert_eq!(r.ended_in_thinking(), h.first_answer.is_none(), "{file}");
+        }
+        // Without reasoning the first output is the answer: no TTFO apart.
+        None => assert_eq!((r.ttfo_ms(), r.first_answer_ns), (None, None), "{file}"),
+    }
+}
+
+/// vLLM since 0.10 streams thinking as `delta.reasoning`: it is output (TTFT at the first
+/// reasoning delta, not 5 events later), and the answer's first token is the TTFO.
+#[test]
+fn vllm_reasoning_deltas_are_output_and_the_answer_starts_the_ttfo() {
+    check(
+        "streams",
+        "vllm-reasoning.sse",
+        "openai-chat",
+        Holds {
+            first_output: 1,
+            first_answer: Some(6),
+            chunks: 11,
+            output_tokens: 11,
+            reasoning_tokens: Some(5),
+            tool_calls: None,
+            prompt_tokens: 1040,
+            cached_tokens: Some(1024),
+        },
+    );
+}
+
+/// SGLang (and vLLM before 0.10, llama.cpp, DeepSeek's API) write `reasoning_content`, with
+/// `null` beside it in the other field.
+#[test]
+fn sglang_reasoning_content_is_output_beside_null_content() {
+    check(
+        "streams",
+        "sglang-reasoning.sse",
+        "openai-chat",
+        Holds {
+            first_output: 1,
+            first_answer: Some(4),
+            chunks: 5,
+            output_tokens: 5,
+            reasoning_tokens: Some(3),
+            tool_calls: None,
+            prompt_tokens: 980,
+            cached_tokens: Some(960),
+        },
+    );
+}
+
+/// An answer cut inside its thinking is a success with a TTFT and no TTFO, its reasoning
+/// count the server's `completion_tokens_details.reasoning_tokens`.
+#[test]
+fn an_answer_that_ends_in_its_thinking_has_a_ttft_and_no_ttfo() {
+    check(
+        "streams",
+        "ended-in-thinking.sse",
+        "openai-chat",
+        Holds {
+            first_output: 1,
+            first_answer: None,
+            chunks: 4,
+            output_tokens: 4,
+            reasoning_tokens: Some(4),
+            tool_calls: None,
+            prompt_tokens: 20,
+            cached_tokens: None,
+        },
+    );
+}
+
+/// OpenAI's streamed parallel tool calls: argument deltas are output, each call is counted
+/// once, and `reasoning_tokens: 0` from a model that does not reason is no reasoning.
+#[test]
+fn streamed_tool_calls_are_output_and_counted() {
+    check(
+        "streams",
+        "openai-tool-calls.sse",
+        "openai-chat",
+        Holds {
+            first_output: 2,
+            first_answer: None,
+            chunks: 3,
+            output_tokens: 37,
+            reasoning_tokens: None,
+            tool_calls: Some(2),
+            prompt_tokens: 82,
+            cached_tokens: Some(0),
+        },
+    );
+}
+
+/// A real llama-server's stream (captured, SOURCE.md): `content: null` first, `timings` and
+/// cached tokens in the last event.
+#[test]
+fn a_real_llama_server_stream() {
+    check(
+        "streams",
+        "llamacpp-chat.sse",
+        "openai-chat",
+        Holds {
+            first_output: 1,
+            first_answer: None,
+            chunks: 6,
+            output_tokens: 6,
+            reasoning_tokens: None,
+            tool_calls: None,
+            prompt_tokens: 36,
+            cached_tokens: Some(35),
+        },
+    );
+}
+
+/// Anthropic Messages: a thinking block, then text, then a tool call.
+#[test]
+fn anthropic_thinking_then_text_then_a_tool_call() {
+    check(
+        "anthropic",
+        "stream.sse",
+        "anthropic-messages",
+        Holds {
+            first_output: 3,
+            first_answer: Some(7),
+            chunks: 4,
+            output_tokens: 9,
+            reasoning_tokens: Some(1),
+            tool_calls: Some(1),
+            prompt_tokens: 60,
+            cached_tokens: Some(48),
+        },
+    );
+}
+
+/// The whole path: `mock --reasoning-tokens 3` streams each answer's first 3 tokens as
+/// reasoning. An answer of 6 tokens has 3 of each and its TTFO at its 4th chunk; one of 2
+/// ends in its thinking; summary.json counts both, streamed and not.
+#[test]
+fn a_replay_of_a_reasoning_server_counts_ttfo_and_answers_ended_in_thinking() {
+    let mock = crate::common::MockProcess::start(&["--reasoning-tokens", "3", "--itl-ms", "1"]);
+    let dir = crate::common::temp_dir("reasoning");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..6)
+        .map(|i| {
+            let out = if i % 3 == 0 { 2 } else { 6 };
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "output_length": {out}}}"#,
+                i * 5
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    for stream in [true, false] {
+        let out = dir.join(format!("run-{stream}"));
+        let mut cmd = crate::common::replay_against(&mock, &trace, &out);
+        cmd.arg("--record-itl");
+        if !stream {
+            cmd.arg("--no-stream");
+        }
+        assert!(cmd.status().unwrap().success());
+        for r in crate::common::read_jsonl(&out.join("requests.jsonl")) {
+            assert_eq!(r["status"], 200, "{r}");
+            let long = r["output_tokens"] == 6;
+            assert_eq!(r["reasoning_tokens"], if long { 3 } else { 2 }, "{r}");
+            match (long, stream) {
+                (true, true) => {
+                    assert_eq!(r["first_answer_ms"], r["chunk_times_ms"][3], "{r}");
+                    assert!(r["ttfo_ms"].as_f64() > r["ttft_ms"].as_f64(), "{r}");
+                }
+                // A whole answer arrives at once: its first answer token with it.
+                (true, false) => assert_eq!(r["ttfo_ms"], r["ttft_ms"], "{r}"),
+                (false, _) => assert!(r["first_answer_ms"].is_null() && r["ttfo_ms"].is_null()),
+            }
+        }
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let r = &summary["reasoning"];
+        assert_eq!(r["answers_reasoned"], 6, "{summary}");
+        assert_eq!(r["ended_in_thinking"], 2, "{summary}");
+        assert_eq!(r["reasoning_tokens"], 2 * 2 + 4 * 3);
+        assert_eq!(r["answer_tokens"], 4 * 3);
+        assert_eq!(summary["ttfo_ms"]["count"], 4, "{summary}");
+    }
+}
