@@ -38,6 +38,8 @@ pub struct PromptPlan {
     pub tokenizer_model: Option<crate::prompt::hub::Snapshot>,
     pub tokenizer_config: Option<PathBuf>,
     pub length_of: LengthOf,
+    /// `--thinking`.
+    pub thinking: crate::prompt::Thinking,
     pub mode: PromptMode,
     /// Tokens per hash id; the format's default when not given.
     pub block_size: Option<u32>,
@@ -70,6 +72,7 @@ impl PromptPlan {
             length_of: self.length_of,
             seed: self.seed,
             block_size: self.block_size(format),
+            thinking: self.thinking.switch(),
         }))
     }
 
@@ -97,12 +100,51 @@ impl PromptPlan {
             tokenizer_model,
             tokenizer_config: a.tokenizer_config.clone(),
             length_of: a.input_length_of,
+            thinking: a.thinking,
             mode: a.prompt_mode,
             block_size: a.block_size,
             seed: a.seed,
             block_cache_mb: a.block_cache_mb,
         })
     }
+}
+
+/// `--thinking on|off`: `chat_template_kwargs.enable_thinking` in every body, merged into
+/// what `--extra-body` holds (whose own `enable_thinking` must agree).
+fn thinking_body(
+    extra: Option<Map<String, Value>>,
+    thinking: crate::prompt::Thinking,
+    api: Api,
+) -> Result<Option<Map<String, Value>>> {
+    let Some(on) = thinking.switch() else {
+        return Ok(extra);
+    };
+    if api != Api::OpenaiChat {
+        return Err(Error::Usage(format!(
+            "--thinking {thinking} is sent in chat_template_kwargs, which --api {api} does not \
+             carry: use --api openai-chat, or --thinking auto"
+        )));
+    }
+    let mut extra = extra.unwrap_or_default();
+    let kwargs = extra
+        .entry("chat_template_kwargs")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(kwargs) = kwargs else {
+        return Err(Error::Usage(
+            "--extra-body: chat_template_kwargs must be a JSON object".into(),
+        ));
+    };
+    match kwargs.get("enable_thinking") {
+        Some(v) if v != &Value::Bool(on) => {
+            return Err(Error::Usage(format!(
+                "--thinking {thinking} and --extra-body's enable_thinking {v} disagree"
+            )))
+        }
+        _ => {
+            kwargs.insert("enable_thinking".into(), Value::Bool(on));
+        }
+    }
+    Ok(Some(extra))
 }
 
 /// Records of `--synthetic` without `--max-requests`.
@@ -313,6 +355,7 @@ impl ReplayPlan {
                 }
             },
         };
+        let extra_body = thinking_body(extra_body, a.prompt.thinking, api)?;
         if !(a.drain_timeout.is_finite() && a.drain_timeout >= 0.0) {
             return Err(Error::Usage(format!(
                 "--drain-timeout must be zero or more seconds, got {}",

@@ -183,6 +183,7 @@ impl Dialect for AnthropicMessages {
                 messages: messages.as_array().ok_or("`messages` must be an array")?,
                 tools: obj.get("tools").filter(|t| !t.is_null()),
                 system: obj.get("system").filter(|s| !s.is_null()),
+                thinking: None,
             },
             tokens: tokens_asked(obj, uint(obj, "max_tokens")?)?,
             stream: stream_of(obj, route),

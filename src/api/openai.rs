@@ -183,6 +183,10 @@ fn mock_request<'a>(
             messages: messages.as_array().ok_or("`messages` must be an array")?,
             tools: obj.get("tools").filter(|t| !t.is_null()),
             system: None,
+            thinking: obj
+                .get("chat_template_kwargs")
+                .and_then(|k| k.get("enable_thinking"))
+                .and_then(Value::as_bool),
         }
     } else {
         Prompt::Text(obj.get("prompt").ok_or("`prompt` is required")?)

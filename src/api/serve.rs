@@ -22,6 +22,8 @@ pub enum Prompt<'a> {
         messages: &'a [Value],
         tools: Option<&'a Value>,
         system: Option<&'a Value>,
+        /// `chat_template_kwargs.enable_thinking`, when the request sets it.
+        thinking: Option<bool>,
     },
     /// A prompt string, a list of strings, or token ids.
     Text(&'a Value),

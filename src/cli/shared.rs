@@ -50,6 +50,13 @@ pub struct PromptArgs {
     #[arg(long, value_parser = crate::cli::choice::<LengthOf>(), default_value_t)]
     pub input_length_of: LengthOf,
 
+    /// The chat template's reasoning switch (`enable_thinking`, as Qwen3, DeepSeek-R1 and
+    /// others read it): `on`/`off` render the count with it and send it in
+    /// `chat_template_kwargs` (vLLM, SGLang, llama.cpp; --api openai-chat); `auto` leaves the
+    /// template's default.
+    #[arg(long, value_parser = crate::cli::choice::<crate::prompt::Thinking>(), default_value_t)]
+    pub thinking: crate::prompt::Thinking,
+
     /// `text` sends prompt text; `token-ids` sends the token id array itself (exact by
     /// construction; --api openai-completions only).
     #[arg(long, value_parser = crate::cli::choice::<PromptMode>(), default_value_t)]

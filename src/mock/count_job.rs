@@ -14,6 +14,8 @@ pub enum CountJob {
     Chat {
         messages: Value,
         tools: Option<Value>,
+        /// The request's `enable_thinking`, when it sets one.
+        thinking: Option<bool>,
     },
     Completion(String),
 }
@@ -22,7 +24,11 @@ impl CountJob {
     /// The prompt's token ids on the server.
     pub fn ids(&self, counter: &PromptCounter) -> Result<Vec<u32>, String> {
         match self {
-            CountJob::Chat { messages, tools } => counter.chat_ids(messages, tools.as_ref()),
+            CountJob::Chat {
+                messages,
+                tools,
+                thinking,
+            } => counter.chat_ids_thinking(messages, tools.as_ref(), *thinking),
             CountJob::Completion(text) => counter.completion_ids(text),
         }
     }

@@ -100,6 +100,7 @@ impl PromptCounting {
                 messages,
                 tools,
                 system,
+                thinking,
             } => {
                 if tokenizer {
                     // A system prompt given beside the messages is the template's first message.
@@ -107,6 +108,7 @@ impl PromptCounting {
                         system.map(|s| serde_json::json!({"role": "system", "content": s}));
                     let messages = system.into_iter().chain(messages.iter().cloned()).collect();
                     return Count::Deferred(CountJob::Chat {
+                        thinking,
                         messages: Value::Array(messages),
                         tools: tools.cloned(),
                     });

@@ -155,11 +155,15 @@ pub fn cache_dir(env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
 pub fn load_or_make(
     file: &Path,
     config: Option<&Path>,
+    thinking: Option<bool>,
     dir: Option<&Path>,
 ) -> Result<(Analysis, PromptCounter)> {
-    let counter = PromptCounter::deferred(file, config)?;
+    let counter = PromptCounter::deferred(file, config)?.with_thinking(thinking);
     let template = counter.template_path().map(Path::to_path_buf);
-    let digest = digests(file, &counter.template_files())?;
+    let mut digest = digests(file, &counter.template_files())?;
+    if let Some(on) = thinking.filter(|_| template.is_some()) {
+        digest.push_str(if on { "~thinking" } else { "~no-thinking" });
+    }
     let entry = dir.map(|dir| dir.join(format!("{digest}.txt")));
     if let Some(entry) = &entry {
         if let Some(mut analysis) = read_entry(entry, template.is_some()) {

@@ -54,6 +54,31 @@ crate::choices! {
 }
 
 crate::choices! {
+    /// `--thinking`: the chat template's reasoning switch (`enable_thinking`).
+    #[derive(Default)]
+    pub enum Thinking {
+        /// The template's own default; nothing is sent.
+        #[default]
+        Auto = "auto",
+        /// `enable_thinking` true, in the count and in `chat_template_kwargs`.
+        On = "on",
+        /// `enable_thinking` false, in the count and in `chat_template_kwargs`.
+        Off = "off",
+    }
+}
+
+impl Thinking {
+    /// The value of `enable_thinking`, when set.
+    pub fn switch(self) -> Option<bool> {
+        match self {
+            Thinking::Auto => None,
+            Thinking::On => Some(true),
+            Thinking::Off => Some(false),
+        }
+    }
+}
+
+crate::choices! {
     /// Where prompt text comes from (`--prompt-source`).
     #[derive(Default)]
     pub enum PromptSource {
@@ -72,6 +97,8 @@ pub struct SynthOptions {
     pub length_of: LengthOf,
     pub seed: u64,
     pub block_size: u32,
+    /// `enable_thinking` for the chat template, when set.
+    pub thinking: Option<bool>,
 }
 
 /// The `tokenizer.json` that `spec` names: the file, the one in a directory, or the one of
@@ -110,8 +137,12 @@ pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
     let started = std::time::Instant::now();
     let file = tokenizer_file(&opts.tokenizer)?;
     let cache = analysis::cache_dir(|k| std::env::var(k).ok());
-    let (analysis, counter) =
-        analysis::load_or_make(&file, opts.tokenizer_config.as_deref(), cache.as_deref())?;
+    let (analysis, counter) = analysis::load_or_make(
+        &file,
+        opts.tokenizer_config.as_deref(),
+        opts.thinking,
+        cache.as_deref(),
+    )?;
     let fail = |path: &Path, message: String| Error::Tokenizer {
         path: path.to_path_buf(),
         message,

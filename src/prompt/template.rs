@@ -126,15 +126,25 @@ impl ChatTemplate {
         Ok(Some((template, from)))
     }
 
-    /// The prompt text for `messages` (and `tools`), with the generation prompt appended.
-    pub fn render(&self, messages: &Value, tools: Option<&Value>) -> Result<String, String> {
+    /// The prompt text for `messages` (and `tools`), with the generation prompt appended;
+    /// `enable_thinking` is set when `thinking` is (else the template's default holds).
+    pub fn render(
+        &self,
+        messages: &Value,
+        tools: Option<&Value>,
+        thinking: Option<bool>,
+    ) -> Result<String, String> {
         let template = self.env.get_template(TEMPLATE).map_err(|e| e.to_string())?;
-        let ctx = minijinja::context! {
+        let base = minijinja::context! {
             messages => JinjaValue::from(minijinja::value::Serde(messages)),
             tools => tools.map(|t| JinjaValue::from(minijinja::value::Serde(t))),
             add_generation_prompt => true,
             bos_token => &self.bos,
             eos_token => &self.eos,
+        };
+        let ctx = match thinking {
+            Some(on) => minijinja::context! { enable_thinking => on, ..base },
+            None => base,
         };
         template
             .render(ctx)
@@ -152,6 +162,8 @@ pub struct PromptCounter {
     template_path: Option<PathBuf>,
     /// The `tokenizer_config.json` read (its special tokens), when there is a template.
     config_path: Option<PathBuf>,
+    /// `enable_thinking` for the template (`--thinking`), when set.
+    thinking: Option<bool>,
 }
 
 impl PromptCounter {
@@ -159,6 +171,12 @@ impl PromptCounter {
     /// file is used when present.
     pub fn new(tokenizer: Tokenizer, tokenizer_file: &Path, config: Option<&Path>) -> Result<Self> {
         Ok(PromptCounter::deferred(tokenizer_file, config)?.with_tokenizer(tokenizer))
+    }
+
+    /// This counter rendering its template with `enable_thinking` set (None: the default).
+    pub fn with_thinking(mut self, thinking: Option<bool>) -> Self {
+        self.thinking = thinking;
+        self
     }
 
     /// This counter with its tokenizer already loaded.
@@ -178,6 +196,7 @@ impl PromptCounter {
             tokenizer: OnceLock::new(),
             tokenizer_file: tokenizer_file.to_path_buf(),
             config_path: template.as_ref().and(path),
+            thinking: None,
             template_path,
             template,
         })
@@ -221,15 +240,35 @@ impl PromptCounter {
 
     /// The prompt text a chat request becomes on the server.
     pub fn render_chat(&self, messages: &Value, tools: Option<&Value>) -> Result<String, String> {
+        self.render_thinking(messages, tools, self.thinking)
+    }
+
+    fn render_thinking(
+        &self,
+        messages: &Value,
+        tools: Option<&Value>,
+        thinking: Option<bool>,
+    ) -> Result<String, String> {
         self.template
             .as_ref()
             .ok_or("no chat template (give --tokenizer-config, or a tokenizer directory with tokenizer_config.json)")?
-            .render(messages, tools)
+            .render(messages, tools, thinking)
     }
 
     /// Token ids of a chat request's prompt on the server.
     pub fn chat_ids(&self, messages: &Value, tools: Option<&Value>) -> Result<Vec<u32>, String> {
-        let text = self.render_chat(messages, tools)?;
+        self.chat_ids_thinking(messages, tools, self.thinking)
+    }
+
+    /// Token ids of a chat request's prompt with the request's own `enable_thinking` (the
+    /// mock counts each request as its kwargs say; None: this counter's).
+    pub fn chat_ids_thinking(
+        &self,
+        messages: &Value,
+        tools: Option<&Value>,
+        thinking: Option<bool>,
+    ) -> Result<Vec<u32>, String> {
+        let text = self.render_thinking(messages, tools, thinking.or(self.thinking))?;
         self.encode(&text, false)
     }
 

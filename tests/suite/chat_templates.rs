@@ -200,9 +200,11 @@ fn a_dated_template_is_analysed_per_day() {
     let qwen3 = tokenizer("qwen3");
     let file = qwen3.join("tokenizer.json");
     let (first, _) =
-        llmreplay::prompt::analysis::load_or_make(&file, Some(&config), Some(&cache)).unwrap();
+        llmreplay::prompt::analysis::load_or_make(&file, Some(&config), None, Some(&cache))
+            .unwrap();
     let (again, _) =
-        llmreplay::prompt::analysis::load_or_make(&file, Some(&config), Some(&cache)).unwrap();
+        llmreplay::prompt::analysis::load_or_make(&file, Some(&config), None, Some(&cache))
+            .unwrap();
     assert!(matches!(
         again.source,
         llmreplay::prompt::analysis::Source::Cached(_)
@@ -254,5 +256,91 @@ impl Family {
         let config = dir.join("tokenizer_config.json");
         std::fs::write(&config, json!({ "chat_template": template }).to_string()).unwrap();
         Family::qwen3(Some(&config))
+    }
+}
+
+/// `--thinking off` renders Qwen3's template with `enable_thinking` false (an empty think
+/// block after the generation prompt: 4 more tokens) and sends it in `chat_template_kwargs`;
+/// the mock counts each request as its kwargs say, so every length is exact either way, and
+/// a count made with the other setting would not be.
+#[test]
+fn thinking_on_and_off_are_counted_as_the_server_renders_them() {
+    let qwen3 = tokenizer("qwen3");
+    let mock = common::MockProcess::start(&["--tokenizer", path(&qwen3), "--ttft-ms", "1"]);
+    let dir = temp_dir("thinking");
+    let trace = mooncake("conversation_trace.jsonl");
+    let mut overheads = Vec::new();
+    for thinking in ["on", "off"] {
+        let out = dir.join(thinking);
+        let status = common::bin()
+            .args([
+                "replay",
+                "--quiet",
+                "--model",
+                "m",
+                "--endpoint",
+                &mock.url(),
+            ])
+            .args(["--trace", path(&trace), "--tokenizer", path(&qwen3)])
+            .args([
+                "--max-requests",
+                "20",
+                "--time-scale",
+                "100",
+                "--thinking",
+                thinking,
+            ])
+            .args(["--output", path(&out)])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{thinking}");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let m = &summary["input_length_match"];
+        assert_eq!(
+            (&m["checked"], &m["exact"]),
+            (&json!(20), &json!(20)),
+            "{thinking}: {m}"
+        );
+        let run: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+        assert_eq!(run["thinking"], thinking);
+        assert_eq!(
+            run["extra_body"]["chat_template_kwargs"]["enable_thinking"],
+            thinking == "on"
+        );
+        overheads.push(run["prompt_overhead_tokens"].as_u64().unwrap());
+    }
+    assert!(overheads[1] > overheads[0], "{overheads:?}");
+}
+
+/// `--thinking` where no chat template kwargs travel, or against `--extra-body`'s own.
+#[test]
+fn thinking_is_refused_where_it_cannot_be_sent() {
+    let trace = mooncake("conversation_trace.jsonl");
+    for (args, says) in [
+        (
+            vec!["--thinking", "on", "--api", "openai-completions"],
+            "does not carry",
+        ),
+        (
+            vec![
+                "--thinking",
+                "off",
+                "--extra-body",
+                r#"{"chat_template_kwargs":{"enable_thinking":true}}"#,
+            ],
+            "disagree",
+        ),
+    ] {
+        let out = common::bin()
+            .args(["replay", "--mock", "--trace", path(&trace)])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
     }
 }

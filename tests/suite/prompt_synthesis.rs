@@ -145,7 +145,11 @@ fn chat_templates_render_as_hugging_face_does() {
                 .unwrap()
                 .unwrap();
         let got = template
-            .render(&json!([{"role": "user", "content": "hello there"}]), None)
+            .render(
+                &json!([{"role": "user", "content": "hello there"}]),
+                None,
+                None,
+            )
             .unwrap();
         assert_eq!(got, want, "{name}");
     }

@@ -103,6 +103,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     }
     put("input_length_of", json!(prompt.length_of));
     put("prompt_mode", json!(prompt.mode));
+    put("thinking", json!(prompt.thinking));
     put("prompt_overhead_tokens", common("prompt_overhead_tokens"));
     put("block_cache_mb", json!(prompt.block_cache_mb));
     put("save_prompts", json!(plan.save_prompts));
