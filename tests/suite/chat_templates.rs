@@ -272,39 +272,19 @@ fn thinking_on_and_off_are_counted_as_the_server_renders_them() {
     let mut overheads = Vec::new();
     for thinking in ["on", "off"] {
         let out = dir.join(thinking);
-        let status = common::bin()
-            .args([
-                "replay",
-                "--quiet",
-                "--model",
-                "m",
-                "--endpoint",
-                &mock.url(),
-            ])
-            .args(["--trace", path(&trace), "--tokenizer", path(&qwen3)])
-            .args([
-                "--max-requests",
-                "20",
-                "--time-scale",
-                "100",
-                "--thinking",
-                thinking,
-            ])
-            .args(["--output", path(&out)])
+        let status = common::replay_against(&mock, &trace, &out)
+            .args(["--tokenizer", path(&qwen3), "--max-requests", "20"])
+            .args(["--time-scale", "100", "--thinking", thinking])
             .status()
             .unwrap();
         assert!(status.success(), "{thinking}");
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
-                .unwrap();
-        let m = &summary["input_length_match"];
+        let m = &common::read_json(&out.join("summary.json"))["input_length_match"];
         assert_eq!(
             (&m["checked"], &m["exact"]),
             (&json!(20), &json!(20)),
-            "{thinking}: {m}"
+            "{m}"
         );
-        let run: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+        let run = common::read_json(&out.join("run.json"));
         assert_eq!(run["thinking"], thinking);
         assert_eq!(
             run["extra_body"]["chat_template_kwargs"]["enable_thinking"],

@@ -238,9 +238,7 @@ fn a_replay_of_a_reasoning_server_counts_ttfo_and_answers_ended_in_thinking() {
                 (false, _) => assert!(r["first_answer_ms"].is_null() && r["ttfo_ms"].is_null()),
             }
         }
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
-                .unwrap();
+        let summary = crate::common::read_json(&out.join("summary.json"));
         let r = &summary["reasoning"];
         assert_eq!(r["answers_reasoned"], 6, "{summary}");
         assert_eq!(r["ended_in_thinking"], 2, "{summary}");

@@ -129,6 +129,11 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// A JSON file (summary.json, run.json).
+pub fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap()
