@@ -194,8 +194,15 @@ impl Dialect for AnthropicMessages {
         })
     }
 
-    fn content_frame(&self, _a: &Answer) -> Option<(Vec<u8>, &'static [u8])> {
-        let prefix = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"";
+    /// The text block is the first, or the second after a thinking block.
+    fn content_frame(&self, a: &Answer) -> Option<(Vec<u8>, &'static [u8])> {
+        let index = u8::from(a.reasoning > 0);
+        let prefix = format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"text_delta\",\"text\":\"");
+        Some((prefix.into_bytes(), b"\"}"))
+    }
+
+    fn reasoning_frame(&self, _a: &Answer) -> Option<(Vec<u8>, &'static [u8])> {
+        let prefix = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"";
         Some((prefix.to_vec(), b"\"}"))
     }
 
@@ -203,13 +210,25 @@ impl Dialect for AnthropicMessages {
         let mut message = message(a, json!([]), Value::Null);
         message["usage"]["output_tokens"] = json!(0);
         event(out, "message_start", &json!({"type": "message_start", "message": message}));
-        let block = json!({"type": "text", "text": ""});
+        let block = match a.reasoning > 0 {
+            true => json!({"type": "thinking", "thinking": ""}),
+            false => json!({"type": "text", "text": ""}),
+        };
         let start = json!({"type": "content_block_start", "index": 0, "content_block": block});
         event(out, "content_block_start", &start);
     }
 
+    fn write_answer_start(&self, _a: &Answer, out: &mut Vec<u8>) {
+        event(out, "content_block_stop", &json!({"type": "content_block_stop", "index": 0}));
+        let block = json!({"type": "text", "text": ""});
+        let start = json!({"type": "content_block_start", "index": 1, "content_block": block});
+        event(out, "content_block_start", &start);
+    }
+
     fn write_close(&self, a: &Answer, out: &mut Vec<u8>) -> bool {
-        let stop = json!({"type": "content_block_stop", "index": 0});
+        // The open block: the text's, or the thinking's when the answer ended in it.
+        let index = u8::from(a.reasoning > 0 && a.sent > a.reasoning);
+        let stop = json!({"type": "content_block_stop", "index": index});
         event(out, "content_block_stop", &stop);
         let delta = json!({"type": "message_delta",
             "delta": {"stop_reason": "max_tokens", "stop_sequence": null},
@@ -220,8 +239,12 @@ impl Dialect for AnthropicMessages {
     }
 
     fn full_response(&self, a: &Answer) -> Value {
-        let content = json!([{"type": "text", "text": answer_text(a.tokens)}]);
-        message(a, content, json!("max_tokens"))
+        let mut content = vec![json!({"type": "text", "text": answer_text(a.tokens - a.reasoning)})];
+        if a.reasoning > 0 {
+            let thinking = json!({"type": "thinking", "thinking": answer_text(a.reasoning), "signature": "mock"});
+            content.insert(0, thinking);
+        }
+        message(a, json!(content), json!("max_tokens"))
     }
 }
 

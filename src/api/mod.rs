@@ -101,6 +101,8 @@ pub trait Dialect: Sync {
     }
     /// Events before the first token.
     fn write_open(&self, _a: &Answer, _out: &mut Vec<u8>) {}
+    /// Events between the reasoning and the first answer token.
+    fn write_answer_start(&self, _a: &Answer, _out: &mut Vec<u8>) {}
     /// A token event carrying `n` tokens, for a dialect without a content frame.
     fn write_tokens(&self, _a: &Answer, _n: u64, _out: &mut Vec<u8>) {}
     /// Inside a framed content event, after the frame: the running usage (with

@@ -24,8 +24,8 @@ pub struct MockArgs {
     pub tokens_per_chunk: u32,
 
     /// Each answer starts with N reasoning tokens (all of it when shorter), streamed as a
-    /// reasoning model's server does: openai-chat's `delta.reasoning_content`. Other dialects
-    /// answer without reasoning.
+    /// reasoning model's server does: openai-chat's `delta.reasoning_content`, a thinking block
+    /// of anthropic-messages. Completions and TGI answer without reasoning.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub reasoning_tokens: u64,
 

@@ -304,6 +304,7 @@ impl Generation {
         self.reasoning_frame = dialect_reasoning(self.dialect, &self.answer(), tokens);
         if self.reasoning_frame.is_some() {
             self.reasoning = tokens.min(self.tokens);
+            self.content_frame = self.dialect.content_frame(&self.answer());
         }
         self
     }
@@ -384,6 +385,9 @@ impl Generation {
             }
             if self.sent == 0 {
                 dialect.write_open(&self.answer(), out);
+            }
+            if self.reasoning > 0 && self.sent == self.reasoning {
+                dialect.write_answer_start(&self.answer(), out);
             }
             // A chunk is all reasoning or all answer.
             let thinking = self.sent < self.reasoning;

@@ -199,7 +199,7 @@ fn anthropic_thinking_then_text_then_a_tool_call() {
 }
 
 /// The whole path: `mock --reasoning-tokens 3` streams each answer's first 3 tokens as
-/// reasoning. An answer of 6 tokens has 3 of each and its TTFO at its 4th chunk; one of 2
+/// reasoning (openai-chat's `reasoning_content`, Anthropic's thinking block). An answer of 6 tokens has 3 of each and its TTFO at its 4th chunk; one of 2
 /// ends in its thinking; summary.json counts both, streamed and not.
 #[test]
 fn a_replay_of_a_reasoning_server_counts_ttfo_and_answers_ended_in_thinking() {
@@ -216,10 +216,15 @@ fn a_replay_of_a_reasoning_server_counts_ttfo_and_answers_ended_in_thinking() {
         })
         .collect();
     std::fs::write(&trace, lines.join("\n")).unwrap();
-    for stream in [true, false] {
-        let out = dir.join(format!("run-{stream}"));
+    // Anthropic's whole answers say nothing of their reasoning's size: streamed only.
+    for (api, stream) in [
+        ("openai-chat", true),
+        ("openai-chat", false),
+        ("anthropic-messages", true),
+    ] {
+        let out = dir.join(format!("run-{api}-{stream}"));
         let mut cmd = crate::common::replay_against(&mock, &trace, &out);
-        cmd.arg("--record-itl");
+        cmd.args(["--record-itl", "--api", api]);
         if !stream {
             cmd.arg("--no-stream");
         }
