@@ -111,19 +111,20 @@ impl EventScanner {
             ev.malformed = true;
             return ev;
         }
-        let answer = self
-            .content_keys
-            .iter()
-            .any(|k| has_nonempty_string(payload, k));
-        let reasoning = self
-            .reasoning_keys
-            .iter()
-            .any(|k| has_nonempty_string(payload, k));
-        ev.tool_calls = self
-            .tool_call
-            .map_or(0, |kind| count_string_values(payload, &self.type_key, kind));
-        ev.content = answer || reasoning;
-        ev.reasoning = reasoning && !answer && ev.tool_calls == 0;
+        // The hot path is one search: most events carry answer text under the first key.
+        // Only the others are searched for tool-call arguments, reasoning, then a tool
+        // call's start (whose arguments are still empty).
+        let nonempty = |keys: &[Finder]| keys.iter().any(|k| has_nonempty_string(payload, k));
+        let text = has_nonempty_string(payload, &self.content_keys[0]);
+        let arguments = !text && nonempty(&self.content_keys[1..]);
+        let reasoning = !text && !arguments && nonempty(&self.reasoning_keys);
+        if !text && !reasoning {
+            ev.tool_calls = self
+                .tool_call
+                .map_or(0, |kind| count_string_values(payload, &self.type_key, kind));
+        }
+        ev.content = text || arguments || reasoning;
+        ev.reasoning = reasoning;
         // An event that carries text is not an error, so the search for an error object (a
         // whole pass over the payload) is spent only on the few events without text.
         if !ev.content

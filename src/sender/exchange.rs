@@ -3,8 +3,7 @@
 use crate::stats::record_gap;
 use hdrhistogram::Histogram;
 
-use crate::api::Api;
-use crate::api::{excerpt, EventScanner, StreamEvent, EXCERPT};
+use crate::api::{excerpt, Api, EventScanner, StreamEvent, EXCERPT};
 use crate::expected_cache::SharedExpected;
 use crate::http::response::{ResponseHead, ResponseParser, ResponseSink, Step};
 use crate::http::sse::SseScanner;
