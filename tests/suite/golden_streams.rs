@@ -236,7 +236,8 @@ fn a_replay_of_a_reasoning_server_counts_ttfo_and_answers_ended_in_thinking() {
             match (long, stream) {
                 (true, true) => {
                     assert_eq!(r["first_answer_ms"], r["chunk_times_ms"][3], "{r}");
-                    assert!(r["ttfo_ms"].as_f64() > r["ttft_ms"].as_f64(), "{r}");
+                    // Later or, when the chunks came in one read, at the same time.
+                    assert!(r["ttfo_ms"].as_f64() >= r["ttft_ms"].as_f64(), "{r}");
                 }
                 // A whole answer arrives at once: its first answer token with it.
                 (true, false) => assert_eq!(r["ttfo_ms"], r["ttft_ms"], "{r}"),
