@@ -204,20 +204,13 @@ impl RequestBuilder {
         let start = HEAD_ROOM - head_len;
         bytes[start..HEAD_ROOM].copy_from_slice(&head[..head_len]);
         Ok(PreparedRequest {
-            index: record.index,
             endpoint,
-            scheduled_ns,
             bytes,
             start,
             input_tokens: record.input_length(),
             output_tokens_target: record.output_length,
             ids: record.ids.clone(),
-            session: None,
-            queue_ns: None,
-            warmup: false,
-            expected_cached_tokens: None,
-            cache_shape: None,
-            carry: None,
+            ..PreparedRequest::empty(record.index, scheduled_ns)
         })
     }
 }

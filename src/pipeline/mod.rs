@@ -62,8 +62,8 @@ impl PreparedRequest {
         &self.bytes[self.start..]
     }
 
-    /// An empty request due at `at` (a response read with no request behind it:
-    /// [`crate::sender::read_response`], the sender's unit tests).
+    /// An empty request due at `at`: what the builder fills in, a response read with no request
+    /// behind it ([`crate::sender::read_response`]), the sender's unit tests.
     pub fn empty(index: u64, at: u64) -> PreparedRequest {
         PreparedRequest {
             index,
