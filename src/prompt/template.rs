@@ -350,10 +350,7 @@ impl PromptCounter {
                 });
             }
             if tail_of(ids) != tail_of(ids0) {
-                return Err(FrameError::NotFixed {
-                    one: frame.total(),
-                    other: frame.total(),
-                });
+                return Err(FrameError::EndingDiffers);
             }
         }
         Ok(frame)
@@ -468,8 +465,10 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 pub enum FrameError {
     /// Rendering or tokenizing the probes failed.
     Render(String),
-    /// The template adds a different number (or a different text) around different contents.
+    /// The template adds a different number of tokens around different contents.
     NotFixed { one: u64, other: u64 },
+    /// It adds as many, but ends different contents with different text.
+    EndingDiffers,
     /// A content's tokens do not come back as they are after the template's opening.
     ContentChanged { tokens: usize, prompt: usize },
     /// An earlier answer does not come back whole in a longer conversation.
@@ -486,13 +485,13 @@ impl std::fmt::Display for FrameError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FrameError::Render(message) => f.write_str(message),
-            FrameError::NotFixed { one, other } if one != other => write!(
+            FrameError::NotFixed { one, other } => write!(
                 f,
                 "the chat template adds {one} tokens around one content and {other} around \
                  another: it does not wrap the content in a fixed text, so prompt lengths cannot \
                  be made exact"
             ),
-            FrameError::NotFixed { .. } => f.write_str(
+            FrameError::EndingDiffers => f.write_str(
                 "the chat template ends different contents with different text: it does not \
                  wrap the content in a fixed text, so prompt lengths cannot be made exact",
             ),
