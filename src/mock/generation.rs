@@ -301,7 +301,9 @@ impl Generation {
 
     /// Its first `tokens` (of those asked for) are reasoning, where the dialect streams any.
     pub fn with_reasoning(mut self, tokens: u64) -> Generation {
-        self.reasoning_frame = dialect_reasoning(self.dialect, &self.answer(), tokens);
+        if tokens > 0 {
+            self.reasoning_frame = self.dialect.reasoning_frame(&self.answer());
+        }
         if self.reasoning_frame.is_some() {
             self.reasoning = tokens.min(self.tokens);
             self.content_frame = self.dialect.content_frame(&self.answer());
@@ -432,17 +434,6 @@ impl Generation {
         self.sent = self.tokens;
         self.dialect.full_response(&self.answer())
     }
-}
-
-/// The dialect's reasoning event frame, when there are reasoning tokens to stream.
-fn dialect_reasoning(
-    dialect: Api,
-    answer: &Answer,
-    tokens: u64,
-) -> Option<(Vec<u8>, &'static [u8])> {
-    (tokens > 0)
-        .then(|| dialect.reasoning_frame(answer))
-        .flatten()
 }
 
 /// The words of a request's prompt (its messages' contents, or its prompt): the prefill work
