@@ -30,6 +30,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, Write};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -44,8 +45,8 @@ use crate::transport::Stream;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TIMER: Token = Token(usize::MAX - 2);
+/// The loop's one waker (mio allows one a poll): a count is done, or [`MockServer::stop`].
 const WAKER: Token = Token(usize::MAX - 3);
-const COUNTED: Token = Token(usize::MAX - 4);
 const MAX_REQUEST: usize = 64 << 20;
 const MAX_REQUEST_HEAD: usize = 64 << 10;
 
@@ -79,6 +80,7 @@ impl MockStats {
 pub struct MockServer {
     addr: SocketAddr,
     waker: Arc<Waker>,
+    stopping: Arc<AtomicBool>,
     handle: JoinHandle<io::Result<MockStats>>,
 }
 
@@ -96,15 +98,18 @@ impl MockServer {
         let addr = listener.local_addr()?;
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (loop_waker, loop_stopping) = (waker.clone(), stopping.clone());
         let handle = std::thread::Builder::new()
             .name("mock".into())
             .spawn(move || {
                 minimise_timer_slack();
-                MockLoop::new(poll, listener, cfg)?.run()
+                MockLoop::new(poll, listener, cfg, loop_waker)?.run(&loop_stopping)
             })?;
         Ok(MockServer {
             addr,
             waker,
+            stopping,
             handle,
         })
     }
@@ -115,6 +120,7 @@ impl MockServer {
 
     /// Stops the server and returns its counters.
     pub fn stop(self) -> io::Result<MockStats> {
+        self.stopping.store(true, Ordering::Release);
         self.waker.wake()?;
         self.handle
             .join()
@@ -216,7 +222,12 @@ fn token(slot: usize, generation: u32) -> Token {
 }
 
 impl MockLoop {
-    fn new(poll: Poll, mut listener: TcpListener, cfg: MockConfig) -> io::Result<Self> {
+    fn new(
+        poll: Poll,
+        mut listener: TcpListener,
+        cfg: MockConfig,
+        waker: Arc<Waker>,
+    ) -> io::Result<Self> {
         let http_workers = cfg.http_workers;
         let cfg_prefix_cache = cfg.prefix_cache;
         poll.registry()
@@ -228,7 +239,7 @@ impl MockLoop {
                 cfg.count_threads,
                 cfg.prefix_cache
                     .map(|(n, b)| token_cache::TokenCache::new(n, b)),
-                Arc::new(Waker::new(poll.registry(), COUNTED)?),
+                waker,
             )?),
             _ => None,
         };
@@ -272,7 +283,7 @@ impl MockLoop {
         })
     }
 
-    fn run(mut self) -> io::Result<MockStats> {
+    fn run(mut self, stopping: &AtomicBool) -> io::Result<MockStats> {
         let mut events = Events::with_capacity(1024);
         loop {
             let timeout = match (self.accept_retry, &self.workers) {
@@ -293,8 +304,8 @@ impl MockLoop {
             }
             for event in events.iter() {
                 match event.token() {
-                    WAKER => return Ok(self.stats),
-                    COUNTED => self.take_counts(),
+                    WAKER if stopping.load(Ordering::Acquire) => return Ok(self.stats),
+                    WAKER => self.take_counts(),
                     LISTENER => self.accept(),
                     TIMER => {
                         self.timer.drain();
