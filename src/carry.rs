@@ -12,8 +12,10 @@
 //! answer as an assistant message, and the turn's new tokens as the next user message.
 //!
 //! The answer is pasted as the server sent it (JSON-escaped, never decoded); its token count
-//! is the server's `completion_tokens` (else the tokens counted). A history longer than the
-//! turn's input, a parent that failed, or one whose history is gone leaves the turn as the
+//! is the server's `completion_tokens` (else the tokens counted) less its reasoning, which is
+//! not pasted: clients do not send reasoning back, and templates drop it from history. A
+//! history longer than the turn's input, a parent that failed or called tools (a synthetic turn
+//! has no tool result to follow them), or one whose history is gone leaves the turn as the
 //! producer built it, and its record says why.
 
 use std::io::Write;
@@ -54,7 +56,10 @@ pub struct History {
     pub content_tokens: u64,
     /// Its answer, JSON-escaped as the server sent it.
     pub answer: Vec<u8>,
+    /// Tokens of the answer's text (its reasoning, not pasted, left out).
     pub answer_tokens: u64,
+    /// Tool calls the answer made: a synthetic turn has no tool result to give them.
+    pub tool_calls: u64,
 }
 
 impl History {
@@ -110,6 +115,7 @@ pub fn history(payload: &[u8], slot: &CarrySlot, answer: Vec<u8>, answer_tokens:
         content_tokens: slot.content_tokens,
         answer,
         answer_tokens,
+        tool_calls: 0,
     }
 }
 
@@ -127,6 +133,9 @@ pub fn splice(
 ) -> Result<(Vec<u8>, CarrySlot, u64), NotCarried> {
     if parent.shape != slot.shape {
         return Err("the parent was sent in another dialect");
+    }
+    if parent.tool_calls > 0 {
+        return Err("the parent's answer called tools, and a synthetic turn has no tool result to follow them");
     }
     let history = parent.content_tokens + parent.answer_tokens + slot.turn_overhead;
     if history >= slot.content_tokens {
@@ -240,6 +249,14 @@ mod tests {
             ..history.clone()
         };
         assert!(splice(1, &child, &slot, &long).is_err());
+        // Nor one whose answer called tools: no tool result could follow them.
+        let called = History {
+            tool_calls: 1,
+            ..history.clone()
+        };
+        assert!(splice(1, &child, &slot, &called)
+            .unwrap_err()
+            .contains("tools"));
     }
 
     #[test]

@@ -261,6 +261,40 @@ impl RequestRecord {
         Some((self.e2el_ms()? - self.ttft_ms()?) / (out - 1) as f64)
     }
 
+    /// Output tokens that were not reasoning: those of the answer (and its tool calls).
+    pub fn answer_tokens(&self) -> Option<u64> {
+        Some(
+            self.output_tokens?
+                .saturating_sub(self.reasoning_tokens.unwrap_or(0)),
+        )
+    }
+
+    /// TPOT of the reasoning, for an answer that reasoned: from its first token to its first
+    /// answer token (or its end, when it ended in its thinking) over the gaps between.
+    pub fn tpot_reasoning_ms(&self) -> Option<f64> {
+        let reasoning = self.reasoning_tokens?;
+        let first = self.first_token_ns?;
+        if self.chunks == 0 {
+            return None;
+        }
+        let (end, gaps) = match self.first_answer_ns {
+            Some(answer) => (answer, reasoning),
+            None => (self.end_ns?, reasoning.saturating_sub(1)),
+        };
+        (gaps > 0).then(|| ms(end.saturating_sub(first)) / gaps as f64)
+    }
+
+    /// TPOT of the answer after the reasoning, for an answer that reasoned: from its first
+    /// answer token to its end over the gaps between its answer tokens.
+    pub fn tpot_answer_ms(&self) -> Option<f64> {
+        self.reasoning_tokens?;
+        let answer = self.answer_tokens()?;
+        if self.chunks == 0 || answer <= 1 {
+            return None;
+        }
+        Some(ms(self.end_ns?.saturating_sub(self.first_answer_ns?)) / (answer - 1) as f64)
+    }
+
     /// The record as one JSON object (CONTRACT §5).
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).expect("a record serialises")

@@ -85,8 +85,14 @@ impl SenderLoop {
             // Only a successful turn's prompt and answer are worth carrying.
             let ok = record.ok();
             let history = carried.and_then(|(slot, bytes, start, answer)| {
-                let answered = record.output_tokens.unwrap_or(0);
-                let h = ok.then(|| crate::carry::history(&bytes[start..], &slot, answer, answered));
+                // What is pasted is the answer's text: its reasoning is not sent back (as
+                // clients do, and templates drop it), so its tokens are not the history's.
+                let answered = record.answer_tokens().unwrap_or(0);
+                let h = ok.then(|| {
+                    let mut h = crate::carry::history(&bytes[start..], &slot, answer, answered);
+                    h.tool_calls = record.tool_calls.unwrap_or(0);
+                    h
+                });
                 self.cfg.buffers.give(bytes);
                 h
             });

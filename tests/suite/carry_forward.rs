@@ -201,3 +201,41 @@ fn require_cache_report_stops_before_the_run_when_the_server_reports_no_cached_t
         }
     }
 }
+
+/// A reasoning answer's thinking is not carried (clients do not send it back), so its tokens
+/// are not history either: against a server that reasons, every turn's prompt is as long as
+/// against one that does not, in each chat dialect.
+#[test]
+fn a_reasoning_parent_carries_its_answer_and_the_turn_stays_exact() {
+    let dir = temp_dir("carry-reasoning");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = chains(3).iter().map(Value::to_string).collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    for api in ["openai-chat", "anthropic-messages"] {
+        let run = |reasoning_tokens: u64| {
+            let cfg = MockConfig {
+                ttft_ns: 1_000_000,
+                itl_ns: 100_000,
+                reasoning_tokens,
+                ..MockConfig::default()
+            };
+            let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+            let out = dir.join(format!("{api}-{reasoning_tokens}"));
+            let args = args(&trace, &out, &mock, api, &["--carry-forward", "on"]);
+            assert_eq!(common::replay_in_process(&args).summary.ok, 9);
+            mock.stop().unwrap();
+            read_jsonl(&out.join("requests.jsonl"))
+        };
+        let (plain, reasoned) = (run(0), run(10));
+        for (p, r) in plain.iter().zip(&reasoned) {
+            assert_eq!(p["index"], r["index"]);
+            assert_eq!(r["reasoning_tokens"], 10, "{r}");
+            assert_eq!(p["prompt_tokens"], r["prompt_tokens"], "{api}: {p}\n{r}");
+            if r["turn"].as_u64() > Some(0) {
+                // The parent's 32 output tokens held 10 of reasoning: 22 are carried.
+                let carried = |x: &Value| x["carried_tokens"].as_u64().unwrap();
+                assert_eq!(carried(p) - carried(r), 10, "{api}: {p}\n{r}");
+            }
+        }
+    }
+}
