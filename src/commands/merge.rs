@@ -355,25 +355,19 @@ fn merge_itl(shards: &[ShardRun], out: &Path, notes: &mut Vec<String>) -> Result
         notes.push("ITL: recomputed from every record's chunk times (--record-itl)".into());
         return Ok(());
     }
-    let mut sums: Option<(hdrhistogram::Histogram<u64>, hdrhistogram::Histogram<u64>)> = None;
+    let mut sum = crate::stats::Gaps::default();
     for s in shards {
-        let Some((itl, token_itl)) = report::load_itl(&s.dir)? else {
+        let Some(gaps) = report::load_itl(&s.dir)? else {
             notes.push(format!(
                 "ITL: {} has no itl.json and no chunk times; ITL is left out",
                 s.dir.display()
             ));
             return Ok(());
         };
-        match &mut sums {
-            None => sums = Some((itl, token_itl)),
-            Some((a, b)) => {
-                a.add(&itl).ok();
-                b.add(&token_itl).ok();
-            }
-        }
+        sum.add(&gaps);
     }
-    if let Some((itl, token_itl)) = sums {
-        report::save_itl(out, &itl, &token_itl)?;
+    if !shards.is_empty() {
+        report::save_itl(out, &sum)?;
         notes.push(
             "ITL: the shards' gap histograms added (the records hold no chunk times; replay \
              with --record-itl to recompute ITL from them)"

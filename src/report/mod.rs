@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub use crate::jsonl::{each_json_line, each_json_line_at, line_error};
 pub use data::RunData;
@@ -25,7 +25,7 @@ pub use xlsx::ResultsBook;
 
 use crate::error::{Error, Result};
 use crate::record::RecordFormat;
-use crate::stats::{latency_histogram, record_gap, Slo, Summary, SummaryBuilder};
+use crate::stats::{Gaps, Slo, Summary, SummaryBuilder};
 
 /// Creates the output directory, refusing a non-empty one unless `force`.
 pub fn prepare_dir(dir: &Path, force: bool) -> Result<()> {
@@ -127,47 +127,25 @@ pub struct LoadedRun {
 
 const ITL_FILE: &str = "itl.json";
 
-/// Saves the chunk and token ITL histograms (`itl.json`, sparse `[value_ns, count]` pairs):
-/// requests.jsonl holds chunk times only with `--record-itl`, so this is what lets `report`
-/// recompute ITL statistics exactly.
-pub fn save_itl(dir: &Path, itl: &Histogram<u64>, token_itl: &Histogram<u64>) -> Result<()> {
-    let pairs = |h: &Histogram<u64>| -> Vec<[u64; 2]> {
-        h.iter_recorded()
-            .map(|v| [v.value_iterated_to(), v.count_at_value()])
-            .collect()
-    };
-    let value = json!({"itl_ns": pairs(itl), "token_itl_ns": pairs(token_itl)});
-    write_atomic(&dir.join(ITL_FILE), value.to_string().as_bytes())
+/// Saves the gap histograms (`itl.json`, [`Gaps::to_json`]): requests.jsonl holds chunk times
+/// only with `--record-itl`, so this is what lets `report` recompute ITL statistics exactly.
+pub fn save_itl(dir: &Path, gaps: &Gaps) -> Result<()> {
+    write_atomic(&dir.join(ITL_FILE), gaps.to_json().to_string().as_bytes())
 }
 
-pub fn load_itl(dir: &Path) -> Result<Option<(Histogram<u64>, Histogram<u64>)>> {
+pub fn load_itl(dir: &Path) -> Result<Option<Gaps>> {
     let path = dir.join(ITL_FILE);
     if !path.is_file() {
         return Ok(None);
     }
     let text = fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    let bad = |m: &str| Error::Trace {
+    let bad = |m: String| Error::Trace {
         file: path.clone(),
         line: 1,
-        message: m.to_string(),
+        message: m,
     };
-    let v: Value = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
-    let hist = |key: &str| -> Result<Histogram<u64>> {
-        let mut h = latency_histogram();
-        for pair in v[key]
-            .as_array()
-            .ok_or_else(|| bad(&format!("missing field `{key}`")))?
-        {
-            let (Some(value), Some(count)) = (pair[0].as_u64(), pair[1].as_u64()) else {
-                return Err(bad(&format!(
-                    "field `{key}`: expected [value_ns, count] pairs"
-                )));
-            };
-            h.record_n(value, count).map_err(|e| bad(&e.to_string()))?;
-        }
-        Ok(h)
-    };
-    Ok(Some((hist("itl_ns")?, hist("token_itl_ns")?)))
+    let v: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    Gaps::from_json(&v).map(Some).map_err(bad)
 }
 
 crate::choices! {
@@ -190,8 +168,7 @@ pub fn load_run(
 ) -> Result<LoadedRun> {
     let saved = load_itl(dir)?;
     let from_chunks = saved.is_none();
-    let (mut itl, mut token_itl) =
-        saved.unwrap_or_else(|| (latency_histogram(), latency_histogram()));
+    let mut gaps = saved.unwrap_or_default();
     let mut builder = SummaryBuilder::new(opts.slo.clone());
     let mut data = RunData::default();
     each_json_line_at(requests, |n, offset, value| {
@@ -201,22 +178,14 @@ pub fn load_run(
         if let Some(book) = book.as_deref_mut() {
             book.add(r.index, offset);
         }
-        if let (true, false, Some(times), Some(tokens)) =
-            (from_chunks, r.warmup, &r.chunk_times_ns, &r.chunk_tokens)
-        {
-            for (w, &n) in times.windows(2).zip(&tokens[1..]) {
-                record_gap(
-                    &mut itl,
-                    &mut token_itl,
-                    w[1].saturating_sub(w[0]),
-                    u64::from(n),
-                );
-            }
+        if from_chunks && !r.warmup {
+            gaps.record_chunks(&r);
         }
         Ok(())
     })?;
-    let mut summary = builder.finish(&itl, &token_itl, &opts.percentiles);
+    let mut summary = builder.finish(&gaps, &opts.percentiles);
     summary.server = crate::server_metrics::summary::load(dir)?;
+    let itl = gaps.chunk;
     Ok(LoadedRun { summary, data, itl })
 }
 

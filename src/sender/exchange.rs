@@ -1,23 +1,15 @@
 //! One request on the wire: what has been written, and everything measured about its response.
 
-use crate::stats::record_gap;
-use hdrhistogram::Histogram;
-
 use crate::api::{excerpt, Api, EventScanner, StreamEvent, EXCERPT};
 use crate::expected_cache::SharedExpected;
 use crate::http::response::{ResponseHead, ResponseParser, ResponseSink, Step};
 use crate::http::sse::SseScanner;
 use crate::pipeline::PreparedRequest;
 use crate::record::{ErrorKind, RequestError, RequestRecord, TurnRecord};
+use crate::stats::Gaps;
 
 /// Largest non-streamed body kept for parsing; larger ones are a protocol error.
 const MAX_BODY: usize = 16 << 20;
-
-/// Inter-token latency histograms of one sender thread (nanoseconds).
-pub struct Hists {
-    pub itl: Histogram<u64>,
-    pub token_itl: Histogram<u64>,
-}
 
 pub struct Exchange {
     pub req: PreparedRequest,
@@ -97,7 +89,7 @@ impl Exchange {
         }
     }
 
-    fn on_event(&mut self, ev: StreamEvent, now: u64, hists: &mut Hists) {
+    fn on_event(&mut self, ev: StreamEvent, now: u64, gaps: &mut Gaps) {
         if ev.malformed {
             self.fail(
                 ErrorKind::Protocol,
@@ -140,12 +132,7 @@ impl Exchange {
             None => self.first_token_ns = Some(now),
             // Warmup requests are in no statistic.
             Some(_) if self.req.warmup => {}
-            Some(prev) => record_gap(
-                &mut hists.itl,
-                &mut hists.token_itl,
-                now.saturating_sub(prev),
-                tokens,
-            ),
+            Some(prev) => gaps.record(now.saturating_sub(prev), tokens, ev.reasoning),
         }
         self.last_chunk_ns = Some(now);
         if let (Some(times), Some(counts)) = (&mut self.chunk_times, &mut self.chunk_tokens) {
@@ -313,7 +300,7 @@ pub struct Feed<'a> {
     pub sse: &'a mut SseScanner,
     pub body: &'a mut Vec<u8>,
     pub scanner: &'a EventScanner,
-    pub hists: &'a mut Hists,
+    pub gaps: &'a mut Gaps,
     pub now: u64,
     /// The request asked for a stream.
     pub stream: bool,
@@ -336,7 +323,7 @@ impl ResponseSink for Feed<'_> {
                 ex,
                 sse,
                 scanner,
-                hists,
+                gaps,
                 now,
                 ..
             } = self;
@@ -345,7 +332,7 @@ impl ResponseSink for Feed<'_> {
                 if let (true, Some(answer)) = (event.content, &mut ex.answer) {
                     answer.extend_from_slice(scanner.answer_text(payload).unwrap_or_default());
                 }
-                ex.on_event(event, *now, hists)
+                ex.on_event(event, *now, gaps)
             }) {
                 ex.fail(ErrorKind::Protocol, e.to_string());
             }
@@ -398,10 +385,7 @@ fn feed_reads<'a>(
     let scanner = EventScanner::new(api);
     let (mut parser, mut sse, mut body) =
         (ResponseParser::default(), SseScanner::default(), Vec::new());
-    let mut hists = Hists {
-        itl: crate::stats::latency_histogram(),
-        token_itl: crate::stats::latency_histogram(),
-    };
+    let mut gaps = Gaps::default();
     let mut steps = Vec::new();
     for (bytes, now) in reads {
         let mut feed = Feed {
@@ -409,7 +393,7 @@ fn feed_reads<'a>(
             sse: &mut sse,
             body: &mut body,
             scanner: &scanner,
-            hists: &mut hists,
+            gaps: &mut gaps,
             now,
             stream: true,
         };

@@ -46,7 +46,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender as ChannelSender, TryRecvError};
-use hdrhistogram::Histogram;
 use mio::event::Event;
 use mio::{Events, Poll, Token, Waker};
 
@@ -55,7 +54,7 @@ use crate::expected_cache::SharedExpected;
 use crate::fleet::Load;
 use crate::pipeline::{BufferPool, ChannelBudget, PreparedRequest};
 use crate::record::{ErrorKind, RequestRecord};
-use crate::stats::latency_histogram;
+use crate::stats::Gaps;
 use crate::sys::clock::{
     minimise_timer_slack, raise_thread_priority, thread_cpu_ns, DeadlineTimer, RunClock,
 };
@@ -66,7 +65,6 @@ pub use active::SessionCap;
 use conn::Conn;
 use connector::{Connector, Dial};
 use conversations::Conversations;
-use exchange::Hists;
 use pool::Pool;
 pub use start::StartGate;
 
@@ -188,8 +186,8 @@ impl Inbox {
 
 /// What a sender thread hands back when it ends.
 pub struct SenderReport {
-    pub itl_ns: Histogram<u64>,
-    pub token_itl_ns: Histogram<u64>,
+    /// The gaps between content chunks (ITL).
+    pub gaps: Gaps,
     pub cpu_ns: u64,
     pub reads: u64,
     /// Conversation turns not sent because a session bound passed before their release.
@@ -276,7 +274,7 @@ struct SenderLoop {
     read_buf: Vec<u8>,
     /// Per endpoint: what its stream events mean.
     scanners: Vec<EventScanner>,
-    hists: Hists,
+    gaps: Gaps,
     next_housekeeping: u64,
     /// When idle connections are next checked against [`pool::MAX_IDLE_NS`].
     next_idle_check: u64,
@@ -354,10 +352,7 @@ impl SenderLoop {
             records,
             progress,
             read_buf: vec![0; READ_BUF],
-            hists: Hists {
-                itl: latency_histogram(),
-                token_itl: latency_histogram(),
-            },
+            gaps: Gaps::default(),
             next_housekeeping: 0,
             next_idle_check: 0,
             opened: 0,
@@ -407,8 +402,7 @@ impl SenderLoop {
             }
         }
         Ok(SenderReport {
-            itl_ns: self.hists.itl,
-            token_itl_ns: self.hists.token_itl,
+            gaps: self.gaps,
             cpu_ns: thread_cpu_ns() - cpu_start,
             reads: self.reads,
             turns_cut: self.turns_cut,

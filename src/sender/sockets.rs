@@ -152,7 +152,7 @@ impl SenderLoop {
                 sse: &mut conn.sse,
                 body: &mut conn.body,
                 scanner: &self.scanners[conn.target],
-                hists: &mut self.hists,
+                gaps: &mut self.gaps,
                 now,
                 stream: self.cfg.stream,
             };

@@ -121,20 +121,6 @@ pub fn format_number(p: f64) -> String {
     }
 }
 
-/// Records one gap between content chunks: the chunk ITL, and the token ITL (the gap spread
-/// over the chunk's tokens).
-pub fn record_gap(
-    itl: &mut Histogram<u64>,
-    token_itl: &mut Histogram<u64>,
-    gap_ns: u64,
-    tokens: u64,
-) {
-    let gap = gap_ns.max(1);
-    let tokens = tokens.max(1);
-    let _ = itl.record(gap);
-    let _ = token_itl.record_n((gap / tokens).max(1), tokens);
-}
-
 /// A new histogram for nanosecond latencies up to an hour.
 pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")

@@ -4,6 +4,9 @@
 //! list per entry and every writer walks the table, so a new per-request latency is one
 //! entry here and its accessor on [`RequestRecord`].
 
+use hdrhistogram::Histogram;
+
+use super::Gaps;
 use crate::record::RequestRecord;
 
 /// Where a distribution's samples come from.
@@ -13,10 +16,8 @@ pub enum Samples {
     Succeeded(fn(&RequestRecord) -> Option<f64>),
     /// One value per measured record, failed or not.
     Every(fn(&RequestRecord) -> Option<f64>),
-    /// The senders' histogram of the gaps between content chunks.
-    ChunkGaps,
-    /// The senders' histogram of the gaps between tokens.
-    TokenGaps,
+    /// A histogram of the senders' gaps between content chunks.
+    Gaps(fn(&Gaps) -> Histogram<u64>),
 }
 
 /// One latency distribution of the summary.
@@ -57,16 +58,40 @@ pub const LATENCIES: &[Latency] = &[
         samples: Samples::Succeeded(RequestRecord::tpot_ms),
     },
     Latency {
+        key: "tpot_reasoning_ms",
+        title: "TPOT of reasoning tokens",
+        name: "TPOT-reasoning",
+        samples: Samples::Succeeded(RequestRecord::tpot_reasoning_ms),
+    },
+    Latency {
+        key: "tpot_answer_ms",
+        title: "TPOT of answer tokens (after reasoning)",
+        name: "TPOT-answer",
+        samples: Samples::Succeeded(RequestRecord::tpot_answer_ms),
+    },
+    Latency {
         key: "itl_ms",
         title: "Inter-token Latency (per chunk)",
         name: "ITL",
-        samples: Samples::ChunkGaps,
+        samples: Samples::Gaps(|g| g.chunk.clone()),
+    },
+    Latency {
+        key: "itl_reasoning_ms",
+        title: "ITL of reasoning chunks",
+        name: "ITL-reasoning",
+        samples: Samples::Gaps(|g| g.reasoning.clone()),
+    },
+    Latency {
+        key: "itl_answer_ms",
+        title: "ITL of answer chunks (after reasoning)",
+        name: "ITL-answer",
+        samples: Samples::Gaps(Gaps::answer),
     },
     Latency {
         key: "token_itl_ms",
         title: "Inter-token Latency (per token)",
         name: "Token ITL",
-        samples: Samples::TokenGaps,
+        samples: Samples::Gaps(|g| g.token.clone()),
     },
     Latency {
         key: "e2el_ms",

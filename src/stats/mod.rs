@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use crate::record::RequestRecord;
@@ -11,6 +10,7 @@ use crate::server_metrics::summary::TargetSummary;
 
 mod breakdown;
 mod distribution;
+mod gaps;
 pub mod latency;
 mod reasoning;
 mod sessions;
@@ -18,9 +18,8 @@ mod sessions;
 use breakdown::EndpointBuilder;
 pub use breakdown::{EndpointSummary, LengthMatch, PrefixHits};
 use distribution::percentile_list;
-pub use distribution::{
-    format_number, latency_histogram, percentile_key, record_gap, Distribution,
-};
+pub use distribution::{format_number, latency_histogram, percentile_key, Distribution};
+pub use gaps::Gaps;
 use latency::{Samples, LATENCIES};
 use sessions::SessionBuilder;
 pub use sessions::{Round, SessionSummary};
@@ -231,12 +230,7 @@ impl SummaryBuilder {
         self.add_latencies(r, true);
     }
 
-    pub fn finish(
-        mut self,
-        itl_ns: &Histogram<u64>,
-        token_itl_ns: &Histogram<u64>,
-        percentiles: &[f64],
-    ) -> Summary {
+    pub fn finish(mut self, gaps: &Gaps, percentiles: &[f64]) -> Summary {
         let duration_s = self
             .first_send_ns
             .map_or(0.0, |f| self.last_end_ns.saturating_sub(f) as f64 / 1e9);
@@ -268,10 +262,7 @@ impl SummaryBuilder {
                     .iter()
                     .zip(&mut self.latencies)
                     .map(|(l, samples)| match l.samples {
-                        Samples::ChunkGaps => Distribution::of_histogram_ns(itl_ns, percentiles),
-                        Samples::TokenGaps => {
-                            Distribution::of_histogram_ns(token_itl_ns, percentiles)
-                        }
+                        Samples::Gaps(of) => Distribution::of_histogram_ns(&of(gaps), percentiles),
                         _ => Distribution::of(samples, percentiles),
                     })
                     .collect()
@@ -533,17 +524,17 @@ mod tests {
             cached_tokens: cached,
             ..RequestRecord::default()
         };
-        let hist = latency_histogram();
+        let gaps = Gaps::default();
         let mut b = SummaryBuilder::new(None);
         b.add(&record(0, 1000, Some(0)));
         b.add(&record(1, 1000, Some(750)));
         b.add(&record(2, 5000, None));
-        let s = b.finish(&hist, &hist, &[]);
+        let s = b.finish(&gaps, &[]);
         assert_eq!(s.prefix.observed, (750, 2000));
         assert_eq!(s.to_json()["prefix_cache"]["observed_hit_share"], 0.375);
         let mut b = SummaryBuilder::new(None);
         b.add(&record(0, 1000, None));
-        let s = b.finish(&hist, &hist, &[]);
+        let s = b.finish(&gaps, &[]);
         assert!(!s.prefix.any() && s.to_json().get("prefix_cache").is_none());
     }
 
@@ -561,13 +552,13 @@ mod tests {
             output_tokens: Some(100),
             ..RequestRecord::default()
         };
-        let hist = latency_histogram();
+        let gaps = Gaps::default();
         let mut b = SummaryBuilder::new(None);
         for i in 0..10 {
             b.add(&record("fast", i, 1));
             b.add(&record("slow", 10 + i, 4));
         }
-        let s = b.finish(&hist, &hist, &[]);
+        let s = b.finish(&gaps, &[]);
         let rate = |name: &str| {
             let e = s.per_endpoint.iter().find(|e| e.endpoint == name).unwrap();
             (e.output_throughput, e.duration_s)

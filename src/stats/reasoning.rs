@@ -27,7 +27,7 @@ impl Reasoning {
             self.answers += 1;
             self.ended_in_thinking += u64::from(r.ended_in_thinking());
             self.reasoning_tokens += n;
-            self.answer_tokens += r.output_tokens.unwrap_or(0).saturating_sub(n);
+            self.answer_tokens += r.answer_tokens().unwrap_or(0);
         }
         if let Some(n) = r.tool_calls {
             self.tool_calls += n;

@@ -64,8 +64,17 @@ fn check(dir: &str, file: &str, api: &str, h: Holds) {
     assert_eq!(r.cached_tokens, h.cached_tokens, "{file}: cached");
     match h.reasoning_tokens {
         // A reasoning answer has a TTFO at its first answer token, or none at all.
-        Some(_) => {
+        Some(reasoning) => {
             assert_eq!(r.ttfo_ms(), h.first_answer.map(at), "{file}: TTFO");
+            // Reasoning TPOT: the first output to the first answer token over the reasoning
+            // tokens (the gaps between, when the answer ended in its thinking).
+            let tpot = match h.first_answer {
+                Some(a) => Some((a - h.first_output) as f64 / reasoning as f64),
+                None => r
+                    .e2el_ms()
+                    .map(|e| (e - at(h.first_output)) / (reasoning - 1) as f64),
+            };
+            assert_eq!(r.tpot_reasoning_ms(), tpot, "{file}: reasoning TPOT");
             assert_eq!(r.ended_in_thinking(), h.first_answer.is_none(), "{file}");
         }
         // Without reasoning the first output is the answer: no TTFO apart.
@@ -251,5 +260,20 @@ fn a_replay_of_a_reasoning_server_counts_ttfo_and_answers_ended_in_thinking() {
         assert_eq!(r["reasoning_tokens"], 2 * 2 + 4 * 3);
         assert_eq!(r["answer_tokens"], 4 * 3);
         assert_eq!(summary["ttfo_ms"]["count"], 4, "{summary}");
+        // ITL and TPOT split by kind, one chunk a token: a long answer has 2 gaps inside its
+        // reasoning and 3 in its answer (the first answer chunk's gap is the answer's); a short
+        // one, 1 inside its reasoning.
+        let count = |key: &str| summary[key]["count"].as_u64();
+        if stream {
+            assert_eq!(count("itl_ms"), Some(4 * 5 + 2), "{summary}");
+            assert_eq!(count("itl_reasoning_ms"), Some(4 * 2 + 2), "{summary}");
+            assert_eq!(count("itl_answer_ms"), Some(4 * 3), "{summary}");
+            assert_eq!(count("tpot_reasoning_ms"), Some(6), "{summary}");
+            assert_eq!(count("tpot_answer_ms"), Some(4), "{summary}");
+        } else {
+            for key in ["itl_reasoning_ms", "tpot_reasoning_ms", "tpot_answer_ms"] {
+                assert_eq!(count(key), None, "{key}: {summary}");
+            }
+        }
     }
 }

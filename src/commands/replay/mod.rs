@@ -39,7 +39,7 @@ use crate::sender::Inbox;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
 use crate::server_metrics::{ScrapeConfig, Scraper};
 use crate::session::{SessionMode, SessionTracker};
-use crate::stats::{latency_histogram, Summary};
+use crate::stats::Summary;
 use crate::sys::affinity;
 use crate::sys::clock::RunClock;
 use crate::sys::limits;
@@ -694,8 +694,7 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
              input_length (one shorter than what the chat template adds cannot)"
         );
     }
-    let mut itl = latency_histogram();
-    let mut token_itl = latency_histogram();
+    let mut gaps = crate::stats::Gaps::default();
     let mut sender_cpu_ns = 0;
     let mut sender_reads = 0;
     let mut turns_cut = 0;
@@ -704,8 +703,7 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
             .join()
             .map_err(|_| Error::Run("a sender thread panicked".into()))?
             .map_err(|e| Error::Run(format!("sender: {e}")))?;
-        itl.add(&report.itl_ns).ok();
-        token_itl.add(&report.token_itl_ns).ok();
+        gaps.add(&report.gaps);
         sender_cpu_ns += report.cpu_ns;
         sender_reads += report.reads;
         turns_cut += report.turns_cut;
@@ -746,7 +744,7 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     }
     report::write_json(&c.dir.join("run.json"), &run)?;
     // Everything in the directory is rendered from requests.jsonl, as `report DIR` does.
-    report::save_itl(&c.dir, &itl, &token_itl)?;
+    report::save_itl(&c.dir, &gaps)?;
     let summary = report::render(&c.dir, &c.requests_path, &plan.render)?;
     if let Some(e) = producer_error {
         return Err(e);
