@@ -29,6 +29,14 @@ pub struct MockArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub reasoning_tokens: u64,
 
+    /// Answer every generation request, in any dialect, with this recorded stream, byte for
+    /// byte: server-sent events, one a block ending in a blank line, each sent at the time its
+    /// comment line `: at_ms=T` gives (ms after the request arrived; an event without one goes
+    /// --itl-ms after the one before it, the first at --ttft-ms). The golden streams in
+    /// tests/fixtures/streams/ are such files.
+    #[arg(long, value_name = "FILE")]
+    pub replay_stream: Option<PathBuf>,
+
     /// Model name listed by `GET /v1/models`.
     #[arg(long, default_value = "mock-model")]
     pub model: String,

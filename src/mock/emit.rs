@@ -57,9 +57,7 @@ impl MockLoop {
                     // The rest waits for the prompt count (take_counts).
                     hurry(&self.counting, (slot, generation, g.id()), g);
                 } else {
-                    let per = u64::from(cfg.tokens_per_chunk.max(1));
-                    self.due
-                        .push(Reverse((g.chunk_due(&cfg, g.sent / per), slot, generation)));
+                    self.due.push(Reverse((g.next_due(&cfg), slot, generation)));
                 }
             } else {
                 tokens_before = 0;

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::count_job::{CountJob, PendingCount};
 use super::faults::FaultPlan;
+use super::fixture::StreamFixture;
 use crate::api::{Answer, Api, MockRequest, Prompt, Route};
 use crate::prompt::PromptCounter;
 
@@ -19,6 +20,8 @@ pub struct MockConfig {
     /// Each answer's first tokens are reasoning, streamed in the dialect's reasoning field
     /// (`--reasoning-tokens`; dialects without one stream none).
     pub reasoning_tokens: u64,
+    /// `--replay-stream`: every request is answered with these recorded events.
+    pub replay_stream: Option<Arc<StreamFixture>>,
     /// Model name served by `/v1/models`; requests may name any model.
     pub model: String,
     pub counting: PromptCounting,
@@ -145,6 +148,7 @@ impl Default for MockConfig {
             itl_ns: 5_000_000,
             tokens_per_chunk: 1,
             reasoning_tokens: 0,
+            replay_stream: None,
             model: "mock-model".into(),
             counting: PromptCounting::Words {
                 chat_overhead: 0,
@@ -216,6 +220,8 @@ pub struct Generation {
     /// text.
     reasoning: u64,
     reasoning_frame: Option<(Vec<u8>, &'static [u8])>,
+    /// `--replay-stream`: the events sent instead of generated ones (one a "token").
+    fixture: Option<Arc<StreamFixture>>,
 }
 
 /// A request's own timing (`--timing-log`), on CLOCK_MONOTONIC.
@@ -294,6 +300,7 @@ impl Generation {
             content_frame: None,
             reasoning: 0,
             reasoning_frame: None,
+            fixture: None,
         };
         g.content_frame = dialect.content_frame(&g.answer());
         g
@@ -308,6 +315,19 @@ impl Generation {
             self.reasoning = tokens.min(self.tokens);
             self.content_frame = self.dialect.content_frame(&self.answer());
         }
+        self
+    }
+
+    /// Answered with `fixture`'s events instead (`--replay-stream`): a stream of them, whatever
+    /// was asked, with no usage of the mock's own.
+    pub fn with_fixture(mut self, fixture: Option<Arc<StreamFixture>>) -> Generation {
+        if let Some(f) = &fixture {
+            self.stream = true;
+            self.tokens = f.events.len() as u64;
+            self.reports_usage = false;
+            self.reasoning = 0;
+        }
+        self.fixture = fixture;
         self
     }
 
@@ -329,14 +349,31 @@ impl Generation {
 
     /// Number of chunks the answer is cut into.
     pub fn chunks(&self, cfg: &MockConfig) -> u64 {
-        self.tokens
-            .div_ceil(u64::from(cfg.tokens_per_chunk.max(1)))
-            .max(1)
+        match self.fixture {
+            Some(_) => self.tokens,
+            None => self
+                .tokens
+                .div_ceil(u64::from(cfg.tokens_per_chunk.max(1)))
+                .max(1),
+        }
     }
 
     /// When chunk `k` (0-based) is due.
     pub fn chunk_due(&self, cfg: &MockConfig, k: u64) -> u64 {
+        if let Some(f) = &self.fixture {
+            let last = f.events.len().saturating_sub(1);
+            return self.arrival_ns + f.events[(k as usize).min(last)].0;
+        }
         self.arrival_ns + cfg.ttft_ns + self.prefill_ns + k * cfg.itl_ns
+    }
+
+    /// When the next chunk is due.
+    pub fn next_due(&self, cfg: &MockConfig) -> u64 {
+        let per = match self.fixture {
+            Some(_) => 1,
+            None => u64::from(cfg.tokens_per_chunk.max(1)),
+        };
+        self.chunk_due(cfg, self.sent / per)
     }
 
     pub fn done(&self) -> bool {
@@ -377,6 +414,16 @@ impl Generation {
     /// last one, unless they wait for the prompt count) to `out`. Returns the number of events
     /// written, the closing ones counted as one.
     pub fn write_due_events(&mut self, cfg: &MockConfig, now: u64, out: &mut Vec<u8>) -> u64 {
+        if let Some(f) = self.fixture.clone() {
+            let before = self.sent;
+            while self.sent < self.tokens.min(self.stop_at) && self.chunk_due(cfg, self.sent) <= now
+            {
+                out.extend_from_slice(&f.events[self.sent as usize].1);
+                self.sent += 1;
+            }
+            self.closed = self.done();
+            return self.sent - before;
+        }
         let per = u64::from(cfg.tokens_per_chunk.max(1));
         let dialect = self.dialect;
         let mut written = 0;

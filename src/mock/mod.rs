@@ -10,6 +10,7 @@ mod count_job;
 mod counting;
 mod emit;
 mod faults;
+mod fixture;
 mod generation;
 mod http;
 mod metrics;
@@ -18,6 +19,7 @@ mod token_cache;
 mod workers;
 
 pub use faults::{FaultKind, FaultPlan};
+pub use fixture::StreamFixture;
 pub use generation::{
     prompt_words, Generation, MockConfig, PromptCounting, Timing, APPROXIMATE_COUNT_HEADER,
 };

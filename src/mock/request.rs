@@ -148,7 +148,8 @@ impl MockLoop {
                 let obj = v.as_object().ok_or("request body must be a JSON object")?;
                 let req = dialect.mock_request(obj, &route)?;
                 let mut g = Generation::new(dialect, &req, obj, id, now, &cfg.counting)
-                    .with_reasoning(cfg.reasoning_tokens);
+                    .with_reasoning(cfg.reasoning_tokens)
+                    .with_fixture(cfg.replay_stream.clone());
                 let uncached = match cache.as_mut() {
                     Some(cache) => {
                         let (hits, queries, chain) = cache.serve_request(&req.prompt);
@@ -189,7 +190,8 @@ impl MockLoop {
         let fault = cfg.faults.for_request(index.unwrap_or(id));
         conn.fault = fault;
         let mut head: Vec<u8> = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n".to_vec();
-        if matches!(cfg.counting, PromptCounting::Approximate) {
+        // A recorded stream's counts are the recording's, not the mock's estimate.
+        if matches!(cfg.counting, PromptCounting::Approximate) && cfg.replay_stream.is_none() {
             head.extend_from_slice(APPROXIMATE_COUNT_HEADER.as_bytes());
             head.extend_from_slice(b"\r\n");
         }

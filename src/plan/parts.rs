@@ -20,9 +20,20 @@ pub fn mock_config(a: &cli::MockArgs) -> Result<crate::mock::MockConfig> {
             PromptCounting::Tokenizer(std::sync::Arc::new(counter))
         }
     };
+    let (ttft_ns, itl_ns) = (
+        crate::sys::clock::ms_to_ns(a.ttft_ms),
+        crate::sys::clock::ms_to_ns(a.itl_ms),
+    );
+    let replay_stream = match &a.replay_stream {
+        Some(path) => Some(std::sync::Arc::new(crate::mock::StreamFixture::load(
+            path, ttft_ns, itl_ns,
+        )?)),
+        None => None,
+    };
     Ok(crate::mock::MockConfig {
-        ttft_ns: crate::sys::clock::ms_to_ns(a.ttft_ms),
-        itl_ns: crate::sys::clock::ms_to_ns(a.itl_ms),
+        ttft_ns,
+        itl_ns,
+        replay_stream,
         tokens_per_chunk: a.tokens_per_chunk.max(1),
         reasoning_tokens: a.reasoning_tokens,
         model: a.model.clone(),

@@ -15,10 +15,9 @@ const SENT_NS: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
 
 /// The fixture's events, one per read after the head, chunked as a server sends them.
-fn read(dir: &str, file: &str, api: &str) -> RequestRecord {
+fn read(path: &str, api: &str) -> RequestRecord {
     let api: Api = api.parse().unwrap();
-    let path = format!("{}/tests/fixtures/{dir}/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap();
+    let text = std::fs::read_to_string(path).unwrap();
     let mut reads = vec![
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             .to_vec(),
@@ -43,168 +42,337 @@ struct Holds {
     output_tokens: u64,
     reasoning_tokens: Option<u64>,
     tool_calls: Option<u64>,
-    prompt_tokens: u64,
+    prompt_tokens: Option<u64>,
     cached_tokens: Option<u64>,
 }
 
-fn check(dir: &str, file: &str, api: &str, h: Holds) {
-    let r = read(dir, file, api);
-    assert!(r.ok(), "{file}: {:?}", r.error);
-    let at = |event: u64| (event + 1) as f64;
-    assert_eq!(r.ttft_ms(), Some(at(h.first_output)), "{file}: TTFT");
-    assert_eq!(r.chunks, h.chunks, "{file}: chunks");
-    assert_eq!(
-        r.output_tokens,
-        Some(h.output_tokens),
-        "{file}: output tokens"
-    );
-    assert_eq!(r.reasoning_tokens, h.reasoning_tokens, "{file}: reasoning");
-    assert_eq!(r.tool_calls, h.tool_calls, "{file}: tool calls");
-    assert_eq!(r.prompt_tokens, Some(h.prompt_tokens), "{file}: prompt");
-    assert_eq!(r.cached_tokens, h.cached_tokens, "{file}: cached");
-    match h.reasoning_tokens {
-        // A reasoning answer has a TTFO at its first answer token, or none at all.
-        Some(reasoning) => {
-            assert_eq!(r.ttfo_ms(), h.first_answer.map(at), "{file}: TTFO");
-            // Reasoning TPOT: the first output to the first answer token over the reasoning
-            // tokens (the gaps between, when the answer ended in its thinking).
-            let tpot = match h.first_answer {
-                Some(a) => Some((a - h.first_output) as f64 / reasoning as f64),
-                None => r
-                    .e2el_ms()
-                    .map(|e| (e - at(h.first_output)) / (reasoning - 1) as f64),
-            };
-            assert_eq!(r.tpot_reasoning_ms(), tpot, "{file}: reasoning TPOT");
-            assert_eq!(r.ended_in_thinking(), h.first_answer.is_none(), "{file}");
-        }
-        // Without reasoning the first output is the answer: no TTFO apart.
-        None => assert_eq!((r.ttfo_ms(), r.first_answer_ns), (None, None), "{file}"),
-    }
+/// A golden stream: its directory under tests/fixtures, file and dialect, and what it holds.
+struct Golden {
+    dir: &'static str,
+    file: &'static str,
+    api: &'static str,
+    holds: Holds,
 }
 
-/// vLLM since 0.10 streams thinking as `delta.reasoning`: it is output (TTFT at the first
-/// reasoning delta, not 5 events later), and the answer's first token is the TTFO.
-#[test]
-fn vllm_reasoning_deltas_are_output_and_the_answer_starts_the_ttfo() {
-    check(
-        "streams",
-        "vllm-reasoning.sse",
-        "openai-chat",
-        Holds {
+/// Every golden stream (SOURCE.md beside them says where each shape comes from).
+const GOLDEN: &[Golden] = &[
+    // vLLM since 0.10 streams thinking as `delta.reasoning`: it is output (TTFT at the first
+    // reasoning delta, not 5 events later), and the answer's first token is the TTFO.
+    Golden {
+        dir: "streams",
+        file: "vllm-reasoning.sse",
+        api: "openai-chat",
+        holds: Holds {
             first_output: 1,
             first_answer: Some(6),
             chunks: 11,
             output_tokens: 11,
             reasoning_tokens: Some(5),
             tool_calls: None,
-            prompt_tokens: 1040,
+            prompt_tokens: Some(1040),
             cached_tokens: Some(1024),
         },
-    );
-}
-
-/// SGLang (and vLLM before 0.10, llama.cpp, DeepSeek's API) write `reasoning_content`, with
-/// `null` beside it in the other field.
-#[test]
-fn sglang_reasoning_content_is_output_beside_null_content() {
-    check(
-        "streams",
-        "sglang-reasoning.sse",
-        "openai-chat",
-        Holds {
+    },
+    // vLLM's tool-call parser: the call's first delta has its id and name but no arguments
+    // (not output); each argument piece is a chunk; usage with cached tokens.
+    Golden {
+        dir: "streams",
+        file: "vllm-tool-calls.sse",
+        api: "openai-chat",
+        holds: Holds {
+            first_output: 2,
+            first_answer: None,
+            chunks: 4,
+            output_tokens: 28,
+            reasoning_tokens: None,
+            tool_calls: Some(1),
+            prompt_tokens: Some(310),
+            cached_tokens: Some(304),
+        },
+    },
+    // SGLang (and vLLM before 0.10, llama.cpp, DeepSeek's API) write `reasoning_content`,
+    // with `null` beside it in the other field.
+    Golden {
+        dir: "streams",
+        file: "sglang-reasoning.sse",
+        api: "openai-chat",
+        holds: Holds {
             first_output: 1,
             first_answer: Some(4),
             chunks: 5,
             output_tokens: 5,
             reasoning_tokens: Some(3),
             tool_calls: None,
-            prompt_tokens: 980,
+            prompt_tokens: Some(980),
             cached_tokens: Some(960),
         },
-    );
-}
-
-/// An answer cut inside its thinking is a success with a TTFT and no TTFO, its reasoning
-/// count the server's `completion_tokens_details.reasoning_tokens`.
-#[test]
-fn an_answer_that_ends_in_its_thinking_has_a_ttft_and_no_ttfo() {
-    check(
-        "streams",
-        "ended-in-thinking.sse",
-        "openai-chat",
-        Holds {
+    },
+    // An answer cut inside its thinking is a success with a TTFT and no TTFO, its reasoning
+    // count the server's `completion_tokens_details.reasoning_tokens`.
+    Golden {
+        dir: "streams",
+        file: "ended-in-thinking.sse",
+        api: "openai-chat",
+        holds: Holds {
             first_output: 1,
             first_answer: None,
             chunks: 4,
             output_tokens: 4,
             reasoning_tokens: Some(4),
             tool_calls: None,
-            prompt_tokens: 20,
+            prompt_tokens: Some(20),
             cached_tokens: None,
         },
-    );
-}
-
-/// OpenAI's streamed parallel tool calls: argument deltas are output, each call is counted
-/// once, and `reasoning_tokens: 0` from a model that does not reason is no reasoning.
-#[test]
-fn streamed_tool_calls_are_output_and_counted() {
-    check(
-        "streams",
-        "openai-tool-calls.sse",
-        "openai-chat",
-        Holds {
+    },
+    // OpenAI's streamed parallel tool calls: argument deltas are output, each call is counted
+    // once, and `reasoning_tokens: 0` from a model that does not reason is no reasoning.
+    Golden {
+        dir: "streams",
+        file: "openai-tool-calls.sse",
+        api: "openai-chat",
+        holds: Holds {
             first_output: 2,
             first_answer: None,
             chunks: 3,
             output_tokens: 37,
             reasoning_tokens: None,
             tool_calls: Some(2),
-            prompt_tokens: 82,
+            prompt_tokens: Some(82),
             cached_tokens: Some(0),
         },
-    );
-}
-
-/// A real llama-server's stream (captured, SOURCE.md): `content: null` first, `timings` and
-/// cached tokens in the last event.
-#[test]
-fn a_real_llama_server_stream() {
-    check(
-        "streams",
-        "llamacpp-chat.sse",
-        "openai-chat",
-        Holds {
+    },
+    // A real llama-server's chat stream (captured with its timing): `content: null` first,
+    // `timings` and cached tokens in the last event.
+    Golden {
+        dir: "streams",
+        file: "llamacpp-chat.sse",
+        api: "openai-chat",
+        holds: Holds {
             first_output: 1,
             first_answer: None,
-            chunks: 6,
-            output_tokens: 6,
+            chunks: 8,
+            output_tokens: 8,
             reasoning_tokens: None,
             tool_calls: None,
-            prompt_tokens: 36,
-            cached_tokens: Some(35),
+            prompt_tokens: Some(34),
+            cached_tokens: Some(33),
         },
-    );
-}
-
-/// Anthropic Messages: a thinking block, then text, then a tool call.
-#[test]
-fn anthropic_thinking_then_text_then_a_tool_call() {
-    check(
-        "anthropic",
-        "stream.sse",
-        "anthropic-messages",
-        Holds {
+    },
+    // Its completions stream: `text` per event, usage in the last text event (empty text).
+    Golden {
+        dir: "streams",
+        file: "llamacpp-completions.sse",
+        api: "openai-completions",
+        holds: Holds {
+            first_output: 0,
+            first_answer: None,
+            chunks: 8,
+            output_tokens: 8,
+            reasoning_tokens: None,
+            tool_calls: None,
+            prompt_tokens: Some(5),
+            cached_tokens: Some(4),
+        },
+    },
+    // Its /v1/messages stream: Anthropic's events, the prompt split into `input_tokens` and
+    // `cache_read_input_tokens`.
+    Golden {
+        dir: "streams",
+        file: "llamacpp-messages.sse",
+        api: "anthropic-messages",
+        holds: Holds {
+            first_output: 2,
+            first_answer: None,
+            chunks: 8,
+            output_tokens: 8,
+            reasoning_tokens: None,
+            tool_calls: None,
+            prompt_tokens: Some(34),
+            cached_tokens: Some(33),
+        },
+    },
+    // TGI's /generate_stream: `data:` with no space, a token per event (the last one the
+    // special end-of-sequence token, counted as generated_tokens counts it), no prompt count.
+    Golden {
+        dir: "streams",
+        file: "tgi.sse",
+        api: "tgi",
+        holds: Holds {
+            first_output: 0,
+            first_answer: None,
+            chunks: 8,
+            output_tokens: 8,
+            reasoning_tokens: None,
+            tool_calls: None,
+            prompt_tokens: None,
+            cached_tokens: None,
+        },
+    },
+    // Anthropic Messages: a thinking block, then text, then a tool call.
+    Golden {
+        dir: "anthropic",
+        file: "stream.sse",
+        api: "anthropic-messages",
+        holds: Holds {
             first_output: 3,
             first_answer: Some(7),
             chunks: 4,
             output_tokens: 9,
             reasoning_tokens: Some(1),
             tool_calls: Some(1),
-            prompt_tokens: 60,
+            prompt_tokens: Some(60),
             cached_tokens: Some(48),
         },
-    );
+    },
+];
+
+fn golden(file: &str) -> &'static Golden {
+    GOLDEN.iter().find(|g| g.file == file).unwrap()
+}
+
+fn path(g: &Golden) -> String {
+    format!(
+        "{}/tests/fixtures/{}/{}",
+        env!("CARGO_MANIFEST_DIR"),
+        g.dir,
+        g.file
+    )
+}
+
+/// Judges `r` against what `g` holds; `at(k)` is when event k arrived (ms after the send), or
+/// at least when, for a record read over a socket.
+fn judge(g: &Golden, r: &RequestRecord, at: impl Fn(u64) -> f64, exact: bool) {
+    let (file, h) = (g.file, &g.holds);
+    assert!(r.ok(), "{file}: {:?}", r.error);
+    let same_or_after = |got: Option<f64>, want: Option<f64>, what: &str| match (got, want) {
+        (Some(got), Some(want)) if !exact => assert!(got >= want, "{file}: {what} {got} < {want}"),
+        _ => assert_eq!(got, want, "{file}: {what}"),
+    };
+    same_or_after(r.ttft_ms(), Some(at(h.first_output)), "TTFT");
+    assert_eq!(r.chunks, h.chunks, "{file}: chunks");
+    assert_eq!(r.output_tokens, Some(h.output_tokens), "{file}: output");
+    assert_eq!(r.reasoning_tokens, h.reasoning_tokens, "{file}: reasoning");
+    assert_eq!(r.tool_calls, h.tool_calls, "{file}: tool calls");
+    assert_eq!(r.prompt_tokens, h.prompt_tokens, "{file}: prompt");
+    assert_eq!(r.cached_tokens, h.cached_tokens, "{file}: cached");
+    match h.reasoning_tokens {
+        // A reasoning answer has a TTFO at its first answer token, or none at all.
+        Some(reasoning) => {
+            same_or_after(r.ttfo_ms(), h.first_answer.map(&at), "TTFO");
+            assert_eq!(r.ended_in_thinking(), h.first_answer.is_none(), "{file}");
+            // Reasoning TPOT: the first output to the first answer token over the reasoning
+            // tokens (the gaps between, when the answer ended in its thinking).
+            if exact {
+                let first = at(h.first_output);
+                let tpot = match h.first_answer {
+                    Some(a) => Some((at(a) - first) / reasoning as f64),
+                    None => r.e2el_ms().map(|e| (e - first) / (reasoning - 1) as f64),
+                };
+                assert_eq!(r.tpot_reasoning_ms(), tpot, "{file}: reasoning TPOT");
+            }
+        }
+        // Without reasoning the first output is the answer: no TTFO apart.
+        None => assert_eq!((r.ttfo_ms(), r.first_answer_ns), (None, None), "{file}"),
+    }
+}
+
+/// Read in this process through the sender's state machine: event k at k+1 ms.
+fn check(file: &str) {
+    let g = golden(file);
+    let r = read(&path(g), g.api);
+    judge(g, &r, |event| (event + 1) as f64, true);
+}
+
+#[test]
+fn vllm_reasoning_deltas_are_output_and_the_answer_starts_the_ttfo() {
+    check("vllm-reasoning.sse");
+}
+
+#[test]
+fn vllm_tool_call_arguments_are_output_and_the_call_counted() {
+    check("vllm-tool-calls.sse");
+}
+
+#[test]
+fn sglang_reasoning_content_is_output_beside_null_content() {
+    check("sglang-reasoning.sse");
+}
+
+#[test]
+fn an_answer_that_ends_in_its_thinking_has_a_ttft_and_no_ttfo() {
+    check("ended-in-thinking.sse");
+}
+
+#[test]
+fn streamed_tool_calls_are_output_and_counted() {
+    check("openai-tool-calls.sse");
+}
+
+#[test]
+fn real_llama_server_streams_of_chat_completions_and_messages() {
+    for file in [
+        "llamacpp-chat.sse",
+        "llamacpp-completions.sse",
+        "llamacpp-messages.sse",
+    ] {
+        check(file);
+    }
+}
+
+#[test]
+fn tgi_tokens_are_chunks_and_details_the_count() {
+    check("tgi.sse");
+}
+
+#[test]
+fn anthropic_thinking_then_text_then_a_tool_call() {
+    check("stream.sse");
+}
+
+/// Every golden stream, sent by `mock --replay-stream` over a socket, byte for byte and at its
+/// own times (`: at_ms=` comments, which the client must skip), to a replay in its dialect:
+/// the record holds what the fixture holds, and no time is earlier than the fixture's.
+#[test]
+fn every_golden_stream_replayed_by_the_mock_reads_the_same_over_a_socket() {
+    let dir = crate::common::temp_dir("golden-mock");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(
+        &trace,
+        r#"{"timestamp": 0, "text_input": "a b c", "output_length": 8}"#,
+    )
+    .unwrap();
+    let (ttft_ms, itl_ms) = (3.0, 2.0);
+    for g in GOLDEN {
+        let text = std::fs::read_to_string(path(g)).unwrap();
+        let fixture = llmreplay::mock::StreamFixture::parse(
+            &text,
+            (ttft_ms * 1e6) as u64,
+            (itl_ms * 1e6) as u64,
+        )
+        .unwrap();
+        let at = |k: u64| fixture.events[k as usize].0 as f64 / 1e6;
+        let mock = crate::common::MockProcess::start(&[
+            "--replay-stream",
+            &path(g),
+            "--ttft-ms",
+            "3",
+            "--itl-ms",
+            "2",
+        ]);
+        let out = dir.join(g.file);
+        let mut cmd = crate::common::replay_against(&mock, &trace, &out);
+        cmd.args(["--api", g.api, "--record-itl"]);
+        assert!(cmd.status().unwrap().success(), "{}", g.file);
+        let rows = crate::common::read_jsonl(&out.join("requests.jsonl"));
+        let r: RequestRecord = serde_json::from_value(rows[0].clone()).unwrap();
+        judge(g, &r, at, false);
+        assert_eq!(
+            r.chunk_times_ns.as_ref().map(Vec::len),
+            Some(g.holds.chunks as usize),
+            "{}",
+            g.file
+        );
+    }
 }
 
 /// The whole path: `mock --reasoning-tokens 3` streams each answer's first 3 tokens as
