@@ -10,8 +10,9 @@ use serde_json::Value;
 
 /// The bundled tokenizer families: byte-level BPE (Qwen3), SentencePiece/Metaspace BPE
 /// (Mistral v1), GPT-2-style BPE with split digits (SmolLM2, as llama.cpp serves it) and
-/// o200k harmony (GPT-OSS). Each directory holds its chat template.
-pub const TOKENIZERS: [&str; 4] = ["qwen3", "mistral", "smollm2", "gpt-oss"];
+/// o200k harmony (GPT-OSS), and DeepSeek-V3's byte-level BPE with full-width special tokens.
+/// Each directory holds its chat template.
+pub const TOKENIZERS: [&str; 5] = ["qwen3", "mistral", "smollm2", "gpt-oss", "deepseek-v3"];
 
 /// Chat templates bundled without a tokenizer of their own (`tests/data/templates/NAME/`,
 /// given as `--tokenizer-config` beside the Qwen3 tokenizer): the behaviours of families
@@ -34,7 +35,7 @@ pub fn mooncake(name: &str) -> PathBuf {
 pub fn tokenizer(family: &str) -> PathBuf {
     match family {
         "qwen3" => repo("assets/tokenizers/qwen3"),
-        "mistral" | "smollm2" | "gpt-oss" => repo("tests/data/tokenizers").join(family),
+        "mistral" | "smollm2" | "gpt-oss" | "deepseek-v3" => repo("tests/data/tokenizers").join(family),
         other => panic!("no bundled tokenizer {other:?}"),
     }
 }
