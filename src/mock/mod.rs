@@ -195,6 +195,8 @@ struct MockLoop {
     timing_log: Option<JsonlLog>,
     /// `--http-workers`: connections hold a worker each.
     workers: Option<workers::Workers>,
+    /// Waiting connections a freed worker took, to read next ([`MockLoop::read_taken`]).
+    taken: VecDeque<Token>,
     /// `--tokenizer`: the threads that count prompts.
     counting: Option<counting::CountPool>,
     /// `--cache-blocks`: the prefix cache that sets `cached_tokens`.
@@ -277,6 +279,7 @@ impl MockLoop {
             woke_mono_ns: 0,
             timing_log,
             workers: http_workers.map(workers::Workers::new),
+            taken: VecDeque::new(),
             prefix_cache: cfg_prefix_cache
                 .map(|(n, b)| crate::prefix_cache::PrefixCache::new(n, b)),
             counting,
@@ -320,7 +323,9 @@ impl MockLoop {
                 self.accept();
             }
             self.close_idle_workers();
+            self.read_taken();
             self.emit_due();
+            self.read_taken();
             self.arm_timer();
         }
     }
@@ -686,15 +691,24 @@ impl MockLoop {
                 |(s, g)| matches!(conns.get(s), Some(Some((gen, _))) if *gen == g),
             )
         });
-        // The freed worker takes the next waiting connection and reads what it sent.
+        // The freed worker takes the next waiting connection, and reads what it sent soon.
         if let Some((s, g)) = next {
-            let now = self.clock.now_ns();
             if let Some(conn) = conn_in(&mut self.conns, s, g) {
                 conn.attached = true;
-                conn.active_ns = now;
+                conn.active_ns = self.clock.now_ns();
             }
-            self.woke_ns = now;
-            self.on_conn_event(token(s, g));
+            self.taken.push_back(token(s, g));
+        }
+    }
+
+    /// Reads the connections freed workers took. Not from inside [`MockLoop::close`]: a
+    /// taken connection that its client already closed is closed in turn and frees its
+    /// worker for the next, and hundreds of them queued (a client that stopped) would recurse
+    /// once each until the stack overflowed.
+    fn read_taken(&mut self) {
+        while let Some(t) = self.taken.pop_front() {
+            self.woke_ns = self.clock.now_ns();
+            self.on_conn_event(t);
         }
     }
 

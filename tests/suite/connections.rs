@@ -57,3 +57,44 @@ fn default_connections_leave_a_four_worker_server_free_for_the_requests() {
         );
     }
 }
+
+/// A client that stops with hundreds of connections queued for a worker: each freed worker
+/// takes the next, finds it closed and frees itself again. The mock closes them one after
+/// another (it recursed once each and overflowed its stack at about 180) and still answers.
+#[test]
+fn the_mock_survives_a_client_leaving_with_hundreds_of_queued_connections() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    let mock = MockProcess::start(&["--http-workers", "4", "--keep-alive-s", "5"]);
+    let body = r#"{"model":"m","prompt":"a b","max_tokens":1}"#;
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let ask = |s: &mut TcpStream| {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    // Four connections hold the four workers; 500 more wait behind them.
+    let mut held: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(&mock.addr).unwrap())
+        .collect();
+    for s in &mut held {
+        assert!(ask(s).starts_with("HTTP/1.1 200"));
+    }
+    let queued: Vec<TcpStream> = (0..500)
+        .map(|_| TcpStream::connect(&mock.addr).unwrap())
+        .collect();
+    // One more answer: the mock has seen the queue (it accepts before it reads).
+    assert!(ask(&mut held[0]).starts_with("HTTP/1.1 200"));
+    drop(queued);
+    drop(held);
+    let mut fresh = TcpStream::connect(&mock.addr).expect("the mock is still listening");
+    let answer = ask(&mut fresh);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}

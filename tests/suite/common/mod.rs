@@ -35,7 +35,9 @@ pub fn mooncake(name: &str) -> PathBuf {
 pub fn tokenizer(family: &str) -> PathBuf {
     match family {
         "qwen3" => repo("assets/tokenizers/qwen3"),
-        "mistral" | "smollm2" | "gpt-oss" | "deepseek-v3" => repo("tests/data/tokenizers").join(family),
+        "mistral" | "smollm2" | "gpt-oss" | "deepseek-v3" => {
+            repo("tests/data/tokenizers").join(family)
+        }
         other => panic!("no bundled tokenizer {other:?}"),
     }
 }
