@@ -156,7 +156,8 @@ pub enum Command {
     /// Replay a trace against one or more endpoints (or the built-in mock) and measure.
     #[command(after_long_help = TIMEOUTS_HELP)]
     Replay(Box<ReplayArgs>),
-    /// Run the built-in mock inference server (OpenAI chat and completions, streaming or not).
+    /// Run the built-in mock inference server: OpenAI chat and completions, TGI and Anthropic
+    /// Messages, streaming or not.
     Mock(Box<MockArgs>),
     /// Validate a trace and print its statistics (records, span, rate, tokens, prefix reuse).
     Inspect(InspectArgs),

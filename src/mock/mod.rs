@@ -1,4 +1,4 @@
-//! The built-in mock inference server (CONTRACT §8): OpenAI chat and completions, streaming
+//! The built-in mock inference server (CONTRACT §8): every dialect of [`crate::api`], streaming
 //! and not, on one mio thread.
 //!
 //! One loopback `write()` costs more than generating hundreds of events (DESIGN-NOTES §3), so

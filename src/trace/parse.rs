@@ -409,5 +409,14 @@ mod tests {
             assert!(e.starts_with("t.jsonl:2: "), "{e}");
             assert!(e.contains(expected), "{e} (expected {expected:?})");
         }
+        // Invalid UTF-8 in a field llmreplay does not read is not looked at (the README says so).
+        let raw = RawLine {
+            line: 2,
+            index: 0,
+            bytes:
+                b"{\"timestamp\": 0, \"note\": \"\xff\", \"input_length\": 5, \"output_length\": 1}"
+                    .to_vec(),
+        };
+        assert!(parse_record(&raw, Format::Mooncake, Path::new("t.jsonl")).is_ok());
     }
 }
