@@ -154,10 +154,20 @@ pub fn prepare(opts: &SynthOptions) -> Result<Prepared> {
         Ok(Some(frame)) => frame,
         Ok(None) => {
             if opts.length_of == LengthOf::Prompt {
+                let missing = match &opts.tokenizer_config {
+                    Some(config) => format!(
+                        "--tokenizer-config {} holds no chat template (`chat_template`); give the \
+                         model's tokenizer_config.json that does, or put its chat_template.jinja \
+                         beside it",
+                        config.display()
+                    ),
+                    None => format!(
+                        "no chat template found beside {} (give --tokenizer-config)",
+                        file.display()
+                    ),
+                };
                 warning = Some(format!(
-                    "no chat template found beside {} (give --tokenizer-config): the server's prompt_tokens \
-                     will exceed input_length by its template",
-                    file.display()
+                    "{missing}: the server's prompt_tokens will exceed input_length by its template"
                 ));
             }
             Frame::default()

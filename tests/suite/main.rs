@@ -23,6 +23,7 @@ mod hostile_settings;
 mod house;
 mod load_modes;
 mod many_hosts;
+mod papercuts;
 mod parser_properties;
 mod prompt_synthesis;
 mod readme_commands;

@@ -1,0 +1,56 @@
+//! What a newcomer trips on, one test an item: each message names the cause and the fix, and
+//! each text says what the program does. (The mock that survives a client leaving with hundreds
+//! of queued connections is in `connections`.)
+
+use crate::common::{bin, path, tokenizer};
+
+/// A `--tokenizer-config` without a chat template (the tokenizer.json given by mistake) is
+/// named as given, not answered with "give --tokenizer-config".
+#[test]
+fn a_tokenizer_config_without_a_template_is_named_with_the_fix() {
+    let qwen3 = tokenizer("qwen3");
+    let wrong = qwen3.join("tokenizer.json");
+    let out = bin()
+        .args([
+            "prompts",
+            "--api",
+            "openai-chat",
+            "--max-requests",
+            "2",
+            "--trace",
+        ])
+        .arg(crate::common::mooncake("conversation_trace.jsonl"))
+        .args([
+            "--tokenizer",
+            path(&qwen3),
+            "--tokenizer-config",
+            path(&wrong),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = format!(
+        "--tokenizer-config {} holds no chat template",
+        wrong.display()
+    );
+    assert!(stderr.contains(&said), "{stderr}");
+    assert!(
+        stderr.contains("tokenizer_config.json that does"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("(give --tokenizer-config)"), "{stderr}");
+}
+
+/// `llmreplay --help` says the mock speaks every dialect it serves.
+#[test]
+fn the_mock_is_described_with_every_dialect() {
+    let out = bin().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("mock"))
+        .unwrap();
+    for dialect in ["OpenAI chat", "completions", "TGI", "Anthropic Messages"] {
+        assert!(line.contains(dialect), "{line}");
+    }
+}
