@@ -365,6 +365,13 @@ impl ReplayPlan {
         if a.channel_capacity == 0 {
             return Err(Error::Usage("--channel-capacity must be at least 1".into()));
         }
+        if a.channel_mb == 0 {
+            return Err(Error::Usage(
+                "--channel-mb 0 would hold no prepared request between producers and senders: \
+                 give 1 MiB or more (the default, 256, is about 3 s of lead at 1000 req/s)"
+                    .into(),
+            ));
+        }
         let load = load_plan(a)?;
         let synthetic = match &a.synthetic {
             None => None,
@@ -457,7 +464,7 @@ impl ReplayPlan {
                 .transpose()?,
             num_sender: threads("--num-sender", a.num_sender)?,
             channel_capacity: a.channel_capacity,
-            channel_mb: a.channel_mb.max(1),
+            channel_mb: a.channel_mb,
             pin_cores: a.pin_cores.clone(),
             connections: a.connections.max(1),
             request_timeout_s: seconds("--request-timeout", a.request_timeout)?,

@@ -100,9 +100,17 @@ pub(super) fn load_plan(a: &cli::ReplayArgs) -> Result<crate::load::LoadPlan> {
     };
     let pace = match (a.rate, a.concurrency) {
         (Some(r), _) if !(r > 0.0 && r.is_finite()) => {
+            let hint = match r.is_infinite() {
+                true => {
+                    " (vLLM's `--request-rate inf` sends every request at once: here \
+                     --time-scale 1e6 sends the trace a million times faster, and \
+                     --concurrency N keeps N requests in flight)"
+                }
+                false => "",
+            };
             return Err(Error::Usage(format!(
-                "--rate {r}: give requests per second above 0"
-            )))
+                "--rate {r}: give a finite number of requests per second above 0{hint}"
+            )));
         }
         (Some(per_s), _) => {
             let arrival = a.arrival.unwrap_or_default();

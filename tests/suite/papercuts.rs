@@ -54,3 +54,28 @@ fn the_mock_is_described_with_every_dialect() {
         assert!(line.contains(dialect), "{line}");
     }
 }
+
+/// Settings that cannot work are refused, naming the fix: `--channel-mb 0` (it was taken as 1)
+/// and `--rate inf` (vLLM's "all at once"), each with exit status 1 (a usage error).
+#[test]
+fn settings_that_cannot_work_are_refused_with_the_fix() {
+    let trace = crate::common::mooncake("conversation_trace.jsonl");
+    for (flags, said) in [
+        (
+            ["--channel-mb", "0"],
+            "--channel-mb 0 would hold no prepared request",
+        ),
+        (["--rate", "inf"], "--time-scale 1e6"),
+    ] {
+        let out = bin()
+            .args(["replay", "--mock", "--max-requests", "2", "--trace"])
+            .arg(&trace)
+            .args(["--tokenizer", path(&tokenizer("qwen3"))])
+            .args(flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {stderr}");
+        assert!(stderr.contains(said), "{flags:?}: {stderr}");
+    }
+}
