@@ -95,6 +95,12 @@ impl PromptPlan {
             }
             None => (None, None),
         };
+        if let Some(config) = a.tokenizer_config.as_deref().filter(|p| !p.is_file()) {
+            return Err(Error::Usage(format!(
+                "--tokenizer-config {}: no such file (give the model's tokenizer_config.json)",
+                config.display()
+            )));
+        }
         Ok(PromptPlan {
             tokenizer,
             tokenizer_model,
@@ -107,6 +113,22 @@ impl PromptPlan {
             block_cache_mb: a.block_cache_mb,
         })
     }
+}
+
+/// A file to write: its directory must exist (checked before anything is loaded or sent).
+fn output_file(flag: &str, path: &std::path::Path) -> Result<PathBuf> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "{flag} {}: its directory {} does not exist (create it, or give another path)",
+            path.display(),
+            dir.display()
+        )));
+    }
+    Ok(path.to_path_buf())
 }
 
 /// `--thinking on|off`: `chat_template_kwargs.enable_thinking` in every body, merged into
@@ -523,7 +545,10 @@ impl ReplayPlan {
             realtime: a.realtime,
             read_coalesce_us: micros("--read-coalesce-us", a.read_coalesce_us)?,
             output: a.output.clone(),
-            output_path: a.output_path.clone(),
+            output_path: match &a.output_path {
+                Some(p) => Some(output_file("--output-path", p)?),
+                None => None,
+            },
             record_format: a.record_format,
             force: a.force,
             save_prompts: a.save_prompts,

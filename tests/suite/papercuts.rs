@@ -79,3 +79,47 @@ fn settings_that_cannot_work_are_refused_with_the_fix() {
         assert!(stderr.contains(said), "{flags:?}: {stderr}");
     }
 }
+
+/// Input errors exit 1 before anything is loaded or written, as the README's table says: a
+/// `--tokenizer-config` that is not there, and an `--output-path` whose directory is not (it
+/// was status 2, after the tokenizer analysis, with an empty requests.jsonl left behind).
+#[test]
+fn missing_input_and_output_paths_are_input_errors_before_the_run() {
+    let dir = crate::common::temp_dir("papercut-paths");
+    let run = dir.join("run");
+    let missing = dir.join("nowhere");
+    for (flag, file, said) in [
+        (
+            "--tokenizer-config",
+            missing.join("tc.json"),
+            "no such file",
+        ),
+        ("--output-path", missing.join("x.jsonl"), "does not exist"),
+    ] {
+        let out = bin()
+            .args([
+                "replay",
+                "--mock",
+                "--quiet",
+                "--max-requests",
+                "2",
+                "--trace",
+            ])
+            .arg(crate::common::mooncake("conversation_trace.jsonl"))
+            .args(["--tokenizer", path(&tokenizer("qwen3"))])
+            .arg("--output")
+            .arg(&run)
+            .arg(flag)
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{flag} {}", file.display())),
+            "{stderr}"
+        );
+        assert!(stderr.contains(said), "{stderr}");
+        assert!(!run.exists(), "{flag}: nothing is written");
+    }
+}
