@@ -35,6 +35,7 @@ pub(crate) fn api() -> impl TypedValueParser<Value = Api> {
 
 mod hosts;
 mod mock;
+pub mod peers;
 mod replay;
 pub mod sessions;
 mod shared;
@@ -57,33 +58,17 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Peers' flags (vLLM's `bench serve`, AIPerf, inference-perf) and what does their job here.
-const PEER_FLAGS: [(&str, &str); 8] = [
-    ("--request-rate", "--rate R (with --arrival poisson|gamma)"),
-    ("--metric-percentiles", "--percentiles 50,90,99"),
-    ("--base-url", "--endpoint URL"),
-    ("--num-prompts", "--max-requests N"),
-    ("--result-dir", "--output DIR"),
-    (
-        "--save-result",
-        "nothing: every run saves its results in --output DIR",
-    ),
-    (
-        "--max-concurrency",
-        "--concurrency C (a closed loop; see the README's peer table)",
-    ),
-    ("--request-count", "--max-requests N"),
-];
-
-/// The hint for an unknown option that is a peer's name for one of ours.
-fn peer_flag_hint(err: &clap::Error) -> Option<String> {
+/// The hint for an unknown option or subcommand that is a peer's name for one of ours.
+fn peer_hint(err: &clap::Error) -> Option<String> {
     use clap::error::{ContextKind, ContextValue};
-    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
-        return None;
-    };
-    let name = arg.split('=').next().unwrap_or(arg);
-    let (_, ours) = PEER_FLAGS.iter().find(|(peer, _)| *peer == name)?;
-    Some(format!("{name} is another tool's option; here use {ours}"))
+    if let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) {
+        let name = arg.split('=').next().unwrap_or(arg);
+        return peers::hint(peers::OPTIONS, "option", name);
+    }
+    match err.get(ContextKind::InvalidSubcommand) {
+        Some(ContextValue::String(name)) => peers::hint(peers::SUBCOMMANDS, "subcommand", name),
+        _ => None,
+    }
 }
 
 /// What a command line that does not parse ends in: the message (clap's, plus a hint) and
@@ -107,7 +92,7 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, ParseExit> {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
     );
     let mut message = err.render().to_string();
-    if let Some(hint) = peer_flag_hint(&err) {
+    if let Some(hint) = peer_hint(&err) {
         // clap's guess by spelling ("--request-rate" -> "--request-timeout") would mislead.
         // Its usage line is built from that guess too.
         message = message

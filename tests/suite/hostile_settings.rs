@@ -277,24 +277,3 @@ fn secrets_echoed_by_a_server_are_stored_and_printed_as_stars() {
         }
     }
 }
-
-/// Peers' option names get a hint to ours, not clap's guess by spelling.
-#[test]
-fn peers_option_names_point_to_ours() {
-    for (peer, ours, not) in [
-        ("--request-rate", "--rate R", "--request-timeout"),
-        ("--metric-percentiles", "--percentiles", "--metric "),
-    ] {
-        let output = bin()
-            .args(["replay", "--mock", peer, "5"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "{stderr}");
-        assert!(
-            stderr.contains(&format!("{peer} is another tool's option; here use {ours}")),
-            "{stderr}"
-        );
-        assert!(!stderr.contains(not), "{stderr}");
-    }
-}

@@ -123,3 +123,48 @@ fn missing_input_and_output_paths_are_input_errors_before_the_run() {
         assert!(!run.exists(), "{flag}: nothing is written");
     }
 }
+
+/// Every row of the peer table (`src/cli/peers.rs`): the peer's literal option or subcommand
+/// gets its hint, not clap's guess by spelling, and every option the hint names is one of ours.
+#[test]
+fn every_peer_name_points_at_ours() {
+    use llmreplay::cli::peers::{OPTIONS, SUBCOMMANDS};
+    let help = |args: &[&str]| {
+        let out = bin().args(args).arg("--help").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ours = help(&["replay"]) + &help(&["sweep"]);
+    let top = help(&[]);
+    for (rows, kind) in [(OPTIONS, "option"), (SUBCOMMANDS, "subcommand")] {
+        for p in rows {
+            let args: Vec<&str> = match kind {
+                "option" => vec!["replay", "--mock", p.theirs, "x"],
+                _ => vec![p.theirs, "--model", "m"],
+            };
+            let out = bin().args(&args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{}: {stderr}", p.theirs);
+            let hint = format!(
+                "hint: {} is {} {kind}; here use {}",
+                p.theirs, p.tool, p.ours
+            );
+            assert!(stderr.contains(&hint), "{stderr}");
+            assert!(
+                !stderr.contains("tip:"),
+                "clap's guess is left out: {stderr}"
+            );
+            for word in p.ours.split([' ', ',', '(', ')', ';']) {
+                if word.starts_with("--") {
+                    let known = ours
+                        .split_whitespace()
+                        .any(|t| t.trim_matches(|c| c == ',' || c == ']') == word);
+                    assert!(known, "{}: {word} is not an option of ours", p.theirs);
+                }
+            }
+            if let Some(sub) = p.ours.strip_prefix("llmreplay ") {
+                let sub = sub.split([' ', ',']).next().unwrap();
+                assert!(top.contains(&format!("  {sub} ")), "{sub} is a subcommand");
+            }
+        }
+    }
+}
