@@ -30,10 +30,18 @@ pub fn reachable(
             .blocking(tcp)
             .map_err(|e| ProbeError::Tls(tls::describe_io(&e)))?;
         while stream.conn.is_handshaking() {
-            stream
-                .conn
-                .complete_io(&mut stream.sock)
-                .map_err(|e| ProbeError::Tls(tls::describe_io(&e)))?;
+            stream.conn.complete_io(&mut stream.sock).map_err(|e| {
+                ProbeError::Tls(match e.kind() {
+                    // A read timeout on a blocking socket is EAGAIN ("os error 11").
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+                        "no answer to the TLS handshake within {:.0} s: the server took the \
+                         connection and said nothing (a plain-HTTP server waits for a request: \
+                         if it is one, use http://)",
+                        timeout.as_secs_f64()
+                    ),
+                    _ => tls::describe_io(&e),
+                })
+            })?;
         }
     }
     Ok(())

@@ -205,6 +205,19 @@ pub fn describe(e: &rustls::Error) -> String {
                     format!("the server's certificate has expired: {c}"),
                     format!("renew it on the server, or check this machine's clock; {SKIP}"),
                 ),
+                CertificateError::Other(o)
+                    if o.0.downcast_ref::<webpki::Error>()
+                        == Some(&webpki::Error::CaUsedAsEndEntity) =>
+                {
+                    (
+                        "the server presents a self-signed CA certificate (CA:TRUE, as \
+                         `openssl req -x509` makes them), which no CA this machine trusts signed"
+                            .to_string(),
+                        format!(
+                            "give --ca-cert PATH with that certificate to trust it as it is, {SKIP}"
+                        ),
+                    )
+                }
                 other => (
                     format!("the server's certificate was refused: {other}"),
                     SKIP.trim_start_matches("or ").to_string(),
@@ -212,6 +225,12 @@ pub fn describe(e: &rustls::Error) -> String {
             };
             format!("TLS certificate verification failed: {what} ({advice})")
         }
+        rustls::Error::AlertReceived(rustls::AlertDescription::ProtocolVersion)
+        | rustls::Error::PeerIncompatible(
+            rustls::PeerIncompatible::ServerDoesNotSupportTls12Or13,
+        ) => "TLS handshake failed: the server offers no TLS version llmreplay speaks; TLS 1.2 or \
+              later is needed (the server may offer only TLS 1.0 or 1.1: enable 1.2 there)"
+            .to_string(),
         rustls::Error::AlertReceived(alert) => {
             format!("TLS handshake refused by the peer (alert {alert:?})")
         }
@@ -370,5 +389,31 @@ mod danger {
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
             self.0.signature_verification_algorithms.supported_schemes()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that offers only TLS 1.0 or 1.1 answers the hello with a protocol-version
+    /// alert, or with an old version: both say TLS 1.2 is needed.
+    #[test]
+    fn an_old_tls_server_is_told_apart_from_other_refusals() {
+        for e in [
+            rustls::Error::AlertReceived(rustls::AlertDescription::ProtocolVersion),
+            rustls::Error::PeerIncompatible(
+                rustls::PeerIncompatible::ServerDoesNotSupportTls12Or13,
+            ),
+        ] {
+            assert!(describe(&e).contains("TLS 1.2 or later is needed"), "{e:?}");
+        }
+        let other = describe(&rustls::Error::AlertReceived(
+            rustls::AlertDescription::HandshakeFailure,
+        ));
+        assert!(
+            other.contains("HandshakeFailure") && !other.contains("1.2"),
+            "{other}"
+        );
     }
 }

@@ -295,3 +295,65 @@ fn reconnects_resume_their_tls_session() {
     // Only the connections opened before any session ticket arrived pay a full handshake.
     assert!(stats.tls_handshakes - stats.tls_resumed <= 5, "{stats:?}");
 }
+
+/// The usual self-signed certificate (CA:TRUE, as `openssl req -x509` makes it) without
+/// --ca-cert: the message says what it is and names --ca-cert, not webpki's
+/// "CaUsedAsEndEntity".
+#[test]
+fn a_self_signed_ca_certificate_without_ca_cert_names_the_fix() {
+    let dir = temp_dir("tls-ca-true-untrusted");
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let (cert, key) = self_signed(&dir, "", params);
+    let mock = MockProcess::start(&["--tls-cert", s(&cert), "--tls-key", s(&key)]);
+    let message = replay(&[
+        "--endpoint",
+        &format!("https://{}", mock.addr),
+        "--model",
+        "m",
+        "--trace",
+        s(&trace(&dir)),
+        "--output",
+        s(&dir.join("run")),
+    ])
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(message.contains("self-signed CA certificate"), "{message}");
+    assert!(message.contains("--ca-cert PATH"), "{message}");
+    assert!(!message.contains("CaUsedAsEndEntity"), "{message}");
+}
+
+/// https:// to a server that takes the connection and never answers the handshake (a
+/// plain-HTTP server waiting for its request): the message says so and names http://, not
+/// "Resource temporarily unavailable (os error 11)".
+#[test]
+fn a_handshake_nobody_answers_names_the_cause() {
+    let dir = temp_dir("tls-silent");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().take(8).collect();
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        drop(held);
+    });
+    let message = replay(&[
+        "--endpoint",
+        &format!("https://{addr}"),
+        "--model",
+        "m",
+        "--trace",
+        s(&trace(&dir)),
+        "--output",
+        s(&dir.join("run")),
+    ])
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        message.contains("no answer to the TLS handshake"),
+        "{message}"
+    );
+    assert!(message.contains("use http://"), "{message}");
+    assert!(!message.contains("os error 11"), "{message}");
+}
