@@ -48,6 +48,26 @@ pub fn detect(header: &[u8]) -> Option<Format> {
         .find(|f| names(*f).iter().all(|n| cells.contains(n)))
 }
 
+/// The format a CSV header that [`detect`] did not take comes closest to: the one with the most
+/// of its columns present, at least two (a JSON line or any other text has none).
+pub fn closest(header: &[u8]) -> Option<Format> {
+    let h = String::from_utf8_lossy(header);
+    if h.trim_start().starts_with('{') {
+        return None;
+    }
+    let cells: Vec<&str> = split(&h);
+    let present = |names: &[&str]| names.iter().filter(|n| cells.contains(n)).count();
+    [
+        (Format::Tracelab, present(&tracelab::REQUIRED)),
+        (Format::Azure, present(&names(Format::Azure))),
+        (Format::Burstgpt, present(&names(Format::Burstgpt))),
+    ]
+    .into_iter()
+    .filter(|&(_, n)| n >= 2)
+    .max_by_key(|&(_, n)| n)
+    .map(|(f, _)| f)
+}
+
 /// A data line's cells: UTF-8, no quoting.
 fn cells<'a>(raw: &'a RawLine, file: &Path) -> Result<Vec<&'a str>> {
     let fail = |message: &str| Error::Trace {
@@ -102,7 +122,7 @@ impl Fixed {
                 file: file.to_path_buf(),
                 line: raw.line,
                 message: format!(
-                    "missing column `{name}`: a {} trace's header names {}",
+                    "missing column `{name}`: the header of a --format {} trace names {}",
                     format.name(),
                     want.join(", ")
                 ),

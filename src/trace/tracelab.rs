@@ -23,7 +23,7 @@ use crate::trace::parse::MAX_LENGTH;
 /// Tokens a made-up hash id stands for (`--block-size` does not apply: these ids are ours).
 pub const BLOCK_TOKENS: u64 = 16;
 
-const REQUIRED: [&str; 5] = [
+pub const REQUIRED: [&str; 5] = [
     "round_idx",
     "prefix_len",
     "input_len",

@@ -168,3 +168,42 @@ fn every_peer_name_points_at_ours() {
         }
     }
 }
+
+/// A CSV trace whose header misses one of its format's columns is named as that format with
+/// the column missing, without --format, not read as "invalid JSON at line 1 column 1".
+#[test]
+fn a_csv_header_missing_a_column_names_it() {
+    let dir = crate::common::temp_dir("papercut-csv");
+    for (name, header, row, missing) in [
+        (
+            "tracelab.csv",
+            "session_id,arrival_time,round_idx,prefix_len,input_len,tool_wait_after_ms",
+            "a,0,0,0,900,120",
+            "missing column `output_len`: a TraceLab trace's header",
+        ),
+        (
+            "azure.csv",
+            "TIMESTAMP,ContextTokens",
+            "2023-11-16 18:15:46.6805900,374",
+            "missing column `GeneratedTokens`: the header of a --format azure trace",
+        ),
+    ] {
+        let trace = dir.join(name);
+        std::fs::write(&trace, format!("{header}\n{row}\n")).unwrap();
+        let out = bin()
+            .args(["replay", "--mock", "--quiet", "--trace"])
+            .arg(&trace)
+            .args(["--tokenizer", path(&tokenizer("qwen3"))])
+            .arg("--output")
+            .arg(dir.join(format!("run-{name}")))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("{}:1: {missing}", trace.display())),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("invalid JSON"), "{stderr}");
+    }
+}
