@@ -127,6 +127,22 @@ pub fn run(plan: &MergePlan) -> Result<Merged> {
 
 /// `--wait`: until every shard's run.json says how its run ended.
 fn wait_for_shards(dirs: &[PathBuf], wait: Duration) -> Result<()> {
+    // run.json is written whole (renamed into place): one that does not parse will not.
+    for d in dirs {
+        let path = d.join("run.json");
+        if let Ok(text) = fs::read_to_string(&path) {
+            if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+                return Err(Error::Trace {
+                    file: path,
+                    line: e.line() as u64,
+                    message: format!(
+                        "not valid JSON ({e}): this shard's run.json is damaged; run the shard \
+                         again, or merge without it"
+                    ),
+                });
+            }
+        }
+    }
     let finished = |d: &PathBuf| report::run_config(d).is_some_and(|r| r["ended"].is_object());
     let deadline = Instant::now() + wait;
     loop {

@@ -207,3 +207,29 @@ fn a_csv_header_missing_a_column_names_it() {
         assert!(!stderr.contains("invalid JSON"), "{stderr}");
     }
 }
+
+/// `merge` of a shard whose run.json is damaged says so, naming the file and line, instead of
+/// "not finished" (and waiting would not help).
+#[test]
+fn a_damaged_shard_run_json_is_named_as_damaged() {
+    let dir = crate::common::temp_dir("papercut-merge");
+    let shard = dir.join("shard-0");
+    std::fs::create_dir_all(&shard).unwrap();
+    std::fs::write(shard.join("run.json"), "{\n  \"ended\": {\"how\": \"comp").unwrap();
+    let out = bin()
+        .arg("merge")
+        .arg(dir.join("merged"))
+        .arg(&shard)
+        .args(["--wait", "5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let file = shard.join("run.json");
+    assert!(
+        stderr.contains(&format!("{}:2: not valid JSON", file.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("damaged"), "{stderr}");
+    assert!(!stderr.contains("not finished"), "{stderr}");
+}
