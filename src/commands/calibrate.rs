@@ -26,6 +26,8 @@ pub struct Step {
     pub drift_max_ms: f64,
     pub late_sends: u64,
     pub failed: u64,
+    /// The first error of each kind among them (`KIND: message`).
+    pub first_errors: Vec<String>,
     /// Sender threads' CPU time over the run's duration, in % of one core.
     pub sender_cpu_pct: f64,
 }
@@ -112,6 +114,20 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
         drift_max_ms: s.latency("drift_ms").map_or(f64::NAN, |d| d.max),
         late_sends: s.late_sends,
         failed: s.failed,
+        first_errors: s
+            .first_error_by_kind
+            .iter()
+            .map(|(kind, message)| {
+                let shown: String = message
+                    .chars()
+                    .map(|c| match c.is_control() {
+                        true => c.escape_default().to_string(),
+                        false => c.to_string(),
+                    })
+                    .collect();
+                format!("{kind}: {shown}")
+            })
+            .collect(),
         sender_cpu_pct: 100.0 * outcome.sender_cpu_s / s.duration_s.max(1e-9),
     })
 }
@@ -139,6 +155,12 @@ impl fmt::Display for Calibration {
         writeln!(f, "{HEADER}")?;
         for s in &self.steps {
             writeln!(f, "{}", row(s))?;
+        }
+        // Why requests failed, with the server's own words (escaped: no terminal control).
+        for s in self.steps.iter().filter(|s| s.failed > 0) {
+            for e in &s.first_errors {
+                writeln!(f, "{} req/s: {} failed; first {e}", s.target_rps, s.failed)?;
+            }
         }
         match self.max_trusted_rps {
             Some(r) => writeln!(

@@ -233,3 +233,21 @@ fn a_damaged_shard_run_json_is_named_as_damaged() {
     assert!(stderr.contains("damaged"), "{stderr}");
     assert!(!stderr.contains("not finished"), "{stderr}");
 }
+
+/// `calibrate` against a failing server says why its requests failed, the server's words
+/// with control characters escaped, not only "failed 5".
+#[test]
+fn calibrate_says_why_requests_failed() {
+    let mock = crate::common::MockProcess::start(&["--fault", "status:500:1"]);
+    let out = bin()
+        .args(["calibrate", "--rates", "5", "--seconds", "1", "--endpoint"])
+        .arg(mock.url())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("5 req/s: 5 failed; first http: HTTP 500: ")
+            && stdout.contains("injected fault"),
+        "{stdout}"
+    );
+}
