@@ -306,19 +306,7 @@ fn a_self_signed_ca_certificate_without_ca_cert_names_the_fix() {
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     let (cert, key) = self_signed(&dir, "", params);
     let mock = MockProcess::start(&["--tls-cert", s(&cert), "--tls-key", s(&key)]);
-    let message = replay(&[
-        "--endpoint",
-        &format!("https://{}", mock.addr),
-        "--model",
-        "m",
-        "--trace",
-        s(&trace(&dir)),
-        "--output",
-        s(&dir.join("run")),
-    ])
-    .err()
-    .expect("refused")
-    .to_string();
+    let message = refused(&dir, &format!("https://{}", mock.addr));
     assert!(message.contains("self-signed CA certificate"), "{message}");
     assert!(message.contains("--ca-cert PATH"), "{message}");
     assert!(!message.contains("CaUsedAsEndEntity"), "{message}");
@@ -332,28 +320,35 @@ fn a_handshake_nobody_answers_names_the_cause() {
     let dir = temp_dir("tls-silent");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
+    // It takes each connection and holds it, saying nothing.
     std::thread::spawn(move || {
-        let held: Vec<_> = listener.incoming().take(8).collect();
-        std::thread::sleep(std::time::Duration::from_secs(30));
-        drop(held);
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
     });
-    let message = replay(&[
-        "--endpoint",
-        &format!("https://{addr}"),
-        "--model",
-        "m",
-        "--trace",
-        s(&trace(&dir)),
-        "--output",
-        s(&dir.join("run")),
-    ])
-    .err()
-    .expect("refused")
-    .to_string();
+    let message = refused(&dir, &format!("https://{addr}"));
     assert!(
         message.contains("no answer to the TLS handshake"),
         "{message}"
     );
     assert!(message.contains("use http://"), "{message}");
     assert!(!message.contains("os error 11"), "{message}");
+}
+
+/// The error of a replay against `url` with no TLS option.
+fn refused(dir: &Path, url: &str) -> String {
+    replay(&[
+        "--endpoint",
+        url,
+        "--model",
+        "m",
+        "--trace",
+        s(&trace(dir)),
+        "--output",
+        s(&dir.join("run")),
+    ])
+    .err()
+    .expect("refused")
+    .to_string()
 }
