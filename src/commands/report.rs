@@ -58,6 +58,9 @@ pub fn run(
             let mut run_b = report::load_run(b, &requests(b)?, render, None)?;
             let rows = compare::rows(&run_a.summary, &run_b.summary);
             let (name_a, name_b) = (a.display().to_string(), b.display().to_string());
+            if let Some(why) = unlike(a, b) {
+                eprintln!("warning: A and B are not the same experiment: {why}");
+            }
             match format {
                 OutputFormat::Text => print!("{}", compare::table(&rows, &name_a, &name_b)),
                 OutputFormat::Json => println!(
@@ -77,4 +80,15 @@ pub fn run(
             "report takes one or two run directories".into(),
         )),
     }
+}
+
+/// How two runs' experiments differ, from their run.json: the trace, or how it was replayed.
+fn unlike(a: &Path, b: &Path) -> Option<String> {
+    let (ra, rb) = (report::run_config(a)?, report::run_config(b)?);
+    let differs: Vec<String> = ["trace", "time_scale", "max_requests", "format"]
+        .iter()
+        .filter(|k| ra[**k] != rb[**k])
+        .map(|k| format!("{k} {} against {}", ra[*k], rb[*k]))
+        .collect();
+    (!differs.is_empty()).then(|| differs.join(", "))
 }

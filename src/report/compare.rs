@@ -70,7 +70,7 @@ fn delta(r: &Row) -> String {
 /// The side-by-side table printed by `report A B`.
 pub fn table(rows: &[Row], a_name: &str, b_name: &str) -> String {
     let mut out = format!(
-        "A = {a_name}\nB = {b_name}\n{:<36}{:>14}{:>14}{:>10}\n",
+        "A = {a_name}\nB = {b_name}\n{:<36} {:>13} {:>13} {:>9}\n",
         "metric", "A", "B", "delta"
     );
     for r in rows {
@@ -79,7 +79,8 @@ pub fn table(rows: &[Row], a_name: &str, b_name: &str) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<36}{:>14}{:>14}{:>10}",
+            // A space between columns even when a figure overflows its width.
+            "{:<36} {:>13} {:>13} {:>9}",
             r.metric,
             cell(r.a),
             cell(r.b),
@@ -177,5 +178,9 @@ mod tests {
         assert_eq!(r(Some(100.0), Some(110.0)).delta_pct(), Some(10.0));
         assert_eq!(r(Some(0.0), Some(1.0)).delta_pct(), None);
         assert_eq!(r(None, Some(1.0)).delta_pct(), None);
+        // A figure wider than its column still has a space before the next one.
+        let row = r(Some(1e5), Some(1e11));
+        let line = table(&[row], "a", "b").lines().last().unwrap().to_string();
+        assert!(line.ends_with(" 100000000000 +99999900.0%"), "{line}");
     }
 }

@@ -251,3 +251,39 @@ fn calibrate_says_why_requests_failed() {
         "{stdout}"
     );
 }
+
+/// `report A B` of runs of different traces says they are not the same experiment.
+#[test]
+fn comparing_runs_of_different_traces_warns() {
+    let dir = crate::common::temp_dir("papercut-compare");
+    let traces = ["azure_sample.csv", "burstgpt_sample.csv"];
+    let runs: Vec<_> = traces
+        .iter()
+        .map(|t| {
+            let out = dir.join(t);
+            let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/formats")
+                .join(t);
+            let status = crate::common::replay_mock(&trace, &out)
+                .args([
+                    "--tokenizer",
+                    path(&tokenizer("qwen3")),
+                    "--max-requests",
+                    "3",
+                ])
+                .args(["--session-mode", "timestamp", "--rate", "1000"])
+                .status()
+                .unwrap();
+            assert!(status.success());
+            out
+        })
+        .collect();
+    let out = bin().arg("report").args(&runs).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: A and B are not the same experiment: trace "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("burstgpt_sample.csv"), "{stderr}");
+}
