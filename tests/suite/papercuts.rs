@@ -2,7 +2,17 @@
 //! each text says what the program does. (The mock that survives a client leaving with hundreds
 //! of queued connections is in `connections`.)
 
-use crate::common::{bin, path, tokenizer};
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::{bin, path, replay_mock, tokenizer};
+
+/// `replay --mock` of `trace` into `out` with the Qwen3 tokenizer (add options with `.args`).
+fn replay_qwen3(trace: &Path, out: &Path) -> Command {
+    let mut cmd = replay_mock(trace, out);
+    cmd.args(["--tokenizer", path(&tokenizer("qwen3"))]);
+    cmd
+}
 
 /// A `--tokenizer-config` without a chat template (the tokenizer.json given by mistake) is
 /// named as given, not answered with "give --tokenizer-config".
@@ -59,6 +69,7 @@ fn the_mock_is_described_with_every_dialect() {
 /// and `--rate inf` (vLLM's "all at once"), each with exit status 1 (a usage error).
 #[test]
 fn settings_that_cannot_work_are_refused_with_the_fix() {
+    let dir = crate::common::temp_dir("papercut-settings");
     let trace = crate::common::mooncake("conversation_trace.jsonl");
     for (flags, said) in [
         (
@@ -67,10 +78,8 @@ fn settings_that_cannot_work_are_refused_with_the_fix() {
         ),
         (["--rate", "inf"], "--time-scale 1e6"),
     ] {
-        let out = bin()
-            .args(["replay", "--mock", "--max-requests", "2", "--trace"])
-            .arg(&trace)
-            .args(["--tokenizer", path(&tokenizer("qwen3"))])
+        let out = replay_qwen3(&trace, &dir.join("run"))
+            .args(["--max-requests", "2"])
             .args(flags)
             .output()
             .unwrap();
@@ -96,19 +105,8 @@ fn missing_input_and_output_paths_are_input_errors_before_the_run() {
         ),
         ("--output-path", missing.join("x.jsonl"), "does not exist"),
     ] {
-        let out = bin()
-            .args([
-                "replay",
-                "--mock",
-                "--quiet",
-                "--max-requests",
-                "2",
-                "--trace",
-            ])
-            .arg(crate::common::mooncake("conversation_trace.jsonl"))
-            .args(["--tokenizer", path(&tokenizer("qwen3"))])
-            .arg("--output")
-            .arg(&run)
+        let out = replay_qwen3(&crate::common::mooncake("conversation_trace.jsonl"), &run)
+            .args(["--max-requests", "2"])
             .arg(flag)
             .arg(&file)
             .output()
@@ -190,12 +188,7 @@ fn a_csv_header_missing_a_column_names_it() {
     ] {
         let trace = dir.join(name);
         std::fs::write(&trace, format!("{header}\n{row}\n")).unwrap();
-        let out = bin()
-            .args(["replay", "--mock", "--quiet", "--trace"])
-            .arg(&trace)
-            .args(["--tokenizer", path(&tokenizer("qwen3"))])
-            .arg("--output")
-            .arg(dir.join(format!("run-{name}")))
+        let out = replay_qwen3(&trace, &dir.join(format!("run-{name}")))
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -261,16 +254,11 @@ fn comparing_runs_of_different_traces_warns() {
         .iter()
         .map(|t| {
             let out = dir.join(t);
-            let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            let trace = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/data/formats")
                 .join(t);
-            let status = crate::common::replay_mock(&trace, &out)
-                .args([
-                    "--tokenizer",
-                    path(&tokenizer("qwen3")),
-                    "--max-requests",
-                    "3",
-                ])
+            let status = replay_qwen3(&trace, &out)
+                .args(["--max-requests", "3"])
                 .args(["--session-mode", "timestamp", "--rate", "1000"])
                 .status()
                 .unwrap();
