@@ -98,13 +98,13 @@ impl Dialect for AnthropicMessages {
                 out.extend_from_slice(b",\"messages\":");
                 let at = out.len();
                 serde_json::to_writer(&mut *out, &turns)?;
-                let prompt = at..out.len();
                 if let Some(Value::Array(tools)) = tools {
                     let tools: Vec<Value> = tools.iter().map(anthropic_tool).collect();
                     out.extend_from_slice(b",\"tools\":");
                     serde_json::to_writer(&mut *out, &tools)?;
                 }
-                (b"messages", prompt)
+                // Saved with its tools, as sent: the template renders both into the prompt.
+                (b"messages", at..out.len())
             }
             input => {
                 out.extend_from_slice(b",\"messages\":[{\"role\":\"user\",\"content\":");
@@ -357,12 +357,17 @@ mod tests {
             ],
             tools: Some(json!([{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}])),
         });
-        let mut out = Vec::new();
-        api().write_body(&chat, &opts(false), None, &mut out, None).unwrap();
+        let (mut out, mut saved) = (Vec::new(), Vec::new());
+        api()
+            .write_body(&chat, &opts(false), None, &mut out, Some(&mut saved))
+            .unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["system"], "be brief");
         assert_eq!(v["messages"], json!([{"role": "user", "content": "u"}]));
         assert_eq!(v["tools"], json!([{"name": "f", "description": "d", "input_schema": {"type": "object"}}]));
+        // prompts.jsonl keeps the messages and the tools as sent.
+        let line: Value = serde_json::from_slice(&saved).unwrap();
+        assert_eq!((&line["messages"], &line["tools"]), (&v["messages"], &v["tools"]));
         assert_eq!(v["stream"], false);
     }
 

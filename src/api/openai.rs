@@ -96,11 +96,10 @@ fn write_body(
         }
     };
     if let Some(saved) = saved {
-        // Messages are saved without the tools that follow them in the body.
+        // Messages are saved with the tools that follow them in the body: the template renders
+        // both into the prompt.
         let end = match &record.input {
-            Input::Messages { messages, .. } => {
-                prompt_start + serde_json::to_vec(messages).map_or(0, |v| v.len())
-            }
+            Input::Messages { .. } => out.len(),
             _ if chat => out.len() - 2,
             _ => out.len(),
         };
@@ -551,6 +550,7 @@ mod tests {
             None,
         );
         let (_, line) = saved(Api::OpenaiChat, &rec);
-        assert_eq!(line, serde_json::json!({"index": 0, "messages": msgs}));
+        let tools = serde_json::json!([{"type": "function"}]);
+        assert_eq!(line, serde_json::json!({"index": 0, "messages": msgs, "tools": tools}));
     }
 }
