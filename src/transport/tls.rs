@@ -205,19 +205,14 @@ pub fn describe(e: &rustls::Error) -> String {
                     format!("the server's certificate has expired: {c}"),
                     format!("renew it on the server, or check this machine's clock; {SKIP}"),
                 ),
-                CertificateError::Other(o)
-                    if o.0.downcast_ref::<webpki::Error>()
-                        == Some(&webpki::Error::CaUsedAsEndEntity) =>
-                {
-                    (
-                        "the server presents a self-signed CA certificate (CA:TRUE, as \
+                _ if is_ca_used_as_end_entity(e) => (
+                    "the server presents a self-signed CA certificate (CA:TRUE, as \
                          `openssl req -x509` makes them), which no CA this machine trusts signed"
-                            .to_string(),
-                        format!(
-                            "give --ca-cert PATH with that certificate to trust it as it is, {SKIP}"
-                        ),
-                    )
-                }
+                        .to_string(),
+                    format!(
+                        "give --ca-cert PATH with that certificate to trust it as it is, {SKIP}"
+                    ),
+                ),
                 other => (
                     format!("the server's certificate was refused: {other}"),
                     SKIP.trim_start_matches("or ").to_string(),
@@ -235,6 +230,17 @@ pub fn describe(e: &rustls::Error) -> String {
             format!("TLS handshake refused by the peer (alert {alert:?})")
         }
         other => format!("TLS error: {other}"),
+    }
+}
+
+/// A certificate made as a CA (most self-signed ones: `openssl req -x509` sets CA:TRUE)
+/// presented as the server's own, which webpki refuses as an end entity.
+fn is_ca_used_as_end_entity(e: &rustls::Error) -> bool {
+    match e {
+        rustls::Error::InvalidCertificate(CertificateError::Other(other)) => {
+            other.0.downcast_ref::<webpki::Error>() == Some(&webpki::Error::CaUsedAsEndEntity)
+        }
+        _ => false,
     }
 }
 
@@ -266,15 +272,6 @@ mod pinned {
         pub pinned: Vec<CertificateDer<'static>>,
     }
 
-    fn is_ca_used_as_end_entity(e: &Error) -> bool {
-        match e {
-            Error::InvalidCertificate(CertificateError::Other(other)) => {
-                other.0.downcast_ref::<webpki::Error>() == Some(&webpki::Error::CaUsedAsEndEntity)
-            }
-            _ => false,
-        }
-    }
-
     impl ServerCertVerifier for PinnedOrWebPki {
         fn verify_server_cert(
             &self,
@@ -298,7 +295,7 @@ mod pinned {
                 .pinned
                 .iter()
                 .any(|p| p.as_ref() == end_entity.as_ref());
-            if !(given && is_ca_used_as_end_entity(&refused)) {
+            if !(given && super::is_ca_used_as_end_entity(&refused)) {
                 return Err(refused);
             }
             let cert = webpki::EndEntityCert::try_from(end_entity)
