@@ -38,8 +38,9 @@ pub const EXIT_CODES: [(i32, &str); 5] = [
 pub enum Ending {
     /// Every scheduled request was sent and recorded.
     Completed,
-    /// Completed, but no measured request succeeded.
-    NoSuccess { failed: u64 },
+    /// Completed, but no measured request succeeded; `hint` names a cause found after the
+    /// fact (an `http://` endpoint that serves TLS).
+    NoSuccess { failed: u64, hint: Option<String> },
     /// `--max-error-rate` stopped sending; the reason says the counts.
     MaxErrorRate { reason: String },
     /// SIGINT or SIGTERM stopped sending; requests in flight drained.
@@ -74,8 +75,9 @@ impl Ending {
     pub fn describe(&self) -> String {
         match self {
             Ending::Completed => "completed: every scheduled request was sent".into(),
-            Ending::NoSuccess { failed } => {
-                format!("completed, but no request succeeded ({failed} failed)")
+            Ending::NoSuccess { failed, hint } => {
+                let hint = hint.as_ref().map_or(String::new(), |h| format!("; {h}"));
+                format!("completed, but no request succeeded ({failed} failed){hint}")
             }
             Ending::MaxErrorRate { reason } => reason.clone(),
             Ending::WriteFailed { reason } => {
@@ -103,7 +105,10 @@ mod tests {
     fn each_ending_has_its_exit_code_in_the_table() {
         for e in [
             Ending::Completed,
-            Ending::NoSuccess { failed: 3 },
+            Ending::NoSuccess {
+                failed: 3,
+                hint: None,
+            },
             Ending::MaxErrorRate { reason: "x".into() },
             Ending::Signal,
             Ending::WriteFailed { reason: "x".into() },

@@ -20,7 +20,6 @@ impl Summary {
                 for (kind, n) in &self.by_error_kind {
                     line(&format!("  {kind}:"), n.to_string());
                     if let Some(m) = self.first_error_by_kind.get(kind) {
-                        let m: String = m.chars().take(64).collect();
                         line(&format!("    first: {m}"), String::new());
                     }
                 }

@@ -30,6 +30,7 @@ pub mod ntp;
 pub mod pipeline;
 pub mod plan;
 pub mod prefix_cache;
+pub mod printable;
 pub mod progress;
 pub mod prompt;
 pub mod record;
@@ -88,7 +89,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 Ending::MaxErrorRate { reason } | Ending::WriteFailed { reason } => {
                     eprintln!("{place}\nerror: {reason}")
                 }
-                Ending::NoSuccess { failed } => {
+                Ending::NoSuccess { failed, hint } => {
                     let first = outcome.summary.first_error_by_kind.iter().next();
                     eprintln!(
                         "{place}\nerror: no request succeeded ({failed} failed){}",
@@ -96,6 +97,9 @@ pub fn run(cli: Cli) -> Result<i32> {
                             "; first {kind} error: {m}"
                         ))
                     );
+                    if let Some(hint) = hint {
+                        eprintln!("hint: {hint}");
+                    }
                 }
             }
             Ok(ending.exit_code())

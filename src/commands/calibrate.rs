@@ -117,16 +117,7 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
         first_errors: s
             .first_error_by_kind
             .iter()
-            .map(|(kind, message)| {
-                let shown: String = message
-                    .chars()
-                    .map(|c| match c.is_control() {
-                        true => c.escape_default().to_string(),
-                        false => c.to_string(),
-                    })
-                    .collect();
-                format!("{kind}: {shown}")
-            })
+            .map(|(kind, message)| format!("{kind}: {message}"))
             .collect(),
         sender_cpu_pct: 100.0 * outcome.sender_cpu_s / s.duration_s.max(1e-9),
     })

@@ -457,6 +457,7 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
         }
         None if rows.iter().all(|r| r.ok == 0) => Ending::NoSuccess {
             failed: rows.iter().map(|r| r.failed).sum(),
+            hint: None,
         }
         .to_json(),
         None => Ending::Completed.to_json(),

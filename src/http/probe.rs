@@ -47,6 +47,36 @@ pub fn reachable(
     Ok(())
 }
 
+/// Whether the server at `addr` answers a TLS ClientHello as a TLS server does (a handshake
+/// or a TLS alert): asked of an `http://` endpoint that closed every connection without a
+/// byte of answer, as an OpenSSL or rustls server does with a plain-HTTP request. A plain-HTTP
+/// server answers the hello with an HTTP error or a close: false.
+pub fn answers_tls(addr: SocketAddr, host: &str, timeout: Duration) -> bool {
+    let insecure = tls::TlsOptions {
+        insecure: true,
+        ..Default::default()
+    };
+    let target = match tls::ClientTls::new(&insecure).and_then(|c| c.target(host)) {
+        Ok(t) => t,
+        Err(_) => return false,
+    };
+    let Ok(tcp) = connect_tcp(addr, timeout) else {
+        return false;
+    };
+    let Ok(mut stream) = target.blocking(tcp) else {
+        return false;
+    };
+    while stream.conn.is_handshaking() {
+        if let Err(e) = stream.conn.complete_io(&mut stream.sock) {
+            return e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                .is_some_and(|e| matches!(e, rustls::Error::AlertReceived(_)));
+        }
+    }
+    true
+}
+
 /// `GET path` over a fresh connection (TLS for https); returns (status, body).
 pub fn get(
     addr: SocketAddr,

@@ -223,6 +223,17 @@ impl RequestRecord {
         self.error.is_none() && self.status.is_some_and(|s| (200..300).contains(&s))
     }
 
+    /// Sent, then its connection reset or closed before a status line came back: how a TLS
+    /// server answers a plain-HTTP request, among other causes.
+    pub fn closed_unanswered(&self) -> bool {
+        self.sent_ns.is_some()
+            && self.status.is_none()
+            && self
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == ErrorKind::Reset)
+    }
+
     pub fn drift_ms(&self) -> Option<f64> {
         self.sent_ns
             .map(|s| (s as f64 - self.scheduled_ns as f64) / 1e6)

@@ -76,9 +76,9 @@ impl SenderLoop {
         });
         let mut record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
         if let Some(e) = &mut record.error {
-            if let std::borrow::Cow::Owned(clean) = crate::secrets::redact(&e.message) {
-                e.message = clean;
-            }
+            let clean =
+                crate::printable::printable(&crate::secrets::redact(&e.message)).into_owned();
+            e.message = clean;
         }
         if record.session.is_some() {
             let end = record.end_ns.unwrap_or(0);

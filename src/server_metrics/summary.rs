@@ -182,6 +182,7 @@ pub fn load(dir: &Path) -> Result<Option<Vec<TargetSummary>>> {
         let t = &mut targets[at];
         t.scrapes += 1;
         if let Some(e) = v["error"].as_str() {
+            let e = crate::printable::printable(e);
             if v["baseline"] == true {
                 t.baseline_error = Some(e.to_string());
             }
@@ -190,7 +191,8 @@ pub fn load(dir: &Path) -> Result<Option<Vec<TargetSummary>>> {
             return Ok(());
         }
         if let Some(server) = v["server"].as_str() {
-            t.server.get_or_insert_with(|| server.to_string());
+            t.server
+                .get_or_insert_with(|| crate::printable::printable(server).into_owned());
         }
         for (name, value) in v["metrics"].as_object().into_iter().flatten() {
             if let Some(x) = value.as_f64() {

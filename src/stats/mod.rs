@@ -207,7 +207,7 @@ impl SummaryBuilder {
             *self.by_error_kind.entry(kind.to_string()).or_default() += 1;
             if !self.first_error_by_kind.contains_key(kind) {
                 let message = match (&r.error, r.status) {
-                    (Some(e), _) => e.message.clone(),
+                    (Some(e), _) => crate::printable::printable(&e.message).into_owned(),
                     (None, Some(status)) => format!("HTTP status {status}"),
                     (None, None) => String::new(),
                 };
@@ -315,7 +315,8 @@ pub struct Summary {
     pub ok: u64,
     pub failed: u64,
     pub by_error_kind: BTreeMap<String, u64>,
-    /// The message of the first failure of each kind, in the order records completed.
+    /// The message of the first failure of each kind, in the order records completed, safe
+    /// to print ([`crate::printable`]).
     pub first_error_by_kind: BTreeMap<String, String>,
     pub duration_s: f64,
     pub input_tokens: u64,

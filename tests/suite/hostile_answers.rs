@@ -136,3 +136,68 @@ fn the_tgi_dialect_against_an_openai_server_is_empty() {
         .iter()
         .all(|r| r["error"].is_null() && r["output_tokens"] == 4));
 }
+
+/// A 500 whose message carries terminal escapes (retitle, clear the screen, a bidirectional
+/// override) and runs long: every text output shows it whole and escaped, and not one raw
+/// control byte reaches the terminal, summary.txt or report.html.
+#[test]
+fn a_server_message_with_terminal_escapes_is_shown_whole_and_escaped() {
+    let dir = temp_dir("answers-ansi");
+    const TAIL: &str = "the-end-of-a-long-message";
+    let url = canned_server(|_| {
+        let body = format!(
+            "\u{1b}]0;owned\u{7}\u{1b}[2J\u{1b}[31mout of memory\u{202e} {} {TAIL}",
+            "x".repeat(120)
+        );
+        let mut r = format!(
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(body.as_bytes());
+        r
+    });
+    let out = dir.join("run");
+    let output = bin()
+        .args(["replay", "--model", "m", "--endpoint"])
+        .arg(format!("{url}/v1/chat/completions"))
+        .arg("--trace")
+        .arg(text_trace(&dir, 5, 1, 4))
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let shown = "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{1b}[31mout of memory\\u{202e} ";
+    let texts = [
+        ("stdout", output.stdout.clone()),
+        ("stderr", output.stderr.clone()),
+        (
+            "summary.txt",
+            std::fs::read(out.join("summary.txt")).unwrap(),
+        ),
+        (
+            "report.html",
+            std::fs::read(out.join("report.html")).unwrap(),
+        ),
+    ];
+    for (name, bytes) in texts {
+        let text = String::from_utf8_lossy(&bytes);
+        let raw = text
+            .chars()
+            .find(|&c| (c.is_control() && c != '\n') || c == '\u{202e}');
+        assert_eq!(raw, None, "{name} carries a raw control character: {text}");
+        if name != "report.html" {
+            assert!(text.contains(shown), "{name}: {text}");
+            assert!(
+                text.contains(TAIL),
+                "{name} shows the whole message: {text}"
+            );
+        }
+    }
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("out of memory"),
+        "report.html names the error"
+    );
+}

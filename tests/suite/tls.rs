@@ -352,3 +352,67 @@ fn refused(dir: &Path, url: &str) -> String {
     .expect("refused")
     .to_string()
 }
+
+/// `http://` to a TLS port: the server closes each plain-HTTP request's connection without a
+/// byte, which the records can only call a reset. The run asks the port for a TLS handshake
+/// afterwards and names the https:// URL to give; a plain server that closes connections the
+/// same way gets no such advice.
+#[test]
+fn plain_http_to_a_tls_port_names_https() {
+    let dir = temp_dir("tls-plain-http");
+    let (cert, key) = certificate(&dir);
+    let mock = MockProcess::start(&["--tls-cert", s(&cert), "--tls-key", s(&key)]);
+    let ending = |url: &str, name: &str| {
+        let out = dir.join(name);
+        let outcome = replay(&[
+            "--endpoint",
+            url,
+            "--model",
+            "m",
+            "--trace",
+            s(&trace(&dir)),
+            "--max-requests",
+            "3",
+            "--output",
+            s(&out),
+        ])
+        .expect("the run completes, every request failed");
+        let summary: Value =
+            serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        let detail = summary["ended"]["detail"].as_str().unwrap().to_string();
+        assert_eq!(
+            outcome.summary.by_error_kind.get("reset"),
+            Some(&3),
+            "{detail}"
+        );
+        (outcome.ending, detail)
+    };
+
+    let (tls_port, detail) = ending(&format!("http://{}", mock.addr), "to-tls");
+    let llmreplay::ending::Ending::NoSuccess {
+        hint: Some(hint), ..
+    } = &tls_port
+    else {
+        panic!("no hint: {tls_port:?}")
+    };
+    let fix = format!("give https:// (https://{})", mock.addr);
+    assert!(hint.contains("serves TLS") && hint.contains(&fix), "{hint}");
+    assert!(detail.contains(&fix), "summary.json says it too: {detail}");
+
+    let closer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closer.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in closer.incoming() {
+            drop(conn);
+        }
+    });
+    let (plain, detail) = ending(&format!("http://{addr}"), "to-closer");
+    assert!(
+        matches!(
+            plain,
+            llmreplay::ending::Ending::NoSuccess { hint: None, .. }
+        ),
+        "{plain:?}"
+    );
+    assert!(!detail.contains("TLS"), "{detail}");
+}

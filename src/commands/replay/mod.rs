@@ -7,6 +7,7 @@
 
 mod cache_check;
 mod describe;
+mod diagnose;
 mod run_json;
 mod setup;
 mod time_zero;
@@ -140,7 +141,7 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     let scrape = setup::scrape_config(plan, &fleet, say)?;
     let stages = start(plan, &trace, prompts, &fleet, &out, scrape, &expected, say)?;
     let collected = collect(plan, &trace, &stages, out)?;
-    let outcome = finish(plan, stages, collected);
+    let outcome = finish(plan, &fleet, stages, collected);
     if let Some(m) = mock {
         m.stop().ok();
     }
@@ -177,7 +178,7 @@ fn prime(
     let out = setup::prepare_output(&pass, trace)?;
     let stages = start(&pass, trace, prompts, fleet, &out, None, expected, say)?;
     let collected = collect(&pass, trace, &stages, out)?;
-    let outcome = finish(&pass, stages, collected)?;
+    let outcome = finish(&pass, fleet, stages, collected)?;
     match outcome.ending {
         Ending::Completed => Ok(None),
         Ending::Signal => Ok(Some(outcome)),
@@ -548,6 +549,8 @@ struct Collected {
     /// Measured (not warmup) requests that succeeded, and that failed.
     measured_ok: u64,
     measured_failed: u64,
+    /// Requests whose connection the server closed before a byte of answer.
+    closed_unanswered: u64,
 }
 
 /// Writes records as they complete (flushed per batch), feeds the progress line, and on a signal stops sending and drains.
@@ -579,7 +582,7 @@ fn collect(
                 *failed = Some(reason);
             }
         };
-    let (mut measured_ok, mut measured_failed) = (0u64, 0u64);
+    let (mut measured_ok, mut measured_failed, mut closed_unanswered) = (0u64, 0u64, 0u64);
     let mut judge = plan
         .max_error_rate
         .map(|limit| ErrorRateJudge::new(limit, trace.preview.skipped_by_offset));
@@ -620,6 +623,7 @@ fn collect(
                     if !r.warmup {
                         measured_ok += u64::from(r.ok());
                         measured_failed += u64::from(!r.ok());
+                        closed_unanswered += u64::from(r.closed_unanswered());
                     }
                     let verdict = judge
                         .as_mut()
@@ -665,11 +669,12 @@ fn collect(
         write_failed,
         measured_ok,
         measured_failed,
+        closed_unanswered,
     })
 }
 
 /// Joins the threads and renders the outputs from requests.jsonl, as `report DIR` does.
-fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome> {
+fn finish(plan: &ReplayPlan, fleet: &Fleet, stages: Stages, c: Collected) -> Result<RunOutcome> {
     let mut producer_error = None;
     for p in stages.producers {
         let result = p
@@ -713,16 +718,26 @@ fn finish(plan: &ReplayPlan, stages: Stages, c: Collected) -> Result<RunOutcome>
     }
     // Said in run.json, which report renders read with the records.
     let mut run = report::run_config(&c.dir).unwrap_or_default();
+    // Nothing answered, and connections were closed without a word: ask whether an http://
+    // endpoint is a TLS port.
+    let hint = || match (c.measured_ok, c.closed_unanswered) {
+        (0, 1..) => fleet.plain_http_to_tls(),
+        _ => None,
+    };
     let ending = match (c.stopped, &c.stopped_early) {
         _ if c.write_failed.is_some() => Ending::WriteFailed {
             reason: c.write_failed.clone().unwrap_or_default(),
         },
         (true, _) => Ending::Signal,
         (false, Some(reason)) => Ending::MaxErrorRate {
-            reason: reason.clone(),
+            reason: match hint() {
+                Some(h) => format!("{reason}; {h}"),
+                None => reason.clone(),
+            },
         },
         (false, None) if c.measured_ok == 0 => Ending::NoSuccess {
             failed: c.measured_failed,
+            hint: hint(),
         },
         (false, None) => Ending::Completed,
     };
