@@ -38,6 +38,9 @@ pub enum Mark {
     /// A wide pale band: a reference that a thin line drawn over it (e.g. "sent" over
     /// "scheduled") leaves visible where the two agree.
     Band,
+    /// Large dots for a few values at whole-number x (per round): nothing is drawn between
+    /// them, and the x axis labels whole numbers only.
+    Points,
 }
 
 pub struct Series {
@@ -57,6 +60,11 @@ impl Series {
 
     pub fn band(name: &str, points: Vec<(f64, f64)>) -> Series {
         Series::new(name, points, Mark::Band)
+    }
+
+    /// Values at whole-number x: see [`Mark::Points`].
+    pub fn points(name: &str, points: Vec<(f64, f64)>) -> Series {
+        Series::new(name, points, Mark::Points)
     }
 
     fn new(name: &str, points: Vec<(f64, f64)>, mark: Mark) -> Series {
@@ -131,19 +139,30 @@ fn plot(title: &str, x_label: &str, y_label: &str, series: &[Series], log_x: boo
     }
     let mut svg = String::new();
     let y = y0..y1 * 1.05;
+    let whole_x = series.iter().any(|s| s.mark == Mark::Points);
+    let ticks = Ticks {
+        x: match whole_x {
+            true => Step::Whole,
+            false => Step::Span(x1 - x0),
+        },
+        y: Step::Span(y1 * 1.05 - y0),
+    };
     let drawn = if log_x {
         draw(
             &mut svg,
-            title,
-            x_label,
-            y_label,
+            (title, x_label, y_label),
             series,
             (x0..x1 * 1.05).log_scale(),
             y,
+            ticks,
         )
+    } else if whole_x {
+        let x = x0 - 0.5..x1 + 0.5;
+        draw(&mut svg, (title, x_label, y_label), series, x, y, ticks)
     } else {
         let pad = (x1 - x0) * 0.02;
-        draw(&mut svg, title, x_label, y_label, series, x0..x1 + pad, y)
+        let x = x0..x1 + pad;
+        draw(&mut svg, (title, x_label, y_label), series, x, y, ticks)
     };
     match drawn {
         Ok(()) => format!("<figure>{svg}{}</figure>", legend(series)),
@@ -151,14 +170,38 @@ fn plot(title: &str, x_label: &str, y_label: &str, series: &[Series], log_x: boo
     }
 }
 
+/// What the tick labels of an axis must tell apart.
+#[derive(Clone, Copy)]
+enum Step {
+    /// Ticks across this span: as many decimals as the span needs (175.2, not 175).
+    Span(f64),
+    /// Whole numbers only (rounds); ticks between them are left blank.
+    Whole,
+}
+
+#[derive(Clone, Copy)]
+struct Ticks {
+    x: Step,
+    y: Step,
+}
+
+impl Step {
+    fn label(self, v: f64) -> String {
+        match self {
+            Step::Whole if (v - v.round()).abs() > 1e-9 => String::new(),
+            Step::Whole => tick(v.round()),
+            Step::Span(span) => tick_across(v, span),
+        }
+    }
+}
+
 fn draw<X>(
     svg: &mut String,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
+    (title, x_label, y_label): (&str, &str, &str),
     series: &[Series],
     x: X,
     y: Range<f64>,
+    ticks: Ticks,
 ) -> Result<(), String>
 where
     X: AsRangedCoord<Value = f64>,
@@ -177,8 +220,8 @@ where
     c.configure_mesh()
         .x_desc(x_label)
         .y_desc(y_label)
-        .x_label_formatter(&|v| tick(*v))
-        .y_label_formatter(&|v| tick(*v))
+        .x_label_formatter(&|v| ticks.x.label(*v))
+        .y_label_formatter(&|v| ticks.y.label(*v))
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(|e| err(&e))?;
@@ -201,6 +244,11 @@ where
                     .into_iter()
                     .map(|p| Circle::new(p, 2, color.mix(0.5).filled())),
             ),
+            Mark::Points => c.draw_series(
+                s.points
+                    .iter()
+                    .map(|&p| Circle::new(p, 4, color.mix(0.8).filled())),
+            ),
         }
         .map_err(|e| err(&e))?;
     }
@@ -219,7 +267,7 @@ fn legend(series: &[Series]) -> String {
         let style = match s.mark {
             Mark::Line => format!("height:3px;background:rgb({r},{g},{b})"),
             Mark::Band => format!("height:9px;background:rgba({r},{g},{b},0.3)"),
-            Mark::Dots => {
+            Mark::Dots | Mark::Points => {
                 format!("height:7px;width:7px;border-radius:50%;background:rgb({r},{g},{b})")
             }
         };
@@ -253,14 +301,47 @@ pub fn tick(v: f64) -> String {
         x if x >= 1.0 => 2,
         _ => 3,
     };
-    let mut s = format!("{scaled:.decimals$}");
+    format!("{}{unit}", trimmed(scaled, decimals))
+}
+
+/// A tick label on an axis whose ticks span `span`: as [`tick`], with the decimals that tell
+/// neighbouring ticks apart (about a tenth of the span each), so a narrow range reads
+/// "175.2 175.4", not "175 175"; a thousands or millions unit is dropped where the ticks
+/// would need more than two decimals of it.
+pub fn tick_across(v: f64, span: f64) -> String {
+    let step = span.abs() / 10.0;
+    if !(step > 0.0 && step.is_finite()) {
+        return tick(v);
+    }
+    let unit = match v.abs() {
+        a if a >= 1e6 => 1e6,
+        a if a >= 1e4 => 1e3,
+        _ => 1.0,
+    };
+    let needed = |unit: f64| (-(step / unit).log10()).ceil().max(0.0) as usize;
+    if unit > 1.0 && needed(unit) > 2 {
+        return trimmed(v, needed(1.0).min(9));
+    }
+    let plain = tick(v);
+    let shown = plain.trim_end_matches(['k', 'M']);
+    let have = shown.split_once('.').map_or(0, |(_, d)| d.len());
+    if needed(unit) <= have || v.abs() < 1e-3 && v != 0.0 {
+        return plain;
+    }
+    let suffix = &plain[shown.len()..];
+    format!("{}{suffix}", trimmed(v / unit, needed(unit).min(9)))
+}
+
+/// `v` with `decimals`, trailing zeros (and a bare point) dropped, `-0` as `0`.
+fn trimmed(v: f64, decimals: usize) -> String {
+    let mut s = format!("{v:.decimals$}");
     if s.contains('.') {
         s = s.trim_end_matches('0').trim_end_matches('.').to_string();
     }
     if s == "-0" {
         s = "0".into();
     }
-    format!("{s}{unit}")
+    s
 }
 
 /// A bar chart of counts per bin.
@@ -321,6 +402,76 @@ mod tests {
         ];
         for (v, want) in cases {
             assert_eq!(tick(v), want, "{v}");
+        }
+    }
+
+    /// Neighbouring ticks of a narrow range read apart (the "175 175 175 176").
+    #[test]
+    fn ticks_across_a_narrow_range_are_told_apart() {
+        let labels = |from: f64, step: f64, span: f64| -> Vec<String> {
+            (0..=10)
+                .map(|i| tick_across(from + f64::from(i) * step, span))
+                .collect()
+        };
+        for (from, step, span) in [
+            (175.0, 0.2, 2.0),
+            (175.0, 0.02, 0.2),
+            (0.5, 0.001, 0.01),
+            (175_000.0, 2.0, 20.0),
+            (2_000_000.0, 100.0, 1000.0),
+        ] {
+            let got = labels(from, step, span);
+            let mut unique = got.clone();
+            unique.dedup();
+            assert_eq!(unique.len(), got.len(), "{got:?}");
+        }
+        assert_eq!(tick_across(175.2, 2.0), "175.2");
+        assert_eq!(tick_across(120_000.0, 100_000.0), "120k");
+        assert_eq!(tick_across(175_002.0, 20.0), "175002");
+        assert_eq!(
+            tick_across(2.5, 10.0),
+            "2.5",
+            "wide ranges keep tick()'s own digits"
+        );
+        assert_eq!(Step::Whole.label(2.5), "");
+        assert_eq!(Step::Whole.label(3.0), "3");
+    }
+
+    /// The text labels of a drawn chart, title and axis names left out.
+    fn labels(page: &str) -> Vec<String> {
+        page.split("</text>")
+            .filter_map(|t| t.rsplit_once('>').map(|(_, l)| l.trim().to_string()))
+            .filter(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_digit() || c == '.'))
+            .collect()
+    }
+
+    #[test]
+    fn drawn_charts_label_narrow_ranges_apart_and_rounds_by_whole_numbers() {
+        let narrow: Vec<(f64, f64)> = (0..50)
+            .map(|i| (1000.0 + f64::from(i), 175.0 + f64::from(i) * 0.02))
+            .collect();
+        let page = chart("t", "s", "ms", &[Series::line("", narrow)]);
+        let got = labels(&page);
+        let mut unique = got.clone();
+        unique.sort();
+        unique.dedup();
+        assert!(got.len() > 6 && unique.len() == got.len(), "{got:?}");
+
+        let rounds: Vec<(f64, f64)> = (1..=4).map(|t| (f64::from(t), 50.0)).collect();
+        let page = chart("t", "round", "%", &[Series::points("planned", rounds)]);
+        // The series' colour strokes no line (the axes are black polylines).
+        assert!(
+            !page.contains("stroke=\"#1F77B4\""),
+            "rounds are dots, not lines"
+        );
+        assert_eq!(page.matches("<circle").count(), 4);
+        let x: Vec<String> = labels(&page)
+            .into_iter()
+            .filter(|l| l.contains('.'))
+            .collect();
+        assert!(x.is_empty(), "no fractional round: {x:?}");
+        for round in ["1", "2", "3", "4"] {
+            assert!(labels(&page).iter().any(|l| l == round), "{round}");
         }
     }
 

@@ -32,8 +32,8 @@ pub fn section_of(out: &mut String, sessions: &SessionSummary) {
         "round (turn number)",
         "% of prompt tokens",
         &[
-            Series::line("planned (trace)", points(|r| r.planned_share())),
-            Series::line("observed (server)", points(|r| r.observed_share())),
+            Series::points("planned (trace)", points(|r| r.planned_share())),
+            Series::points("observed (server)", points(|r| r.observed_share())),
         ],
     );
     section(

@@ -242,6 +242,29 @@ fn the_workbook_and_the_report_show_each_endpoint_and_every_request_in_index_ord
     for key in ["requests_ok", "ttft_ms", "e2el_ms", "input_length_exact"] {
         assert!(keys.iter().any(|k| k == key), "Summary lacks {key}");
     }
+    // The conversations, as summary.txt shows them, and each round's numbers as summary.json
+    // has them.
+    let row_of = |label: &str| {
+        let at = keys.iter().position(|k| k == label);
+        at.unwrap_or_else(|| panic!("Summary lacks {label}: {keys:?}"))
+    };
+    let started = row_of("Sessions started / finished / cut");
+    assert_eq!(
+        summary_sheet.get((started, 1)).unwrap().to_string(),
+        "6 / 6 / 0"
+    );
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let rounds = summary["sessions"]["rounds"].as_array().unwrap();
+    assert!(!rounds.is_empty());
+    let first = row_of("round") + 1;
+    for (i, round) in rounds.iter().enumerate() {
+        let cell = |c: usize| number(summary_sheet.get((first + i, c)).unwrap());
+        assert_eq!(cell(0), round["turn"].as_f64(), "{round}");
+        assert_eq!(cell(1), round["requests"].as_f64(), "{round}");
+        assert_eq!(cell(3), round["observed_hit_share"].as_f64(), "{round}");
+        assert_eq!(cell(6), round["cached_tokens"].as_f64(), "{round}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

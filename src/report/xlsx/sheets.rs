@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::xerr;
 use crate::error::Result;
-use crate::stats::{percentile_key, Summary};
+use crate::stats::{percentile_key, SessionSummary, Summary};
 
 /// Number formats, made once per book.
 pub struct Formats {
@@ -121,10 +121,60 @@ pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) ->
             }
         }
     }
+    if let Some(sessions) = &s.sessions {
+        conversations(sheet, f, row + 2, sessions)?;
+    }
     sheet.set_column_width(0, 36).map_err(xerr)?;
     sheet
         .set_column_range_width(1, names.len() as u16, 11)
         .map_err(xerr)?;
+    Ok(())
+}
+
+/// The Summary sheet's conversations, from `row` on: the lines summary.txt and report.html
+/// show (label, text), then one row of numbers per round (turn number).
+fn conversations(
+    sheet: &mut Worksheet,
+    f: &Formats,
+    mut row: u32,
+    s: &SessionSummary,
+) -> Result<()> {
+    header(sheet, f, row, &["conversations".into()])?;
+    for (label, value) in s.lines() {
+        row += 1;
+        let label = label.trim_end_matches(':');
+        sheet.write_string(row, 0, label).map_err(xerr)?;
+        sheet.write_string(row, 1, value).map_err(xerr)?;
+    }
+    row += 2;
+    let names = [
+        "round",
+        "requests",
+        "planned_hit_share",
+        "observed_hit_share",
+        "diff_points",
+        "planned_cached_tokens",
+        "cached_tokens",
+    ];
+    header(sheet, f, row, &names.map(String::from))?;
+    for r in &s.rounds {
+        row += 1;
+        let counts = [Some(f64::from(r.turn)), Some(r.requests as f64)];
+        numbers(sheet, f, row, 0, counts)?;
+        for (c, share) in [(2, r.planned_share()), (3, r.observed_share())] {
+            if let Some(v) = share {
+                sheet
+                    .write_number_with_format(row, c, v, &f.share)
+                    .map_err(xerr)?;
+            }
+        }
+        let rest = [
+            r.diff_points(),
+            Some(r.planned_cached as f64),
+            Some(r.observed_cached as f64),
+        ];
+        numbers(sheet, f, row, 4, rest)?;
+    }
     Ok(())
 }
 
