@@ -173,6 +173,7 @@ pub struct RequestRecord {
 pub struct TurnRecord {
     /// The conversation (written as `session_id`).
     pub root: String,
+    /// Its number in the conversation, counted from 1 as traces count it (Bailian's `turn`).
     pub turn: u32,
     pub parent_index: Option<u64>,
     /// When the parent's end released it (run ns).

@@ -278,7 +278,7 @@ impl Exchange {
             warmup: self.req.warmup,
             session: self.req.session.map(|t| TurnRecord {
                 root: t.link.root,
-                turn: t.link.turn,
+                turn: t.link.turn + 1,
                 parent_index: t.link.parent_index,
                 released_ns: t.released_ns,
                 delay_ns: self.req.scheduled_ns.saturating_sub(t.trace_scheduled_ns),

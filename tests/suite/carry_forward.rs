@@ -90,7 +90,7 @@ fn rounds(summary: &Value) -> Vec<Value> {
 fn carried_answers_make_the_observed_hits_the_planned_ones() {
     let dir = temp_dir("carry-forward");
     let (rows, summary, table) = run(&dir, "on", "on");
-    for r in rows.iter().filter(|r| r["turn"].as_u64() > Some(0)) {
+    for r in rows.iter().filter(|r| r["turn"].as_u64() > Some(1)) {
         let input = r["input_tokens"].as_u64().unwrap();
         // The parent's prompt and its answer, then the turn's own 32 new tokens.
         assert_eq!(r["carried_tokens"].as_u64(), Some(input - 32), "{r}");
@@ -115,13 +115,13 @@ fn carried_answers_make_the_observed_hits_the_planned_ones() {
     assert_eq!(summary["sessions"]["carried_forward"], 12);
     assert_eq!(summary["sessions"]["conversations"], 6);
     assert!(
-        table.contains("Round 1 prefix hits planned / seen:"),
+        table.contains("Round 2 prefix hits planned / seen:"),
         "{table}"
     );
 
     // Off: each turn misses its parent's answer (the blocks in its place are synthetic).
     let (rows, summary, table) = run(&dir, "off", "off");
-    for r in rows.iter().filter(|r| r["turn"].as_u64() > Some(0)) {
+    for r in rows.iter().filter(|r| r["turn"].as_u64() > Some(1)) {
         assert!(r.get("carried_tokens").is_none(), "{r}");
         let planned = r["planned_cached_tokens"].as_u64().unwrap();
         assert_eq!(r["cached_tokens"].as_u64(), Some(planned - ANSWER), "{r}");
@@ -231,7 +231,7 @@ fn a_reasoning_parent_carries_its_answer_and_the_turn_stays_exact() {
             assert_eq!(p["index"], r["index"]);
             assert_eq!(r["reasoning_tokens"], 10, "{r}");
             assert_eq!(p["prompt_tokens"], r["prompt_tokens"], "{api}: {p}\n{r}");
-            if r["turn"].as_u64() > Some(0) {
+            if r["turn"].as_u64() > Some(1) {
                 // The parent's 32 output tokens held 10 of reasoning: 22 are carried.
                 let carried = |x: &Value| x["carried_tokens"].as_u64().unwrap();
                 assert_eq!(carried(p) - carried(r), 10, "{api}: {p}\n{r}");

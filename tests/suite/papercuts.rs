@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{bin, path, replay_mock, tokenizer};
+use serde_json::Value;
+
+use crate::common::{bin, path, read_jsonl, replay_mock, temp_dir, tokenizer};
 
 /// `replay --mock` of `trace` into `out` with the Qwen3 tokenizer (add options with `.args`).
 fn replay_qwen3(trace: &Path, out: &Path) -> Command {
@@ -274,4 +276,28 @@ fn comparing_runs_of_different_traces_warns() {
         "{stderr}"
     );
     assert!(stderr.contains("burstgpt_sample.csv"), "{stderr}");
+}
+
+/// A Bailian record's `turn` (counted from 1) comes back under the same name with the same
+/// number, not one less.
+#[test]
+fn a_bailian_turn_keeps_its_number_in_the_records() {
+    let dir = temp_dir("papercut-turn");
+    let records = crate::common::by_timestamp(crate::common::bailian_chains(3, 0.001, 0.01, 2));
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = records.iter().map(Value::to_string).collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let out = dir.join("run");
+    let status = replay_qwen3(&trace, &out).status().unwrap();
+    assert!(status.success());
+    let rows = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(rows.len(), records.len());
+    for row in &rows {
+        let planned = records
+            .iter()
+            .find(|r| r["chat_id"] == row["chat_id"])
+            .unwrap();
+        assert_eq!(row["turn"], planned["turn"], "{row}");
+    }
+    assert!(rows.iter().any(|r| r["turn"] == 3));
 }

@@ -77,7 +77,7 @@ fn a_turn_leaves_after_its_parent_ends_and_stays_on_its_endpoint() {
     let mut children = 0;
     for r in &rows {
         assert_eq!(
-            r["turn"].as_u64().unwrap() + 1,
+            r["turn"].as_u64().unwrap(),
             r["chat_id"].as_u64().unwrap() % 10
         );
         let Some(parent) = r["parent_index"].as_u64() else {

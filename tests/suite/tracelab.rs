@@ -121,7 +121,7 @@ fn rounds_follow_answers_and_tool_waits_under_a_session_cap() {
         .map(|r| (r["index"].as_u64().unwrap(), r))
         .collect();
     let mut drifts = Vec::new();
-    for r in rows.iter().filter(|r| r["turn"].as_u64() > Some(0)) {
+    for r in rows.iter().filter(|r| r["turn"].as_u64() > Some(1)) {
         let parent = by_index[&r["parent_index"].as_u64().unwrap()];
         // Released by the parent's end; due 20 ms (its tool wait) later; sent then.
         assert_eq!(ms(r, "released_ms"), ms(parent, "end_ms"), "{r}");
@@ -161,7 +161,7 @@ fn rounds_follow_answers_and_tool_waits_under_a_session_cap() {
         .filter(|r| r.get("session_wait_ms").is_some())
         .collect();
     assert!(
-        !waited.is_empty() && waited.iter().all(|r| r["turn"] == 0),
+        !waited.is_empty() && waited.iter().all(|r| r["turn"] == 1),
         "{table}"
     );
     assert_eq!(s["sessions_waited"].as_u64(), Some(waited.len() as u64));
