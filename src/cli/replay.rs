@@ -66,6 +66,12 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "MS", default_value_t = 5.0, requires = "mock")]
     pub mock_itl_ms: f64,
 
+    /// With --mock: give the mock a prefix cache of N blocks of the trace's block size
+    /// (--block-size), reporting cached prompt tokens as vLLM does: try
+    /// --require-cache-report, carry-forward and per-round hits without a server.
+    #[arg(long, value_name = "N", requires = "mock")]
+    pub mock_cache_blocks: Option<usize>,
+
     /// Request dialect of every endpoint (default: openai-chat, or what an endpoint URL's
     /// path says; `openai` is openai-chat).
     #[arg(long, value_parser = crate::cli::api())]

@@ -85,6 +85,7 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
         None => Targets::Mock {
             ttft_ms: plan.mock_ttft_ms,
             itl_ms: plan.mock_itl_ms,
+            cache_blocks: None,
         },
     };
     let replay = ReplayPlan {

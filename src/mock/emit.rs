@@ -74,6 +74,12 @@ impl MockLoop {
             let g = conn.generation.as_ref().expect("generation");
             self.stats.tokens += g.sent - tokens_before;
             let wrote = g.sent > tokens_before || finished;
+            if finished && conn.fault.is_none() {
+                let planned = g.chunk_due(&cfg, g.chunks(&cfg).saturating_sub(1));
+                self.stats
+                    .lateness
+                    .observe(now.saturating_sub(planned), cfg.itl_ns);
+            }
             let mut ended = None;
             if finished {
                 ended = conn.generation.take();

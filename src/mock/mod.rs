@@ -13,6 +13,7 @@ mod faults;
 mod fixture;
 mod generation;
 mod http;
+mod lateness;
 mod metrics;
 mod request;
 mod token_cache;
@@ -69,6 +70,8 @@ pub struct MockStats {
     /// `--cache-blocks`: prompt words looked up in the prefix cache, and those found.
     pub prefix_queries: u64,
     pub prefix_hits: u64,
+    /// Answers that ended later than the timing the mock was given.
+    pub lateness: lateness::Lateness,
 }
 
 impl MockStats {
@@ -327,6 +330,10 @@ impl MockLoop {
             self.emit_due();
             self.read_taken();
             self.arm_timer();
+            let counting = matches!(self.cfg.counting, PromptCounting::Tokenizer(_));
+            if let Some(report) = self.stats.lateness.report(self.woke_ns, counting) {
+                eprintln!("{report}");
+            }
         }
     }
 

@@ -301,3 +301,104 @@ fn a_bailian_turn_keeps_its_number_in_the_records() {
     }
     assert!(rows.iter().any(|r| r["turn"] == 3));
 }
+
+/// `mock --tokenizer`: a prompt too long to count before its answer's last event is due holds
+/// that event, so the answer ends later than the mock's configured timing. The mock counts it
+/// as late and says so (TPOT measured against it is not its --itl-ms), instead of passing its
+/// lateness off as the server's TPOT.
+#[test]
+fn a_mock_that_cannot_keep_its_timing_says_so() {
+    use clap::Parser;
+    use std::io::{Read, Write};
+    let qwen3 = tokenizer("qwen3");
+    let cli = llmreplay::cli::Cli::parse_from([
+        "llmreplay",
+        "mock",
+        "--listen",
+        "127.0.0.1:0",
+        "--tokenizer",
+        path(&qwen3),
+        "--ttft-ms",
+        "1",
+        "--itl-ms",
+        "1",
+    ]);
+    let llmreplay::cli::Command::Mock(args) = cli.command else {
+        panic!("mock")
+    };
+    let cfg = llmreplay::plan::mock_config(&args).unwrap();
+    let mock = llmreplay::mock::MockServer::start(args.listen, cfg).unwrap();
+    // 200k words: counting them takes far longer than the 5 ms the answer is given (the
+    // tokenizer counts some 0.2M tokens a second a thread), on any machine.
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "hello ".repeat(200_000)}],
+        "max_tokens": 4,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    })
+    .to_string();
+    let mut conn = std::net::TcpStream::connect(mock.addr()).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        conn,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("data: [DONE]"), "{answer}");
+    let stats = mock.stop().unwrap();
+    assert_eq!((stats.lateness.answers, stats.lateness.late), (1, 1));
+    let said = stats.lateness.summary(true).unwrap();
+    assert!(said.contains("1 of 1 answers"), "{said}");
+    assert!(
+        said.contains("--tokenizer") && said.contains("TPOT"),
+        "{said}"
+    );
+}
+
+/// `replay --mock --require-cache-report` is refused with the option that gives the in-process
+/// mock a prefix cache (not vLLM's advice); with `--mock-cache-blocks` the probe passes, the
+/// run reports the mock's hits, and run.json records the cache.
+#[test]
+fn the_in_process_mock_gets_a_prefix_cache_on_request() {
+    let dir = temp_dir("papercut-mock-cache");
+    let trace = crate::common::mooncake("conversation_trace.jsonl");
+    let refused = replay_qwen3(&trace, &dir.join("refused"))
+        .args(["--require-cache-report", "--max-requests", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--mock-cache-blocks N"), "{stderr}");
+    assert!(!stderr.contains("vLLM"), "{stderr}");
+
+    let out = dir.join("cached");
+    let run = replay_qwen3(&trace, &out)
+        .args(["--require-cache-report", "--max-requests", "40"])
+        .args(["--mock-cache-blocks", "100000"])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let rows = read_jsonl(&out.join("requests.jsonl"));
+    let hits: u64 = rows
+        .iter()
+        .filter_map(|r| r["cached_tokens"].as_u64())
+        .sum();
+    assert!(hits > 0, "the mock's cache answered no hit");
+    let run_json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(
+        run_json["mock"]["cache_blocks"], 100_000,
+        "{}",
+        run_json["mock"]
+    );
+}

@@ -8,6 +8,7 @@
 mod cache_check;
 mod describe;
 mod diagnose;
+mod mock;
 mod run_json;
 mod setup;
 mod time_zero;
@@ -104,7 +105,7 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
         eprintln!("warning: {w}");
     }
     let prompts = setup::prepare_prompts(plan, &setup::endpoint_apis(plan), &trace, say)?;
-    let mock = setup::start_mock(plan, &prompts, say)?;
+    let mock = mock::start_mock(plan, &prompts, trace.stats.block_size, say)?;
     let fleet = setup::connect(plan, mock.as_ref())?;
     if plan.sessions.require_cache_report {
         let cached = cache_check::require_cache_report(&fleet, plan.extra_body.as_ref())?;
@@ -143,7 +144,10 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     let collected = collect(plan, &trace, &stages, out)?;
     let outcome = finish(plan, &fleet, stages, collected);
     if let Some(m) = mock {
-        m.stop().ok();
+        let late = m.stop().ok().and_then(|s| s.lateness.summary(false));
+        if let Some(late) = late {
+            eprintln!("warning: {late}");
+        }
     }
     outcome
 }

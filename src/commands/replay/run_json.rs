@@ -61,7 +61,11 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     };
     let header_names: Vec<&str> = plan.headers.iter().map(|h| h.name.as_str()).collect();
     let mock = match plan.targets {
-        Targets::Mock { ttft_ms, itl_ms } => json!({"ttft_ms": ttft_ms, "itl_ms": itl_ms}),
+        Targets::Mock {
+            ttft_ms,
+            itl_ms,
+            cache_blocks,
+        } => json!({"ttft_ms": ttft_ms, "itl_ms": itl_ms, "cache_blocks": cache_blocks}),
         Targets::Servers(_) => Value::Null,
     };
     let prompt = &plan.prompt;
