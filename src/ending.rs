@@ -12,11 +12,14 @@ pub const USAGE_EXIT_CODE: i32 = 1;
 pub const RUN_ERROR_EXIT_CODE: i32 = 2;
 /// The run completed but no request succeeded, or `--max-error-rate` stopped it.
 pub const NO_SUCCESS_EXIT_CODE: i32 = 3;
+/// `--strict`: the run completed, but its verdict is INVALID (summary.txt's first lines say
+/// why).
+pub const INVALID_EXIT_CODE: i32 = 4;
 /// A signal stopped the run (128 + SIGINT, as shells report Ctrl-C); outputs are written.
 pub const STOPPED_EXIT_CODE: i32 = crate::sys::stop::STOPPED_EXIT_CODE;
 
 /// Every exit status with what it means, in the order the README's table gives them.
-pub const EXIT_CODES: [(i32, &str); 5] = [
+pub const EXIT_CODES: [(i32, &str); 6] = [
     (
         COMPLETED_EXIT_CODE,
         "the run completed (failed requests are recorded, not fatal)",
@@ -26,6 +29,10 @@ pub const EXIT_CODES: [(i32, &str); 5] = [
     (
         NO_SUCCESS_EXIT_CODE,
         "no request succeeded, or --max-error-rate stopped the run",
+    ),
+    (
+        INVALID_EXIT_CODE,
+        "--strict: the run completed, but its verdict is INVALID",
     ),
     (
         STOPPED_EXIT_CODE,

@@ -52,7 +52,12 @@ impl Summary {
         if let Some(detail) = self.ended.as_ref().and_then(|e| e["detail"].as_str()) {
             line("Ended:", detail.to_string());
         }
-        let mut out = format!("{:=^50}\n", " Serving Benchmark Result ");
+        let mut out = String::new();
+        for line in self.verdict.iter().flat_map(|v| v.lines()) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out.push_str(&format!("{:=^50}\n", " Serving Benchmark Result "));
         out.push_str(&s);
         for (l, d) in self.metrics() {
             let Some(d) = d else { continue };

@@ -102,7 +102,11 @@ pub fn run(cli: Cli) -> Result<i32> {
                     }
                 }
             }
-            Ok(ending.exit_code())
+            let invalid = outcome.summary.verdict.as_ref().is_some_and(|v| !v.valid());
+            Ok(match (ending.exit_code(), plan.strict && invalid) {
+                (ending::COMPLETED_EXIT_CODE, true) => ending::INVALID_EXIT_CODE,
+                (code, _) => code,
+            })
         }
         Command::Sweep(args) => {
             let plan = plan::SweepPlan::from_args(&args)?;

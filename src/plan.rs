@@ -158,6 +158,9 @@ pub struct ReplayPlan {
     pub expected_cache_blocks: Option<usize>,
     /// `--server-block-size`: the expected hits are rounded down to whole blocks of it.
     pub server_block_size: u64,
+    /// Not an option: a test's way to starve the producers (each request takes this much
+    /// longer to build), for the verdict's "producers behind".
+    pub slow_build: Option<std::time::Duration>,
     /// `--server-metrics`, `--scrape-server`: None when nothing is scraped.
     pub scrape: Option<ScrapePlan>,
     /// `--loop`: times the trace is replayed.
@@ -431,6 +434,7 @@ impl ReplayPlan {
             warmup_requests: a.warmup_requests,
             expected_cache_blocks: a.expected_cache_blocks,
             server_block_size: a.server_block_size,
+            slow_build: None,
             scrape,
             prompt_dataset: match (a.prompt_source, &a.prompt_dataset) {
                 (PromptSource::Dataset, Some(p)) => Some(p.clone()),

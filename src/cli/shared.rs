@@ -21,6 +21,13 @@ pub struct ResultArgs {
     #[arg(long, value_name = "P,P,...", value_delimiter = ',')]
     pub percentiles: Vec<f64>,
 
+    /// A bound of the run's verdict, `NAME=VALUE` (repeatable): drift-p99-ms (50),
+    /// late-share (0.05), stall-ms (1000), sender-cpu (0.9), failed-share (0.01),
+    /// warm-cache-points (10), tail-samples (5). A run outside any is INVALID; README "Can
+    /// I trust this run?" says why each default is what it is.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub bound: Vec<String>,
+
     /// `text` prints the vLLM-style table; `json` prints summary.json to stdout for scripts.
     #[arg(long, value_parser = crate::cli::choice::<OutputFormat>(), default_value_t)]
     pub output_format: OutputFormat,
@@ -86,8 +93,9 @@ pub struct TraceInputArgs {
     #[arg(long)]
     pub skip_invalid: bool,
 
-    /// Refuse a trace whose timestamps go backwards. Without it such records are sorted
-    /// (within a window of 1024 records) and a warning says how many there were.
+    /// Let nothing slip: refuse a trace whose timestamps go backwards (without it such
+    /// records are sorted within a window of 1024 and a warning says how many), and end a
+    /// replay whose verdict is INVALID with exit status 4.
     #[arg(long)]
     pub strict: bool,
 }

@@ -426,6 +426,21 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
         "conversations": whole["conversations_whole"],
         "shards": rows,
     });
+    // For the verdict: the busiest shard's senders, and every shard's late arrivals.
+    let share = |s: &&ShardRun| {
+        let v = &s.run["senders"];
+        let wall = v["threads"].as_f64().unwrap_or(0.0) * v["wall_s"].as_f64().unwrap_or(0.0);
+        v["cpu_s"].as_f64().unwrap_or(0.0) / wall.max(1e-9)
+    };
+    if let Some(busiest) = shards.iter().max_by(|a, b| share(a).total_cmp(&share(b))) {
+        let late: u64 = shards
+            .iter()
+            .filter_map(|s| s.run["senders"]["arrived_late"].as_u64())
+            .sum();
+        run["senders"] = busiest.run["senders"].clone();
+        run["senders"]["arrived_late"] = json!(late);
+        run["senders"]["shard"] = json!(busiest.index);
+    }
     // Turns a session bound kept from being sent, over all the shards.
     if shards
         .iter()

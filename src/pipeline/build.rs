@@ -56,6 +56,8 @@ pub struct RequestBuilder {
     pub carry: Option<Vec<u64>>,
     /// `--server-block-size`: planned prefix-cache hits are whole blocks.
     pub server_block: u64,
+    /// [`crate::plan::ReplayPlan::slow_build`]: added to every request's build (tests).
+    pub slow_build: Option<std::time::Duration>,
 }
 
 /// Room kept in front of the body for the per-request headers: the record index (so server
@@ -96,6 +98,7 @@ impl RequestBuilder {
             dataset: None,
             carry: None,
             server_block: 1,
+            slow_build: None,
         }
     }
 

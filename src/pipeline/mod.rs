@@ -433,6 +433,9 @@ fn produce(
                 message: e.to_string(),
             })?;
         request.warmup = p.warmup;
+        if let Some(pause) = builder.slow_build {
+            std::thread::sleep(pause);
+        }
         // For the expected prefix-cache hits, looked up when it is sent.
         request.cache_shape = builder.prompt_shape(p.endpoint, &p.record).map(Box::new);
         if let Some(link) = p.link {

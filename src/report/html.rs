@@ -94,6 +94,26 @@ pub fn report(
         title,
         "llmreplay report: every figure below comes from requests.jsonl of this run.",
     );
+    if let Some(v) = &summary.verdict {
+        let mut items = String::from("<ul>");
+        for r in &v.reasons {
+            let _ = write!(
+                items,
+                "<li><b>{}</b>: {}</li>",
+                escape(r.key),
+                escape(&r.text)
+            );
+        }
+        items.push_str("</ul>");
+        section(
+            &mut out,
+            "verdict",
+            &format!("Verdict: {}", v.word()),
+            "Whether these numbers hold: every check of README \"Can I trust this run?\", \
+             against the bounds in summary.json's verdict.bounds.",
+            &[items],
+        );
+    }
     if let Some(run) = run {
         section(
             &mut out,

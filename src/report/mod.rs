@@ -25,7 +25,7 @@ pub use xlsx::ResultsBook;
 
 use crate::error::{Error, Result};
 use crate::record::RecordFormat;
-use crate::stats::{Gaps, Slo, Summary, SummaryBuilder};
+use crate::stats::{verdict, Bounds, Gaps, Slo, Summary, SummaryBuilder};
 
 /// Creates the output directory, refusing a non-empty one unless `force`.
 pub fn prepare_dir(dir: &Path, force: bool) -> Result<()> {
@@ -116,6 +116,8 @@ pub fn write_summary(dir: &Path, summary: &Summary) -> Result<()> {
 pub struct RenderOptions {
     pub slo: Option<Slo>,
     pub percentiles: Vec<f64>,
+    /// `--bound`: the verdict's bounds; None keeps the run's own (run.json), else defaults.
+    pub bounds: Option<Bounds>,
 }
 
 /// A finished run, read back from its files.
@@ -205,6 +207,12 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
             .as_ref()
             .and_then(|c| c["schedule"]["turns_cut"].as_u64());
     }
+    let bounds = match (&opts.bounds, &config) {
+        (Some(b), _) => b.clone(),
+        (None, Some(c)) => Bounds::from_json(&c["verdict_bounds"]),
+        (None, None) => Bounds::default(),
+    };
+    run.summary.verdict = Some(verdict::judge(&run.summary, config.as_ref(), &bounds));
     write_summary(dir, &run.summary)?;
     let title = format!("llmreplay report: {}", run_title(dir, config.as_ref()));
     let page = html::report(

@@ -42,6 +42,13 @@ impl SenderLoop {
             match self.rx.try_recv() {
                 Ok(req) => {
                     self.cfg.channel_budget.release(req.bytes.capacity());
+                    let due = self.t0_ns + req.scheduled_ns + super::LATE_ARRIVAL_NS;
+                    // Before the start (t0 not set yet) nothing is late; a closed loop has
+                    // no send times to keep.
+                    let timed = self.t0_ns > 0 && self.in_flight_cap.is_none();
+                    if timed && self.clock.now_ns() > due {
+                        self.arrived_late += 1;
+                    }
                     self.active.arrived(&req);
                     if let Some(req) = self.conversations.admit(req) {
                         self.schedule(req);

@@ -192,7 +192,13 @@ pub struct SenderReport {
     pub reads: u64,
     /// Conversation turns not sent because a session bound passed before their release.
     pub turns_cut: u64,
+    /// Requests taken from the channel after their send time (more than [`LATE_ARRIVAL_NS`]):
+    /// the producers were behind.
+    pub arrived_late: u64,
 }
+
+/// A request that reaches its sender this long after its send time came late.
+pub const LATE_ARRIVAL_NS: u64 = 1_000_000;
 
 /// Longest wait for the opening connections before the start goes ahead without the rest.
 const WARM_UP_LIMIT_NS: u64 = 10_000_000_000;
@@ -283,6 +289,8 @@ struct SenderLoop {
     reads: u64,
     /// Turns dropped at the session bound (see [`SenderReport::turns_cut`]).
     turns_cut: u64,
+    /// See [`SenderReport::arrived_late`].
+    arrived_late: u64,
 }
 
 fn token(slot: usize, generation: u32) -> Token {
@@ -358,6 +366,7 @@ impl SenderLoop {
             opened: 0,
             reads: 0,
             turns_cut: 0,
+            arrived_late: 0,
         })
     }
 
@@ -406,6 +415,7 @@ impl SenderLoop {
             cpu_ns: thread_cpu_ns() - cpu_start,
             reads: self.reads,
             turns_cut: self.turns_cut,
+            arrived_late: self.arrived_late,
         })
     }
 

@@ -14,6 +14,7 @@ mod gaps;
 pub mod latency;
 mod reasoning;
 mod sessions;
+pub mod verdict;
 
 use breakdown::EndpointBuilder;
 pub use breakdown::{EndpointSummary, LengthMatch, PrefixHits};
@@ -23,6 +24,7 @@ pub use gaps::Gaps;
 use latency::{Samples, LATENCIES};
 use sessions::SessionBuilder;
 pub use sessions::{Round, SessionSummary};
+pub use verdict::{Bounds, Verdict};
 
 /// Percentiles every distribution reports; `--percentiles` adds more.
 pub const DEFAULT_PERCENTILES: [f64; 5] = [25.0, 50.0, 75.0, 90.0, 99.0];
@@ -302,6 +304,7 @@ impl SummaryBuilder {
                 .collect(),
             ended: None,
             primed: false,
+            verdict: None,
         }
     }
 }
@@ -355,6 +358,8 @@ pub struct Summary {
     pub ended: Option<Value>,
     /// `--prime`: an unmeasured pass filled the servers' caches before this run (run.json).
     pub primed: bool,
+    /// Whether the numbers hold ([`verdict::judge`]); None until the run is judged.
+    pub verdict: Option<Verdict>,
 }
 
 /// What `--prime` did, said beside the figures it changes.
@@ -436,6 +441,9 @@ impl Summary {
         m.insert("late_sends".into(), json!(self.late_sends));
         if self.primed {
             m.insert("primed".into(), json!(true));
+        }
+        if let Some(verdict) = &self.verdict {
+            m.insert("verdict".into(), verdict.to_json());
         }
         if let Some(ended) = &self.ended {
             m.insert("ended".into(), ended.clone());

@@ -43,3 +43,4 @@ mod trace_formats;
 mod trace_input;
 mod tracelab;
 mod usage;
+mod verdict;

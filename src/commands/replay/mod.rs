@@ -484,6 +484,7 @@ fn request_builder(
         cache_bytes_per_producer: plan.prompt.block_cache_bytes() / num_producer,
         prompt_log,
         buffers: buffers.clone(),
+        slow_build: plan.slow_build,
     })
 }
 
@@ -706,7 +707,7 @@ fn finish(plan: &ReplayPlan, fleet: &Fleet, stages: Stages, c: Collected) -> Res
     let mut gaps = crate::stats::Gaps::default();
     let mut sender_cpu_ns = 0;
     let mut sender_reads = 0;
-    let mut turns_cut = 0;
+    let (mut turns_cut, mut arrived_late) = (0, 0);
     for s in stages.senders {
         let report: SenderReport = s
             .join()
@@ -716,6 +717,7 @@ fn finish(plan: &ReplayPlan, fleet: &Fleet, stages: Stages, c: Collected) -> Res
         sender_cpu_ns += report.cpu_ns;
         sender_reads += report.reads;
         turns_cut += report.turns_cut;
+        arrived_late += report.arrived_late;
     }
     if let Some(scraper) = stages.scraper {
         scraper.finish();
@@ -750,6 +752,13 @@ fn finish(plan: &ReplayPlan, fleet: &Fleet, stages: Stages, c: Collected) -> Res
     // then an upper bound: sent + turns_cut = records).
     run["schedule"]["turns_cut"] = json!(turns_cut);
     let end_ns = stages.clock.now_ns();
+    // For the verdict: how busy the senders were, and how many requests reached them late.
+    run["senders"] = json!({
+        "threads": plan.num_sender,
+        "cpu_s": sender_cpu_ns as f64 / 1e9,
+        "wall_s": end_ns.saturating_sub(stages.t0_ns) as f64 / 1e9,
+        "arrived_late": arrived_late,
+    });
     run["clock"]["end"] = json!({
         "run_ns": end_ns.saturating_sub(stages.t0_ns),
         "monotonic_ns": crate::sys::clock::on_monotonic(&stages.clock, end_ns),

@@ -210,6 +210,9 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
             None => json!({"checked": false, "why": "no --ntp: this host's clock was not checked"}),
         },
     );
+    // What `report DIR` judges the run by again, unless given other --bound values.
+    let bounds = plan.render.bounds.clone().unwrap_or_default();
+    put("verdict_bounds", bounds.to_json());
     Value::Object(m)
 }
 

@@ -89,6 +89,23 @@ pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) ->
         pairs.push(("requests_not_in_sheet (row limit)".into(), dropped as f64));
     }
     let mut row = 0u32;
+    // The verdict first, as summary.txt opens with it: the word, then a reason a row.
+    if let Some(v) = &s.verdict {
+        sheet
+            .write_string_with_format(row, 0, "verdict", &f.bold)
+            .map_err(xerr)?;
+        sheet
+            .write_string_with_format(row, 1, v.word(), &f.bold)
+            .map_err(xerr)?;
+        for r in &v.reasons {
+            row += 1;
+            sheet
+                .write_string(row, 0, format!("verdict: {}", r.key))
+                .map_err(xerr)?;
+            sheet.write_string(row, 1, &r.text).map_err(xerr)?;
+        }
+        row += 2;
+    }
     for (k, v) in &pairs {
         sheet.write_string(row, 0, k).map_err(xerr)?;
         number(sheet, f, row, 1, Some(*v))?;

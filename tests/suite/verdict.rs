@@ -1,0 +1,242 @@
+//! Every run judges itself (README "Can I trust this run?"): a table of runs, each made to
+//! break one check, whose verdict must name that reason, and a clean run that must be VALID.
+//! `--strict` turns INVALID into exit status 4; `report DIR` judges a run again by the bounds
+//! its run.json recorded.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::common;
+use common::{bin, path, read_json, replay_against, replay_mock, temp_dir, tokenizer, MockProcess};
+
+/// Bounds that switch off the timing checks: a case that is not about the schedule must not
+/// depend on how busy the machine is (the starved case proves those checks).
+const NO_TIMING: [&str; 8] = [
+    "--bound",
+    "drift-p99-ms=1e9",
+    "--bound",
+    "late-share=1",
+    "--bound",
+    "stall-ms=1e9",
+    "--bound",
+    "sender-cpu=1",
+];
+
+/// The verdict's reason keys and the summary.
+fn verdict(out: &Path) -> (String, Vec<String>, Value) {
+    let summary = read_json(&out.join("summary.json"));
+    let v = &summary["verdict"];
+    let keys = v["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect();
+    (v["result"].as_str().unwrap().to_string(), keys, summary)
+}
+
+fn mooncake_trace(dir: &Path, n: usize) -> PathBuf {
+    let trace = dir.join("t.jsonl");
+    let text = std::fs::read_to_string(common::mooncake("conversation_trace.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().take(n).collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    trace
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_clean_run_is_valid_and_too_few_samples_are_not() {
+    let dir = temp_dir("verdict-clean");
+    let trace = mooncake_trace(&dir, 120);
+    let qwen3 = tokenizer("qwen3");
+    let clean = dir.join("clean");
+    let o = replay_mock(&trace, &clean)
+        .args([
+            "--tokenizer",
+            path(&qwen3),
+            "--time-scale",
+            "50",
+            "--strict",
+        ])
+        .args(NO_TIMING)
+        .args(["--bound", "tail-samples=1"])
+        .output()
+        .unwrap();
+    ok(&o);
+    let (word, keys, _) = verdict(&clean);
+    assert_eq!((word.as_str(), keys), ("VALID", vec![]));
+    let table = std::fs::read_to_string(clean.join("summary.txt")).unwrap();
+    assert!(table.starts_with("Verdict: VALID"), "{table}");
+
+    // The same run judged again with the default 5 samples beyond each percentile: 120
+    // requests cannot hold p99 (it needs 500). report DIR keeps the run's own bounds
+    // unless given others.
+    let again = bin()
+        .args(["report", path(&clean), "--output-format", "json"])
+        .output()
+        .unwrap();
+    ok(&again);
+    let printed: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(printed["verdict"]["result"], "VALID");
+    let strict = bin()
+        .args(["report", path(&clean), "--bound", "tail-samples=5"])
+        .output()
+        .unwrap();
+    ok(&strict);
+    let (word, keys, summary) = verdict(&clean);
+    assert_eq!(
+        (word.as_str(), keys),
+        ("INVALID", vec!["few-samples".to_string()])
+    );
+    let text = summary["verdict"]["reasons"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("beyond p99") && text.contains("p90 hold"),
+        "{text}"
+    );
+
+    // --strict: a completed run with an INVALID verdict ends with status 4.
+    let few = dir.join("few");
+    let o = replay_mock(&trace, &few)
+        .args([
+            "--tokenizer",
+            path(&qwen3),
+            "--time-scale",
+            "50",
+            "--strict",
+        ])
+        .args(NO_TIMING)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(llmreplay::ending::INVALID_EXIT_CODE));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.starts_with("Verdict: INVALID (1 reason)\n  - few-samples:"),
+        "{stdout}"
+    );
+    let html = std::fs::read_to_string(few.join("report.html")).unwrap();
+    assert!(html.contains("Verdict: INVALID") && html.contains("few-samples"));
+}
+
+/// Each case breaks one check; its verdict names that reason.
+#[test]
+fn each_broken_check_is_a_reason() {
+    let dir = temp_dir("verdict-table");
+    let trace = mooncake_trace(&dir, 40);
+    let qwen3 = tokenizer("qwen3");
+    let judged = |name: &str, mock: &MockProcess, extra: &[&str]| {
+        let out = dir.join(name);
+        let o = replay_against(mock, &trace, &out)
+            .args(["--tokenizer", path(&qwen3), "--time-scale", "50"])
+            .args(NO_TIMING)
+            .args(["--bound", "tail-samples=0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.code().is_some_and(|c| c == 0 || c == 3),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        verdict(&out)
+    };
+
+    // The same replay twice against one caching server: the second meets a warm cache.
+    let cache = MockProcess::start(&[
+        "--cache-blocks",
+        "100000",
+        "--cache-block-size",
+        "512",
+        "--tokenizer",
+        path(&qwen3),
+    ]);
+    let (first, keys, _) = judged("cold", &cache, &[]);
+    assert_eq!((first.as_str(), keys), ("VALID", vec![]));
+    let (_, keys, summary) = judged("warm", &cache, &[]);
+    assert_eq!(keys, ["warm-cache"], "{}", summary["verdict"]);
+
+    // Failures over 1 %; every request failing also ends the run without success.
+    let failing = MockProcess::start(&["--fault", "status:503:1"]);
+    let (_, keys, _) = judged("failing", &failing, &[]);
+    assert_eq!(keys, ["ended", "failed"]);
+
+    // A server counting with another family's tokenizer: the lengths are not the trace's.
+    let mistral = MockProcess::start(&["--tokenizer", path(&tokenizer("mistral"))]);
+    let (_, keys, _) = judged("inexact", &mistral, &[]);
+    assert_eq!(keys, ["inexact-input"]);
+
+    // Answers whose whole output was reasoning.
+    let thinker =
+        MockProcess::start(&["--reasoning-tokens", "100000", "--tokenizer", path(&qwen3)]);
+    let (_, keys, _) = judged("thinking", &thinker, &[]);
+    assert_eq!(keys, ["ended-in-thinking"]);
+}
+
+/// Producers that cannot build prompts as fast as they are due: each request takes 5 ms more
+/// to build (the plan's test seam) on one producer, while the trace wants one every
+/// millisecond. The senders get them late, drift passes 50 ms, and the verdict says why.
+#[test]
+fn starved_producers_break_the_schedule() {
+    let dir = temp_dir("verdict-starved");
+    let trace = common::text_trace(&dir, 300, 1, 1);
+    let out = dir.join("run");
+    let args: Vec<String> = [
+        "--mock",
+        "--mock-ttft-ms",
+        "1",
+        "--num-producer",
+        "1",
+        "--bound",
+        "tail-samples=0",
+        "--trace",
+        path(&trace),
+        "--output",
+        path(&out),
+    ]
+    .map(String::from)
+    .into();
+    let mut plan = common::replay_plan(&args);
+    plan.slow_build = Some(std::time::Duration::from_millis(5));
+    let outcome = llmreplay::commands::replay::run(&plan).unwrap();
+    assert_eq!(outcome.summary.ok, 300);
+    let (word, keys, summary) = verdict(&out);
+    assert_eq!(word, "INVALID");
+    for key in ["schedule", "producers-behind"] {
+        assert!(
+            keys.iter().any(|k| k == key),
+            "{key}: {}",
+            summary["verdict"]
+        );
+    }
+    let run = read_json(&out.join("run.json"));
+    assert!(
+        run["senders"]["arrived_late"].as_u64().unwrap() > 15,
+        "{}",
+        run["senders"]
+    );
+}
+
+/// The README's table and `--help` name every bound with its default, as `BOUNDS` has them.
+#[test]
+fn every_bound_is_documented_with_its_default() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let table = &readme[readme.find("## Can I trust this run?").unwrap()..];
+    let help = bin().args(["replay", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for b in llmreplay::stats::verdict::BOUNDS {
+        let shown = format!("`{}` ({})", b.name, b.default);
+        assert!(table.contains(&shown), "README lacks {shown}");
+        assert!(
+            help.contains(&format!("{} ({})", b.name, b.default)),
+            "--help lacks {}",
+            b.name
+        );
+    }
+    assert!(llmreplay::stats::Bounds::parse(&["drift-p99-ms=x".into()]).is_err());
+    assert!(llmreplay::stats::Bounds::parse(&["nope=1".into()]).is_err());
+}
