@@ -156,7 +156,14 @@ pub struct Preview {
     pub busiest_second: u64,
     /// Planned sends in the run's first second (their connections open before the start).
     pub first_second: u64,
+    /// The first record planned past [`MAX_SCHEDULE_NS`]: (its number in reading order,
+    /// counted from 1, and its trace timestamp in ms).
+    pub past_bound: Option<(u64, f64)>,
 }
+
+/// The latest send a schedule holds: 2^63 ns (292 years), so that every sum of run times
+/// stays in a u64.
+pub const MAX_SCHEDULE_NS: u64 = 1 << 63;
 
 /// Builds a [`Preview`] from the trace's timestamps fed in reading order, pass after pass,
 /// in memory bounded by the busiest second.
@@ -195,6 +202,9 @@ impl PreviewBuilder {
                 scheduled_ns,
                 warmup,
             } => {
+                if scheduled_ns >= MAX_SCHEDULE_NS && p.past_bound.is_none() {
+                    p.past_bound = Some((self.read, ts_ms));
+                }
                 if p.records == 0 {
                     p.first_ns = scheduled_ns;
                 }
@@ -267,6 +277,15 @@ impl Preview {
                 "the trace has no records".into()
             };
             return Some(format!("nothing would be sent: {why}"));
+        }
+        if let Some((n, ts)) = self.past_bound {
+            return Some(format!(
+                "record {n} of the trace (timestamp {ts:e} ms) would be sent {:.0e} years after \
+                 the start at --time-scale {}: a schedule holds at most 2^63 ns (292 years); fix \
+                 its timestamp, or raise --time-scale",
+                ts / shaping.time_scale / 3.156e10,
+                shaping.time_scale
+            ));
         }
         if self.warmup >= self.records {
             return Some(format!(

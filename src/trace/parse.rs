@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// enough that one synthesised prompt stays a bounded allocation.
 pub const MAX_LENGTH: u64 = 10_000_000;
 /// Largest timestamp accepted, in ms (~31,000 years; epoch milliseconds fit easily).
-const MAX_TIMESTAMP_MS: f64 = 1e15;
+pub const MAX_TIMESTAMP_MS: f64 = 1e15;
 
 #[derive(Deserialize)]
 struct RawRecord {

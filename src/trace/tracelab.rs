@@ -18,7 +18,7 @@ use std::path::Path;
 
 use super::{Input, RawLine, TraceIds, TraceRecord};
 use crate::error::{Error, Result};
-use crate::trace::parse::MAX_LENGTH;
+use crate::trace::parse::{MAX_LENGTH, MAX_TIMESTAMP_MS};
 
 /// Tokens a made-up hash id stands for (`--block-size` does not apply: these ids are ours).
 pub const BLOCK_TOKENS: u64 = 16;
@@ -106,11 +106,14 @@ impl Tracelab {
         let millis = |i: Option<usize>, name: &str| -> Result<f64> {
             match i.map(cell).filter(|c| !c.is_empty()) {
                 None => Ok(0.0),
-                Some(c) => c
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|t| *t >= 0.0 && t.is_finite())
-                    .ok_or_else(|| fail(format!("column `{name}`: not milliseconds: {c:?}"))),
+                Some(c) => match c.parse::<f64>().ok().filter(|t| *t >= 0.0 && t.is_finite()) {
+                    None => Err(fail(format!("column `{name}`: not milliseconds: {c:?}"))),
+                    // Capped as a Mooncake timestamp is: a bounded schedule, a bounded wait.
+                    Some(t) if t > MAX_TIMESTAMP_MS => Err(fail(format!(
+                        "column `{name}`: {t:e} is out of range (at most {MAX_TIMESTAMP_MS:e} ms)"
+                    ))),
+                    Some(t) => Ok(t),
+                },
             }
         };
         let session = cell(self.session);

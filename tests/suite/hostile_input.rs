@@ -150,3 +150,69 @@ fn unwritable_output_is_refused_before_the_run() {
     assert!(out.stdout.is_empty(), "no run took place, so no summary");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Valid inputs whose schedule or waits would pass 2^63 ns (they were sent at once, then
+/// aborted the summary with a 147 GB allocation): each ends with an error naming the record
+/// or the file, line and column, with status 1, before a byte is sent.
+#[test]
+fn schedules_past_the_bound_are_refused_before_anything_is_sent() {
+    let dir = temp_dir("hostile-bound");
+    let tracelab =
+        "session_id,arrival_time,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms";
+    let cases = [
+        (
+            "huge.jsonl",
+            "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2, \"hash_ids\": [1]}\n\
+             {\"timestamp\": 1e13, \"input_length\": 10, \"output_length\": 2, \"hash_ids\": [2]}\n"
+                .to_string(),
+            "record 2 of the trace (timestamp 1e13 ms)",
+        ),
+        (
+            "huge-bailian.jsonl",
+            "{\"chat_id\": 1, \"parent_chat_id\": -1, \"timestamp\": 0, \"input_length\": 10, \"output_length\": 2, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [1]}\n\
+             {\"chat_id\": 2, \"parent_chat_id\": -1, \"timestamp\": 1e10, \"input_length\": 10, \"output_length\": 2, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [2]}\n"
+                .to_string(),
+            "2^63 ns",
+        ),
+        (
+            "arrival.csv",
+            format!("{tracelab}\na,1e17,0,0,10,2,0\n"),
+            "arrival.csv:2: column `arrival_time`: 1e17 is out of range",
+        ),
+        (
+            "wait.csv",
+            format!("{tracelab}\na,0,0,0,10,2,1e17\na,0,1,12,10,2,0\n"),
+            "wait.csv:2: column `tool_wait_after_ms`: 1e17 is out of range",
+        ),
+    ];
+    for (name, text, said) in cases {
+        let trace = dir.join(name);
+        std::fs::write(&trace, text).unwrap();
+        let out = dir.join(format!("run-{name}"));
+        // Nothing listens there: an error that came after the start would say so.
+        let o = bin()
+            .args([
+                "replay",
+                "--quiet",
+                "--model",
+                "m",
+                "--endpoint",
+                "http://127.0.0.1:9",
+            ])
+            .args(["--time-scale", "1e-6", "--tokenizer"])
+            .arg(common::tokenizer("qwen3"))
+            .arg("--trace")
+            .arg(&trace)
+            .arg("--output")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{name}: {stderr}");
+        assert!(stderr.contains(said), "{name}: {stderr}");
+        assert!(
+            !out.join("requests.jsonl").exists(),
+            "{name}: nothing was sent"
+        );
+    }
+}
