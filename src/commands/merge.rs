@@ -94,6 +94,9 @@ pub fn run(plan: &MergePlan) -> Result<Merged> {
     let mut lines: BTreeMap<u64, (u32, Vec<u8>)> = BTreeMap::new();
     for s in &shards {
         let (row, records) = read_records(s)?;
+        let mut indices: Vec<u64> = records.iter().map(|(i, _)| *i).collect();
+        report::check_complete(&s.dir, &s.run, &mut indices)
+            .map_err(|e| Error::Usage(format!("shard {}: {e}", s.index)))?;
         for (index, line) in records {
             if let Some((other, _)) = lines.insert(index, (s.index, line)) {
                 return Err(Error::Usage(format!(

@@ -125,6 +125,8 @@ pub struct LoadedRun {
     pub summary: Summary,
     pub data: RunData,
     pub itl: Histogram<u64>,
+    /// Every record's index, in file order.
+    pub indices: Vec<u64>,
 }
 
 const ITL_FILE: &str = "itl.json";
@@ -173,8 +175,10 @@ pub fn load_run(
     let mut gaps = saved.unwrap_or_default();
     let mut builder = SummaryBuilder::new(opts.slo.clone());
     let mut data = RunData::default();
+    let mut indices = Vec::new();
     each_json_line_at(requests, |n, offset, value| {
         let r = RecordFormat::read_any(&value, n - 1).map_err(|m| line_error(requests, n, m))?;
+        indices.push(r.index);
         builder.add(&r);
         data.add(&r);
         if let Some(book) = book.as_deref_mut() {
@@ -188,7 +192,60 @@ pub fn load_run(
     let mut summary = builder.finish(&gaps, &opts.percentiles);
     summary.server = crate::server_metrics::summary::load(dir)?;
     let itl = gaps.chunk;
-    Ok(LoadedRun { summary, data, itl })
+    Ok(LoadedRun {
+        summary,
+        data,
+        itl,
+        indices,
+    })
+}
+
+/// A run that completed holds every record it planned (run.json's `schedule.records`, a
+/// shard's `shard.records`, less the turns a session bound cut): one fewer means lines were lost (a shard copied in part, a
+/// line deleted), and every figure would be computed from the rest. The error names the
+/// directory, how many are missing and, where the indices run from 0, which. A run stopped
+/// early is not checked: it planned more than it sent.
+pub fn check_complete(dir: &Path, run: &Value, indices: &mut [u64]) -> Result<()> {
+    let completed = matches!(
+        run["ended"]["how"].as_str(),
+        Some("completed" | "no-success")
+    );
+    let planned = match run["shard"].is_object() {
+        true => run["shard"]["records"].as_u64(),
+        false => run["schedule"]["records"].as_u64(),
+    };
+    let Some(planned) = planned.filter(|_| completed) else {
+        return Ok(());
+    };
+    let expected = planned.saturating_sub(run["schedule"]["turns_cut"].as_u64().unwrap_or(0));
+    let found = indices.len() as u64;
+    if found >= expected {
+        return Ok(());
+    }
+    let mut which = String::new();
+    if run["shard"].is_null() {
+        indices.sort_unstable();
+        let mut gaps = Vec::new();
+        let mut next = 0u64;
+        for &i in indices.iter().chain(std::iter::once(&planned)) {
+            if i > next {
+                gaps.push(match i - next {
+                    1 => format!("{next}"),
+                    _ => format!("{next}..={}", i - 1),
+                });
+            }
+            next = next.max(i + 1);
+        }
+        if !gaps.is_empty() {
+            which = format!(" (missing indices: {})", gaps.join(", "));
+        }
+    }
+    Err(Error::Usage(format!(
+        "{}: requests.jsonl holds {found} records of the {expected} its run.json says were \
+         sent: {} are missing{which}; the figures would leave them out (copy the file whole)",
+        dir.display(),
+        expected - found
+    )))
 }
 
 /// Writes `summary.json`, `summary.txt`, `report.html` and `results.xlsx` into `dir` from the
@@ -197,6 +254,9 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
     let mut book = ResultsBook::new();
     let mut run = load_run(dir, requests, opts, Some(&mut book))?;
     let config = run_config(dir);
+    if let Some(c) = &config {
+        check_complete(dir, c, &mut run.indices)?;
+    }
     run.summary.ended = config
         .as_ref()
         .map(|c| c["ended"].clone())

@@ -650,3 +650,73 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
         "/inputs",
     );
 }
+
+/// Lost records are refused, not summarised: a shard with a line deleted or emptied stops
+/// `merge` with the shard and the count named; `report DIR` of an unsharded run with a line
+/// deleted names the missing index.
+#[test]
+fn merge_and_report_refuse_lost_records() {
+    let dir = temp_dir("shards-lost");
+    let trace = common::text_trace(&dir, 30, 10, 2);
+    let drop_line = |file: &Path, n: usize| {
+        let text = std::fs::read_to_string(file).unwrap();
+        let kept: Vec<&str> = text
+            .lines()
+            .enumerate()
+            .filter(|(i, _)| *i != n)
+            .map(|(_, l)| l)
+            .collect();
+        std::fs::write(file, kept.join("\n") + "\n").unwrap();
+    };
+    for (case, damage) in [("deleted", 0), ("emptied", 1)] {
+        let shards: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("{case}{i}"))).collect();
+        for (i, out) in shards.iter().enumerate() {
+            shard_run(&trace, out, &format!("{i}/2"), &[]);
+        }
+        let damaged = shards[1].join("requests.jsonl");
+        let before = std::fs::read_to_string(&damaged).unwrap().lines().count();
+        match damage {
+            0 => drop_line(&damaged, 3),
+            _ => std::fs::write(&damaged, "").unwrap(),
+        }
+        let o = bin()
+            .arg("merge")
+            .arg(dir.join(format!("{case}-merged")))
+            .args(&shards)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{case}: {stderr}");
+        let missing = if damage == 0 { 1 } else { before };
+        assert!(stderr.contains("shard 1: "), "{case}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{missing} are missing")),
+            "{case}: {stderr}"
+        );
+    }
+
+    let whole = dir.join("whole");
+    ok(
+        common::replay_mock(&trace, &whole)
+            .args([
+                "--time-scale",
+                "20",
+                "--tokenizer",
+                path(&tokenizer("qwen3")),
+            ])
+            .output()
+            .unwrap(),
+        "whole",
+    );
+    let records = whole.join("requests.jsonl");
+    let text = std::fs::read_to_string(&records).unwrap();
+    let gone: Value = serde_json::from_str(text.lines().nth(7).unwrap()).unwrap();
+    drop_line(&records, 7);
+    let o = bin().arg("report").arg(&whole).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("missing indices: {}", gone["index"])),
+        "{stderr}"
+    );
+}
