@@ -216,3 +216,28 @@ fn a_stop_with_nothing_in_flight_does_not_wait_for_the_drain_timeout() {
     assert_eq!(read_jsonl(&out.join("requests.jsonl")).len(), 1);
     assert!(out.join("summary.json").is_file());
 }
+
+/// SIGINT, then SIGKILL during the drain: the summary left behind is the one written at the
+/// stop, and it says so (`ended.how: stopping`) instead of passing for a finished run's.
+#[test]
+fn a_kill_during_the_drain_leaves_a_summary_that_says_stopping() {
+    let dir = temp_dir("sigkill-drain");
+    let trace = write_trace(&dir);
+    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
+    let out = dir.join("run");
+    let mut child = start_replay(&mock, &trace, &out, "60");
+    wait_for_records(&out.join("requests.jsonl"), 20);
+    interrupt(&child);
+    // The stop's summary is written before the drain starts waiting.
+    let summary = out.join("summary.json");
+    let start = Instant::now();
+    while !summary.is_file() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(s["ended"]["how"], "stopping", "{}", s["ended"]);
+    assert_eq!(s["verdict"]["result"], "INVALID");
+    assert_eq!(s["verdict"]["reasons"][0]["key"], "ended");
+}

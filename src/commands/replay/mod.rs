@@ -603,8 +603,17 @@ fn collect(
                 plan.drain_timeout_s
             );
             // A summary of what is recorded so far, so that a second signal or a kill during
-            // the drain still leaves one; it is written again at the end.
-            if writer.flush().is_ok() {
+            // the drain still leaves one; it says so (`ended.how: stopping`), and the end
+            // writes it again with how the run ended.
+            let mut run = report::run_config(&out.dir).unwrap_or_default();
+            run["ended"] = json!({
+                "how": "stopping",
+                "detail": "a signal stopped the run; this summary covers the records written \
+                           before the drain of the requests in flight, and is replaced when \
+                           it ends",
+            });
+            let noted = report::write_json(&out.dir.join("run.json"), &run);
+            if noted.is_ok() && writer.flush().is_ok() {
                 if let Err(e) = report::render(&out.dir, &out.requests_path, &plan.render) {
                     eprintln!("warning: the summary before the drain: {e}");
                 }
