@@ -443,6 +443,9 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
         run["senders"] = busiest.run["senders"].clone();
         run["senders"]["arrived_late"] = json!(late);
         run["senders"]["shard"] = json!(busiest.index);
+        run["senders"]["out_of_descriptors"] = json!(shards
+            .iter()
+            .any(|s| s.run["senders"]["out_of_descriptors"] == true));
     }
     // Turns a session bound kept from being sent, over all the shards.
     if shards

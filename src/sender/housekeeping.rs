@@ -77,10 +77,13 @@ impl SenderLoop {
                     break;
                 }
                 let mut ex = self.pools[target].waiting.pop_front().expect("front");
-                ex.fail(
-                    ErrorKind::Timeout,
-                    "no connection became available within the request timeout",
-                );
+                let why = match &self.pools[target].out_of_descriptors {
+                    Some(why) => {
+                        format!("no connection became available within the request timeout: {why}")
+                    }
+                    None => "no connection became available within the request timeout".into(),
+                };
+                ex.fail(ErrorKind::Timeout, why);
                 self.emit(ex, target);
             }
             self.top_up(target);

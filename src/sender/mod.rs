@@ -195,6 +195,8 @@ pub struct SenderReport {
     /// Requests taken from the channel after their send time (more than [`LATE_ARRIVAL_NS`]):
     /// the producers were behind.
     pub arrived_late: u64,
+    /// The client ran out of file descriptors at least once (EMFILE, ENFILE).
+    pub out_of_descriptors: bool,
 }
 
 /// A request that reaches its sender this long after its send time came late.
@@ -291,6 +293,8 @@ struct SenderLoop {
     turns_cut: u64,
     /// See [`SenderReport::arrived_late`].
     arrived_late: u64,
+    /// The client ran out of file descriptors, and said so once.
+    descriptors_warned: bool,
 }
 
 fn token(slot: usize, generation: u32) -> Token {
@@ -367,6 +371,7 @@ impl SenderLoop {
             reads: 0,
             turns_cut: 0,
             arrived_late: 0,
+            descriptors_warned: false,
         })
     }
 
@@ -416,6 +421,7 @@ impl SenderLoop {
             reads: self.reads,
             turns_cut: self.turns_cut,
             arrived_late: self.arrived_late,
+            out_of_descriptors: self.descriptors_warned,
         })
     }
 

@@ -42,6 +42,10 @@ pub struct Pool {
     pub down_because: Option<(ErrorKind, String)>,
     pub backoff_ns: u64,
     first_backoff_ns: u64,
+    /// The client ran out of file descriptors: no new connection is asked before this time
+    /// (the endpoint is not blamed), and why, for the requests that then time out waiting.
+    pub open_paused_until: u64,
+    pub out_of_descriptors: Option<String>,
     /// Requests due soon: connections are opened for them before their deadlines, so a
     /// rising load does not wait for connects.
     pub upcoming: usize,
@@ -66,6 +70,7 @@ impl Pool {
         self.backoff_ns = self.first_backoff_ns;
         self.down_until = 0;
         self.down_because = None;
+        self.out_of_descriptors = None;
     }
 
     pub fn idle_len(&self) -> usize {

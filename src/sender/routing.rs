@@ -55,7 +55,7 @@ impl SenderLoop {
     pub(super) fn top_up(&mut self, target: usize) {
         let now = self.clock.now_ns();
         let pool = &self.pools[target];
-        if now < pool.down_until {
+        if now < pool.down_until || now < pool.open_paused_until {
             return;
         }
         let want = pool.waiting.len() + pool.upcoming + self.cfg.spare_connections;
@@ -157,19 +157,39 @@ impl SenderLoop {
         self.slots[slot].conn = Some(Conn::new(stream, target, self.opened));
         Ok(())
     }
+}
 
-    /// A connect (`Connect`) or TLS handshake (`Tls`) failed: the endpoint backs off.
+/// After the client ran out of descriptors, no new connection is asked for this long.
+const DESCRIPTOR_PAUSE_NS: u64 = 10_000_000;
+
+impl SenderLoop {
+    /// A connect (`Connect`) or TLS handshake (`Tls`) failed: the endpoint backs off, unless
+    /// the client ran out of file descriptors.
     pub(super) fn connect_failed(&mut self, target: usize, kind: ErrorKind, e: &io::Error) {
         let now = self.clock.now_ns();
         let url = &self.cfg.targets[target].url;
-        let hint = if limits::is_fd_exhaustion(e) {
-            " (raise ulimit -n: every request in flight needs a connection)"
-        } else {
-            ""
-        };
+        if limits::is_fd_exhaustion(e) {
+            // The client's own limit, not the endpoint's fault: no backoff, no request failed
+            // for it. Waiting requests take the connections that others free (or time out
+            // waiting, told why); new connections are asked again after a pause.
+            let why = format!(
+                "this client is out of file descriptors ({e}): ulimit -n caps the requests in \
+                 flight; raise it (ulimit -n 65536)"
+            );
+            if !std::mem::replace(&mut self.descriptors_warned, true) {
+                eprintln!(
+                    "warning: {why}; requests wait for a connection another request frees, \
+                     and {url} is not blamed"
+                );
+            }
+            let pool = &mut self.pools[target];
+            pool.open_paused_until = now + DESCRIPTOR_PAUSE_NS;
+            pool.out_of_descriptors = Some(why);
+            return;
+        }
         let why = match kind {
             ErrorKind::Tls => format!("TLS handshake with {url}: {e}"),
-            _ => format!("connect to {url}: {e}{hint}"),
+            _ => format!("connect to {url}: {e}"),
         };
         let pool = &mut self.pools[target];
         pool.down_until = now + pool.backoff_ns;

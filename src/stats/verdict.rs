@@ -246,6 +246,15 @@ pub fn judge(s: &Summary, run: Option<&Value>, bounds: &Bounds) -> Verdict {
         ),
         );
     }
+    if run.is_some_and(|r| r["senders"]["out_of_descriptors"] == true) {
+        say(
+            "descriptors",
+            "this client ran out of file descriptors (ulimit -n): requests \
+             waited for a connection another request freed, so the load was capped by the \
+             client, not the server (raise ulimit -n)"
+                .into(),
+        );
+    }
     let share = arrived_late as f64 / s.total.max(1) as f64;
     if share > bounds.get("late-share") {
         say(

@@ -216,3 +216,49 @@ fn schedules_past_the_bound_are_refused_before_anything_is_sent() {
         );
     }
 }
+
+/// Out of file descriptors mid-run (400 requests in flight at once against a slow server,
+/// ulimit -n 200): the client's limit is named and the endpoint is not put into backoff, so
+/// every request still gets a connection another frees and succeeds; the verdict says the
+/// load was capped by the client.
+#[test]
+fn running_out_of_descriptors_is_the_clients_limit_not_the_endpoints() {
+    let dir = temp_dir("emfile");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..400)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "text_input": "a b c", "input_length": 3, "output_length": 1}}"#,
+                f64::from(i) * 0.5
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let mock = common::MockProcess::start(&["--ttft-ms", "2000"]);
+    let out = dir.join("run");
+    let script = format!(
+        "ulimit -n 200 && exec '{}' replay --quiet --model m --endpoint {} --trace '{}' --output '{}'",
+        env!("CARGO_BIN_EXE_llmreplay"),
+        mock.url(),
+        trace.display(),
+        out.display()
+    );
+    let o = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("out of file descriptors"), "{stderr}");
+    assert!(!stderr.contains("is down"), "{stderr}");
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(records.len(), 400);
+    let failed: Vec<&Value> = records.iter().filter(|r| !r["error"].is_null()).collect();
+    assert!(failed.is_empty(), "{:?}", failed.first());
+    let summary = common::read_json(&out.join("summary.json"));
+    let reasons = summary["verdict"]["reasons"].as_array().unwrap();
+    assert!(
+        reasons.iter().any(|r| r["key"] == "descriptors"),
+        "{reasons:?}"
+    );
+}

@@ -716,7 +716,7 @@ fn finish(plan: &ReplayPlan, fleet: &Fleet, stages: Stages, c: Collected) -> Res
     let mut gaps = crate::stats::Gaps::default();
     let mut sender_cpu_ns = 0;
     let mut sender_reads = 0;
-    let (mut turns_cut, mut arrived_late) = (0, 0);
+    let (mut turns_cut, mut arrived_late, mut out_of_descriptors) = (0, 0, false);
     for s in stages.senders {
         let report: SenderReport = s
             .join()
@@ -727,6 +727,7 @@ fn finish(plan: &ReplayPlan, fleet: &Fleet, stages: Stages, c: Collected) -> Res
         sender_reads += report.reads;
         turns_cut += report.turns_cut;
         arrived_late += report.arrived_late;
+        out_of_descriptors |= report.out_of_descriptors;
     }
     if let Some(scraper) = stages.scraper {
         scraper.finish();
@@ -767,6 +768,7 @@ fn finish(plan: &ReplayPlan, fleet: &Fleet, stages: Stages, c: Collected) -> Res
         "cpu_s": sender_cpu_ns as f64 / 1e9,
         "wall_s": end_ns.saturating_sub(stages.t0_ns) as f64 / 1e9,
         "arrived_late": arrived_late,
+        "out_of_descriptors": out_of_descriptors,
     });
     run["clock"]["end"] = json!({
         "run_ns": end_ns.saturating_sub(stages.t0_ns),
