@@ -30,6 +30,35 @@ pub use prompt::PromptPlan;
 /// Threads of one kind a run may start: more is a typo, not a plan.
 const MAX_THREADS: usize = 256;
 
+/// `--fresh-prompts`: the prompt seed salted per run (the arrivals keep theirs), so that no
+/// block of this run is one a server cached from an earlier run. The salt is the run's start
+/// (its `--start-at` when sharded: every shard salts alike), kept in `prompt_salt`.
+fn fresh_prompts(
+    a: &cli::ReplayArgs,
+    mut prompt: PromptPlan,
+    hosts: &HostsPlan,
+) -> Result<PromptPlan> {
+    if !a.fresh_prompts {
+        return Ok(prompt);
+    }
+    let salt = match (hosts.shard.is_some(), hosts.start_at_unix_ns) {
+        (_, Some(at)) => at,
+        (true, None) => {
+            return Err(Error::Usage(
+                "--fresh-prompts with --shard needs --start-at: every shard must salt its \
+                 prompts alike, or their shared prefixes differ"
+                    .into(),
+            ))
+        }
+        (false, None) => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64),
+    };
+    prompt.seed ^= crate::rng::SplitMix64(salt).next_u64();
+    prompt.salt = Some(salt);
+    Ok(prompt)
+}
+
 /// A file to write: its directory must exist (checked before anything is loaded or sent).
 fn output_file(flag: &str, path: &std::path::Path) -> Result<PathBuf> {
     let dir = match path.parent() {
@@ -398,7 +427,7 @@ impl ReplayPlan {
                 ca_cert: a.ca_cert.clone(),
                 insecure: a.insecure,
             },
-            prompt: PromptPlan::from_args(&a.prompt)?,
+            prompt: fresh_prompts(a, PromptPlan::from_args(&a.prompt)?, &hosts)?,
             time_scale: match a.time_scale {
                 t if (1e-6..=1e6).contains(&t) => t,
                 t => {

@@ -66,6 +66,12 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "MS", default_value_t = 5.0, requires = "mock")]
     pub mock_itl_ms: f64,
 
+    /// Salt this run's synthetic prompts (recorded in run.json as prompt_salt): none of their
+    /// blocks is one a server cached from an earlier run, so a warm cache cannot pass for
+    /// the trace's own reuse (within the run, prompts share blocks as the trace says).
+    #[arg(long)]
+    pub fresh_prompts: bool,
+
     /// With --mock: give the mock a prefix cache of N blocks of the trace's block size
     /// (--block-size), reporting cached prompt tokens as vLLM does: try
     /// --require-cache-report, carry-forward and per-round hits without a server.

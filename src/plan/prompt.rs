@@ -24,6 +24,8 @@ pub struct PromptPlan {
     /// Tokens per hash id; the format's default when not given.
     pub block_size: Option<u32>,
     pub seed: u64,
+    /// `--fresh-prompts`: the salt mixed into `seed` (None: the seed as given).
+    pub salt: Option<u64>,
     pub block_cache_mb: usize,
 }
 
@@ -90,6 +92,7 @@ impl PromptPlan {
             mode: a.prompt_mode,
             block_size: a.block_size,
             seed: a.seed,
+            salt: None,
             block_cache_mb: a.block_cache_mb,
         })
     }

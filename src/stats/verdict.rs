@@ -288,8 +288,8 @@ pub fn judge(s: &Summary, run: Option<&Value>, bounds: &Bounds) -> Verdict {
                 "warm-cache",
                 format!(
                     "observed prefix-cache hits {} against {} expected (+{points:.1} points): the \
-                 server's cache was warm before the run (restart it, or replay other prompts \
-                 with another --seed)",
+                 server's cache was warm before the run (give --fresh-prompts, or restart the \
+                 server)",
                     pct(observed),
                     pct(expected)
                 ),

@@ -158,6 +158,18 @@ fn each_broken_check_is_a_reason() {
     assert_eq!((first.as_str(), keys), ("VALID", vec![]));
     let (_, keys, summary) = judged("warm", &cache, &[]);
     assert_eq!(keys, ["warm-cache"], "{}", summary["verdict"]);
+    let text = summary["verdict"]["reasons"][0]["text"].as_str().unwrap();
+    assert!(text.contains("--fresh-prompts"), "{text}");
+    // A third time with --fresh-prompts: the run's own blocks, new to the cache.
+    let (word, keys, summary) = judged("fresh", &cache, &["--fresh-prompts"]);
+    assert_eq!(
+        (word.as_str(), keys),
+        ("VALID", vec![]),
+        "{}",
+        summary["verdict"]
+    );
+    let run = read_json(&dir.join("fresh").join("run.json"));
+    assert!(run["prompt_salt"].is_u64(), "{}", run["prompt_salt"]);
 
     // Failures over 1 %; every request failing also ends the run without success.
     let failing = MockProcess::start(&["--fault", "status:503:1"]);
@@ -239,4 +251,21 @@ fn every_bound_is_documented_with_its_default() {
     }
     assert!(llmreplay::stats::Bounds::parse(&["drift-p99-ms=x".into()]).is_err());
     assert!(llmreplay::stats::Bounds::parse(&["nope=1".into()]).is_err());
+}
+
+/// `--fresh-prompts` on shards needs the salt they share: refused without `--start-at`.
+#[test]
+fn fresh_prompts_on_shards_need_a_common_start() {
+    let dir = temp_dir("verdict-fresh-shard");
+    let trace = mooncake_trace(&dir, 4);
+    let o = replay_mock(&trace, &dir.join("run"))
+        .args(["--fresh-prompts", "--shard", "0/2"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--fresh-prompts with --shard needs --start-at"),
+        "{stderr}"
+    );
 }

@@ -112,6 +112,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("block_cache_mb", json!(prompt.block_cache_mb));
     put("save_prompts", json!(plan.save_prompts));
     put("seed", json!(prompt.seed));
+    put("prompt_salt", json!(prompt.salt));
     put("time_scale", json!(plan.time_scale));
     put("duration_s", json!(plan.duration_s));
     put("load", load_json(&plan.load));
