@@ -392,11 +392,19 @@ fn start(
     }
     let connections_at_start =
         gate.wait_ready(|id| senders[id].is_finished(), || signals_received() > 0);
-    let (t0_ns, common_start) = time_zero::time_zero(plan, &clock);
+    let first_built = || {
+        !rx.is_empty()
+            || own_rx.iter().any(|r| !r.is_empty())
+            || producers.iter().all(JoinHandle::is_finished)
+    };
+    let (t0_ns, common_start) = time_zero::time_zero(plan, &clock, first_built);
     let t0_monotonic_ns = crate::sys::clock::on_monotonic(&clock, t0_ns);
     let started_unix_ms = match common_start {
         Some(s) => s.actual_unix_ns,
-        None => crate::sys::wall_start::unix_ns_now() + time_zero::START_LEAD_NS,
+        None => {
+            let ahead = t0_ns.saturating_sub(clock.now_ns());
+            crate::sys::wall_start::unix_ns_now() + ahead
+        }
     } / 1_000_000;
     gate.start(t0_ns);
     if let Some(late) = common_start.filter(|s| s.late_ns > 0) {

@@ -9,8 +9,9 @@ use crate::plan::ReplayPlan;
 use crate::sys::clock::RunClock;
 use crate::sys::wall_start::StartReport;
 
-/// Time between the senders' connections being open and the first possible deadline:
-/// producers have been filling the channel since before the connections, and go on.
+/// Longest wait, once the senders' connections are open, for the producers' first request:
+/// the clock starts as soon as one is built (producers have been filling the channel since
+/// before the connections), at the latest after this.
 pub(super) const START_LEAD_NS: u64 = 500_000_000;
 /// `--start-at`: the senders open their connections this long before the instant (servers
 /// close idle keep-alive connections after a few seconds: vLLM's uvicorn after 5).
@@ -41,10 +42,19 @@ pub(super) fn check_clock(plan: &ReplayPlan, say: &Say) -> Result<Option<crate::
 }
 
 /// The run clock's time 0: with `--start-at`, the agreed instant (or at once when it has
-/// passed, and how late); else now and a lead for the first deadlines.
-pub(super) fn time_zero(plan: &ReplayPlan, clock: &RunClock) -> (u64, Option<StartReport>) {
+/// passed, and how late); else as soon as `first_built` says a request is ready to send (a
+/// millisecond on), waiting at most [`START_LEAD_NS`] for it.
+pub(super) fn time_zero(
+    plan: &ReplayPlan,
+    clock: &RunClock,
+    first_built: impl Fn() -> bool,
+) -> (u64, Option<StartReport>) {
     let Some(at) = plan.hosts.start_at_unix_ns else {
-        return (clock.now_ns() + START_LEAD_NS, None);
+        let until = clock.now_ns() + START_LEAD_NS;
+        while !first_built() && clock.now_ns() < until {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        return (clock.now_ns() + LATE_START_NS, None);
     };
     let target = crate::sys::wall_start::run_ns_at(clock, at);
     let earliest = clock.now_ns() + LATE_START_NS;
