@@ -26,6 +26,9 @@ pub struct LiveProgress {
     last_done: u64,
     last_tokens: u64,
     printed: bool,
+    /// Requests the schedule plans (0: not known), and whether turns wait for parents.
+    planned: u64,
+    conversations: bool,
 }
 
 /// What the senders report as they go (read at each redraw).
@@ -51,7 +54,17 @@ impl LiveProgress {
             last_done: 0,
             last_tokens: 0,
             printed: false,
+            planned: 0,
+            conversations: false,
         }
+    }
+
+    /// The schedule's planned requests, so that past its end the line tells requests still
+    /// unsent (the client behind, or turns waiting for their parents) from a drain.
+    pub fn planning(mut self, planned: u64, conversations: bool) -> Self {
+        self.planned = planned;
+        self.conversations = conversations;
+        self
     }
 
     pub fn add(&mut self, r: &RequestRecord) {
@@ -116,8 +129,21 @@ impl LiveProgress {
                 d => format!("{d:.0}ms"),
             }
         };
+        // Requests neither sent nor failed unsent.
+        let unsent = self
+            .planned
+            .saturating_sub(s.sent + (self.done - self.done_sent));
         let eta = if run_s < self.schedule_s {
             format!("ETA {}", clock(self.schedule_s - run_s))
+        } else if unsent > 0 && self.conversations {
+            format!("{} turns wait", short(unsent as f64))
+        } else if unsent > 0 {
+            // Past the last planned send with requests unsent: the client is behind.
+            format!(
+                "behind {}, {} unsent",
+                clock(run_s - self.schedule_s),
+                short(unsent as f64)
+            )
         } else {
             format!("drain {}", short(in_flight as f64))
         };
@@ -201,6 +227,36 @@ mod tests {
             1.0,
         );
         assert!(line.len() <= 80, "{} columns: {line}", line.len());
+
+        // Past the schedule's end with 89 of 100 unsent: behind, not draining; with
+        // conversations, turns waiting for their parents.
+        let behind = |conversations| {
+            let mut p = LiveProgress::new(1.6, true).planning(100, conversations);
+            p.line(
+                &Snapshot {
+                    sent: 11,
+                    run_s: 31.6,
+                },
+                1.0,
+            )
+        };
+        assert!(
+            behind(false).ends_with("behind 0:30, 89 unsent"),
+            "{}",
+            behind(false)
+        );
+        assert!(behind(true).ends_with("89 turns wait"), "{}", behind(true));
+        let mut done = LiveProgress::new(1.6, true).planning(2, false);
+        done.done_sent = 1;
+        done.done = 1;
+        let line = done.line(
+            &Snapshot {
+                sent: 2,
+                run_s: 5.0,
+            },
+            1.0,
+        );
+        assert!(line.ends_with("drain 1"), "{line}");
         assert_eq!(short(12_031_000.0), "12.0M");
         assert_eq!(short(323_360.0), "323k");
         assert_eq!(clock(3725.0), "1:02:05");

@@ -6,6 +6,7 @@
 //! starts the threads, collects the records and finishes.
 
 mod cache_check;
+mod collect;
 mod describe;
 mod diagnose;
 mod mock;
@@ -141,7 +142,7 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     }
     let scrape = setup::scrape_config(plan, &fleet, say)?;
     let stages = start(plan, &trace, prompts, &fleet, &out, scrape, &expected, say)?;
-    let collected = collect(plan, &trace, &stages, out)?;
+    let collected = collect::collect(plan, &trace, &stages, out)?;
     let outcome = finish(plan, &fleet, stages, collected);
     if let Some(m) = mock {
         let late = m.stop().ok().and_then(|s| s.lateness.summary(false));
@@ -181,7 +182,7 @@ fn prime(
     ));
     let out = setup::prepare_output(&pass, trace)?;
     let stages = start(&pass, trace, prompts, fleet, &out, None, expected, say)?;
-    let collected = collect(&pass, trace, &stages, out)?;
+    let collected = collect::collect(&pass, trace, &stages, out)?;
     let outcome = finish(&pass, fleet, stages, collected)?;
     match outcome.ending {
         Ending::Completed => Ok(None),
@@ -550,153 +551,13 @@ fn targets(plan: &ReplayPlan, fleet: &Fleet) -> Vec<Target> {
         .collect()
 }
 
-/// What the collector gathered.
-struct Collected {
-    dir: PathBuf,
-    requests_path: PathBuf,
-    copy_path: Option<PathBuf>,
-    stopped: bool,
-    stopped_early: Option<String>,
-    /// A write of the records failed (the disk full): why. The run stopped there.
-    write_failed: Option<String>,
-    /// Measured (not warmup) requests that succeeded, and that failed.
-    measured_ok: u64,
-    measured_failed: u64,
-    /// Requests whose connection the server closed before a byte of answer.
-    closed_unanswered: u64,
-}
-
-/// Writes records as they complete (flushed per batch), feeds the progress line, and on a signal stops sending and drains.
-fn collect(
-    plan: &ReplayPlan,
-    trace: &TraceInput,
-    stages: &Stages,
-    out: Output,
-) -> Result<Collected> {
-    let mut writer = RecordWriter::new(out.requests_file, RecordFormat::Llmreplay);
-    let (copy_path, mut copy) = match out.copy {
-        Some((path, file)) => (
-            Some(path),
-            Some(RecordWriter::new(file, plan.record_format)),
-        ),
-        None => (None, None),
-    };
-    let mut live = LiveProgress::new(trace.preview.last_ns as f64 / 1e9, !plan.quiet);
-    let mut stopped = false;
-    // A write that fails (the disk full) stops the run: what was written stays whole.
-    let mut write_failed: Option<String> = None;
-    let on_write_error =
-        |failed: &mut Option<String>, path: &Path, e: io::Error, live: &mut LiveProgress| {
-            if failed.is_none() {
-                live.finish();
-                let reason = format!("cannot write {}: {e}", path.display());
-                eprintln!("error: {reason}; the run stops, nothing new is sent");
-                stages.stop.request(stages.clock.now_ns());
-                *failed = Some(reason);
-            }
-        };
-    let (mut measured_ok, mut measured_failed, mut closed_unanswered) = (0u64, 0u64, 0u64);
-    let mut judge = plan
-        .max_error_rate
-        .map(|limit| ErrorRateJudge::new(limit, trace.preview.skipped_by_offset));
-    let mut stopped_early = None;
-    loop {
-        if !stopped && signals_received() > 0 {
-            stopped = true;
-            stages.stop.request(stages.clock.now_ns());
-            live.finish();
-            eprintln!(
-                "stopping: nothing new is sent; waiting up to {} s for requests in flight \
-                 (signal again to exit at once)",
-                plan.drain_timeout_s
-            );
-            // A summary of what is recorded so far, so that a second signal or a kill during
-            // the drain still leaves one; it says so (`ended.how: stopping`), and the end
-            // writes it again with how the run ended.
-            let mut run = report::run_config(&out.dir).unwrap_or_default();
-            run["ended"] = json!({
-                "how": "stopping",
-                "detail": "a signal stopped the run; this summary covers the records written \
-                           before the drain of the requests in flight, and is replaced when \
-                           it ends",
-            });
-            let noted = report::write_json(&out.dir.join("run.json"), &run);
-            if noted.is_ok() && writer.flush().is_ok() {
-                if let Err(e) = report::render(&out.dir, &out.requests_path, &plan.render) {
-                    eprintln!("warning: the summary before the drain: {e}");
-                }
-            }
-        }
-        match stages.records.recv_timeout(Duration::from_millis(50)) {
-            Ok(first) => {
-                for r in std::iter::once(first).chain(stages.records.try_iter()) {
-                    if write_failed.is_some() {
-                        continue; // draining: nothing more can be kept
-                    }
-                    if let Err(e) = writer.write(&r) {
-                        on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
-                    }
-                    if let (Some(c), Some(path)) = (copy.as_mut(), &copy_path) {
-                        if let Err(e) = c.write(&r) {
-                            on_write_error(&mut write_failed, path, e, &mut live);
-                        }
-                    }
-                    live.add(&r);
-                    if !r.warmup {
-                        measured_ok += u64::from(r.ok());
-                        measured_failed += u64::from(!r.ok());
-                        closed_unanswered += u64::from(r.closed_unanswered());
-                    }
-                    let verdict = judge
-                        .as_mut()
-                        .and_then(|j| j.record(r.index, !r.ok(), r.warmup));
-                    if let (None, Some(reason)) = (&stopped_early, verdict) {
-                        live.finish();
-                        eprintln!("{reason}; nothing new is sent, requests in flight drain");
-                        stages.stop.request(stages.clock.now_ns());
-                        stopped_early = Some(reason);
-                    }
-                }
-                if let Err(e) = writer.flush() {
-                    on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
-                }
-                if let (Some(c), Some(path)) = (copy.as_mut(), &copy_path) {
-                    if let Err(e) = c.flush() {
-                        on_write_error(&mut write_failed, path, e, &mut live);
-                    }
-                }
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-        }
-        if !stopped {
-            live.tick(Snapshot {
-                sent: stages.progress.sent.load(Ordering::Relaxed),
-                run_s: (stages.clock.now_ns() as f64 - stages.t0_ns as f64) / 1e9,
-            });
-        }
-    }
-    if let Err(e) = writer.flush() {
-        on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
-    }
-    if !stopped {
-        live.finish();
-    }
-    Ok(Collected {
-        dir: out.dir,
-        requests_path: out.requests_path,
-        copy_path,
-        stopped,
-        stopped_early,
-        write_failed,
-        measured_ok,
-        measured_failed,
-        closed_unanswered,
-    })
-}
-
 /// Joins the threads and renders the outputs from requests.jsonl, as `report DIR` does.
-fn finish(plan: &ReplayPlan, fleet: &Fleet, stages: Stages, c: Collected) -> Result<RunOutcome> {
+fn finish(
+    plan: &ReplayPlan,
+    fleet: &Fleet,
+    stages: Stages,
+    c: collect::Collected,
+) -> Result<RunOutcome> {
     let mut producer_error = None;
     for p in stages.producers {
         let result = p
