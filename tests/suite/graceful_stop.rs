@@ -35,6 +35,19 @@ fn start_replay(mock: &MockProcess, trace: &Path, out: &Path, drain_s: &str) -> 
         .unwrap()
 }
 
+/// A replay against a slow mock (the mock returned, to outlive the run), interrupted once 20
+/// records are in: its run directory and the child.
+fn interrupted(name: &str, drain_s: &str) -> (MockProcess, std::path::PathBuf, Child) {
+    let dir = temp_dir(name);
+    let trace = write_trace(&dir);
+    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
+    let out = dir.join("run");
+    let child = start_replay(&mock, &trace, &out, drain_s);
+    wait_for_records(&out.join("requests.jsonl"), 20);
+    interrupt(&child);
+    (mock, out, child)
+}
+
 fn interrupt(child: &Child) {
     // SAFETY: plain kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
@@ -74,13 +87,7 @@ fn kind(r: &Value) -> Option<&str> {
 
 #[test]
 fn first_sigint_drains_cancels_and_writes_everything() {
-    let dir = temp_dir("sigint");
-    let trace = write_trace(&dir);
-    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
-    let out = dir.join("run");
-    let mut child = start_replay(&mock, &trace, &out, "0.3");
-    wait_for_records(&out.join("requests.jsonl"), 20);
-    interrupt(&child);
+    let (_mock, out, mut child) = interrupted("sigint", "0.3");
     let (status, took) = wait_bounded(&mut child, Duration::from_secs(20));
     assert_eq!(status.code(), Some(130), "a stopped run exits 130");
     assert!(
@@ -221,13 +228,7 @@ fn a_stop_with_nothing_in_flight_does_not_wait_for_the_drain_timeout() {
 /// stop, and it says so (`ended.how: stopping`) instead of passing for a finished run's.
 #[test]
 fn a_kill_during_the_drain_leaves_a_summary_that_says_stopping() {
-    let dir = temp_dir("sigkill-drain");
-    let trace = write_trace(&dir);
-    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
-    let out = dir.join("run");
-    let mut child = start_replay(&mock, &trace, &out, "60");
-    wait_for_records(&out.join("requests.jsonl"), 20);
-    interrupt(&child);
+    let (_mock, out, mut child) = interrupted("sigkill-drain", "60");
     // The stop's summary is written before the drain starts waiting.
     let summary = out.join("summary.json");
     let start = Instant::now();

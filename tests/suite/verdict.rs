@@ -54,19 +54,23 @@ fn a_clean_run_is_valid_and_too_few_samples_are_not() {
     let dir = temp_dir("verdict-clean");
     let trace = mooncake_trace(&dir, 120);
     let qwen3 = tokenizer("qwen3");
+    // Against the in-process mock at 50x, --strict, timing checks off, with `extra`.
+    let strict = |out: &Path, extra: &[&str]| {
+        replay_mock(&trace, out)
+            .args([
+                "--tokenizer",
+                path(&qwen3),
+                "--time-scale",
+                "50",
+                "--strict",
+            ])
+            .args(NO_TIMING)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
     let clean = dir.join("clean");
-    let o = replay_mock(&trace, &clean)
-        .args([
-            "--tokenizer",
-            path(&qwen3),
-            "--time-scale",
-            "50",
-            "--strict",
-        ])
-        .args(NO_TIMING)
-        .args(["--bound", "tail-samples=1"])
-        .output()
-        .unwrap();
+    let o = strict(&clean, &["--bound", "tail-samples=1"]);
     ok(&o);
     let (word, keys, _) = verdict(&clean);
     assert_eq!((word.as_str(), keys), ("VALID", vec![]));
@@ -83,11 +87,11 @@ fn a_clean_run_is_valid_and_too_few_samples_are_not() {
     ok(&again);
     let printed: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(printed["verdict"]["result"], "VALID");
-    let strict = bin()
+    let rejudged = bin()
         .args(["report", path(&clean), "--bound", "tail-samples=5"])
         .output()
         .unwrap();
-    ok(&strict);
+    ok(&rejudged);
     let (word, keys, summary) = verdict(&clean);
     assert_eq!(
         (word.as_str(), keys),
@@ -101,17 +105,7 @@ fn a_clean_run_is_valid_and_too_few_samples_are_not() {
 
     // --strict: a completed run with an INVALID verdict ends with status 4.
     let few = dir.join("few");
-    let o = replay_mock(&trace, &few)
-        .args([
-            "--tokenizer",
-            path(&qwen3),
-            "--time-scale",
-            "50",
-            "--strict",
-        ])
-        .args(NO_TIMING)
-        .output()
-        .unwrap();
+    let o = strict(&few, &[]);
     assert_eq!(o.status.code(), Some(llmreplay::ending::INVALID_EXIT_CODE));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
