@@ -430,11 +430,8 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
         "shards": rows,
     });
     // For the verdict: the busiest shard's senders, and every shard's late arrivals.
-    let share = |s: &&ShardRun| {
-        let v = &s.run["senders"];
-        let wall = v["threads"].as_f64().unwrap_or(0.0) * v["wall_s"].as_f64().unwrap_or(0.0);
-        v["cpu_s"].as_f64().unwrap_or(0.0) / wall.max(1e-9)
-    };
+    let share =
+        |s: &&ShardRun| crate::stats::verdict::sender_cpu_share(&s.run["senders"]).unwrap_or(0.0);
     if let Some(busiest) = shards.iter().max_by(|a, b| share(a).total_cmp(&share(b))) {
         let late: u64 = shards
             .iter()

@@ -15,6 +15,9 @@ use super::connector::Opened;
 use super::exchange::Exchange;
 use super::{token, SenderLoop, Slot, CONNECT_COST_NS, MAX_BACKOFF_NS};
 
+/// After the client ran out of descriptors, no new connection is asked for this long.
+const DESCRIPTOR_PAUSE_NS: u64 = 10_000_000;
+
 impl SenderLoop {
     /// Hands a due request to an idle connection of its endpoint, or queues it.
     pub(super) fn dispatch(&mut self, mut req: PreparedRequest) {
@@ -157,12 +160,7 @@ impl SenderLoop {
         self.slots[slot].conn = Some(Conn::new(stream, target, self.opened));
         Ok(())
     }
-}
 
-/// After the client ran out of descriptors, no new connection is asked for this long.
-const DESCRIPTOR_PAUSE_NS: u64 = 10_000_000;
-
-impl SenderLoop {
     /// A connect (`Connect`) or TLS handshake (`Tls`) failed: the endpoint backs off, unless
     /// the client ran out of file descriptors.
     pub(super) fn connect_failed(&mut self, target: usize, kind: ErrorKind, e: &io::Error) {

@@ -175,13 +175,15 @@ impl Verdict {
 /// What run.json says of the senders (`senders`), for the reasons the records cannot give.
 fn senders(run: Option<&Value>) -> (Option<f64>, u64) {
     let s = run.map(|r| &r["senders"]);
-    let cpu = s.and_then(|s| {
-        let (cpu, threads) = (s["cpu_s"].as_f64()?, s["threads"].as_f64()?);
-        let wall = s["wall_s"].as_f64()?;
-        (threads * wall > 0.0).then(|| cpu / (threads * wall))
-    });
     let late = s.and_then(|s| s["arrived_late"].as_u64()).unwrap_or(0);
-    (cpu, late)
+    (s.and_then(sender_cpu_share), late)
+}
+
+/// The share of the run the sender threads were on a CPU, from run.json's `senders`.
+pub fn sender_cpu_share(senders: &Value) -> Option<f64> {
+    let (cpu, threads) = (senders["cpu_s"].as_f64()?, senders["threads"].as_f64()?);
+    let wall = senders["wall_s"].as_f64()?;
+    (threads * wall > 0.0).then(|| cpu / (threads * wall))
 }
 
 /// Judges a run by `bounds`: its summary and (when there is one) its run.json.
