@@ -14,14 +14,21 @@
 //! contents are the same. [`PromptShape`] keeps just that: each content segment's key
 //! (chained over the segments before it, so a key stands for a whole prefix) and length.
 //!
-//! When a prompt counts as held: from its send (the order the server receives them), or in
-//! `--session-mode timestamp` from its first token back, since a server caches a prompt once
-//! it has computed it, and a turn sent at its own timestamp may leave before its parent was.
-//! The senders keep the model ([`SharedExpected`]): only they know both instants.
+//! The model follows the schedule, not the run: every record the schedule sends (this
+//! shard's and the others', in the order the producers route them, which is the trace's) is
+//! looked up and then held, from its planned send on. So the expected hits are a function of
+//! the plan alone: K shards, each modelling the whole schedule and keeping its own records'
+//! hits, expect record for record what one process expects (`merge` sums them exactly).
+//! Where the endpoint is picked only when the request is due (`--route least-inflight` over
+//! several), the senders look each request up there, in the order they send; shards of such
+//! a run route apart anyway.
+//! A turn that leaves while its parent is still in prefill (`--session-mode timestamp` on a
+//! slow server) may find less than expected; the verdict flags only the opposite, a cache
+//! that holds more than the run put there.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::prompt::{Frame, PromptSynth};
 
@@ -211,43 +218,22 @@ impl ExpectedPrefixHits {
     }
 }
 
-/// The model the senders share: a request looks up its hits when it is sent, and its prompt
-/// is held from its send or from its first token.
-#[derive(Debug)]
-pub struct SharedExpected {
-    model: Mutex<ExpectedPrefixHits>,
-    held_from_first_token: bool,
-}
+/// The model the producers share (under the trace reader's lock, in schedule order), and the
+/// priming pass with the measured run: what the first leaves in the caches, the second finds.
+pub type SharedModel = Arc<Mutex<ExpectedPrefixHits>>;
 
-impl SharedExpected {
-    pub fn new(model: ExpectedPrefixHits, held_from_first_token: bool) -> SharedExpected {
-        SharedExpected {
-            model: Mutex::new(model),
-            held_from_first_token,
-        }
-    }
-
-    /// A request with this shape was sent to `endpoint`: its expected hits, and whether its
-    /// shape is still to be [`Self::first_token`]'d.
-    pub fn sent(&self, endpoint: u32, shape: &PromptShape) -> (u64, bool) {
-        let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
-        let hits = model.hits(endpoint, shape);
-        if !self.held_from_first_token {
-            model.insert(endpoint, shape);
-        }
-        (hits, self.held_from_first_token)
-    }
-
-    /// The request's first token came back: `endpoint` holds its prompt.
-    pub fn first_token(&self, endpoint: u32, shape: &PromptShape) {
-        let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
-        model.insert(endpoint, shape);
+impl ExpectedPrefixHits {
+    /// The next request of the schedule, with this shape, goes to `endpoint`: its expected
+    /// hits; from now on `endpoint` holds its prompt.
+    pub fn planned(&mut self, endpoint: u32, shape: &PromptShape) -> u64 {
+        let hits = self.hits(endpoint, shape);
+        self.insert(endpoint, shape);
+        hits
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
     use crate::prompt::{Rendering, SafeVocab};
@@ -341,24 +327,5 @@ mod tests {
         model.insert(0, &a);
         model.insert(0, &PromptShape::of(&s, 1, 8, &[3, 4]));
         assert_eq!(model.hits(0, &a), 0, "a's segments were pushed out");
-    }
-
-    #[test]
-    fn held_from_the_first_token_a_prompt_is_not_found_before() {
-        let s = synth(4, Frame { head: 2, tail: 1 });
-        let parent = PromptShape::of(&s, 0, 11, &[1, 2]);
-        let child = PromptShape::of(&s, 1, 15, &[1, 2, 3]);
-        let shared = SharedExpected::new(ExpectedPrefixHits::new(None, 1), true);
-        assert_eq!(shared.sent(0, &parent), (0, true));
-        assert_eq!(
-            shared.sent(0, &child).0,
-            0,
-            "the parent is not computed yet"
-        );
-        shared.first_token(0, &parent);
-        assert_eq!(shared.sent(0, &child).0, 2 + 8);
-        let at_send = SharedExpected::new(ExpectedPrefixHits::new(None, 1), false);
-        assert_eq!(at_send.sent(0, &parent), (0, false));
-        assert_eq!(at_send.sent(0, &child).0, 10, "held from its send");
     }
 }

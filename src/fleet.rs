@@ -243,6 +243,12 @@ impl Router {
         }
     }
 
+    /// The endpoint is picked again when the request is due (`least-inflight` over several):
+    /// [`Router::pick`] names only the group.
+    pub fn picks_when_due(&self) -> bool {
+        self.load.is_some() && self.slots.len() > 1
+    }
+
     pub fn pick(&mut self, record: &TraceRecord) -> u32 {
         if self.slots.len() == 1 {
             return 0;

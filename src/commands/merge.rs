@@ -71,6 +71,8 @@ pub struct ShardRow {
     pub start_skew_ms: Option<f64>,
     pub clock_offset_ms: Option<f64>,
     pub clock_uncertainty_ms: Option<f64>,
+    /// The machine it ran on (shards of one host share a clock).
+    pub host: Option<String>,
     pub late_ms: Option<f64>,
     pub drift_p50_ms: Option<f64>,
     pub drift_p99_ms: Option<f64>,
@@ -276,6 +278,7 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
         start_skew_ms: None,
         clock_offset_ms: check["offset_ms"].as_f64(),
         clock_uncertainty_ms: check["uncertainty_ms"].as_f64(),
+        host: run["clock"]["host"].as_str().map(String::from),
         late_ms: run["start"]["late_ms"].as_f64(),
         drift_p50_ms: drift.as_ref().and_then(|d| d.percentile(50.0)),
         drift_p99_ms: drift.as_ref().and_then(|d| d.percentile(99.0)),

@@ -15,7 +15,7 @@ use crossbeam_channel::Sender;
 
 use crate::carry::CarrySlot;
 use crate::error::{Error, Result};
-use crate::expected_cache::PromptShape;
+use crate::expected_cache::{PromptShape, SharedModel};
 use crate::fleet::Router;
 use crate::schedule::{Shaper, Slot};
 use crate::session::{SessionLink, SessionTracker, SessionTurn};
@@ -47,10 +47,11 @@ pub struct PreparedRequest {
     pub queue_ns: Option<u64>,
     /// `--warmup-requests`: sent and recorded, left out of every statistic.
     pub warmup: bool,
-    /// The prefix-cache hits its prompt should find at its endpoint, set when it is sent
-    /// ([`crate::expected_cache`]).
+    /// The prefix-cache hits its prompt should find at its endpoint, as the schedule
+    /// predicts them ([`crate::expected_cache`]; None: not a synthetic prompt).
     pub expected_cached_tokens: Option<u64>,
-    /// Its prompt as that model sees it (None: not synthetic, or no model).
+    /// Where the endpoint is picked when the request is due (`--route least-inflight`): its
+    /// prompt's shape, for the sender to look its expected hits up there.
     pub cache_shape: Option<Box<PromptShape>>,
     /// A turn of a conversation under `--carry-forward on`: where its prompt is, for its
     /// parent's history to go in front and its children to take it ([`crate::carry`]).
@@ -275,6 +276,9 @@ struct SharedReader {
     shard: Option<ShardFilter>,
     router: Router,
     sessions: SessionTracker,
+    /// The expected prefix-cache hits, modelled over every record the schedule sends.
+    expected: SharedModel,
+    builder: Arc<RequestBuilder>,
     finished: bool,
 }
 
@@ -289,6 +293,7 @@ pub fn spawn_producers(
     shard: Option<ShardFilter>,
     router: Router,
     sessions: SessionTracker,
+    expected: SharedModel,
     builder: Arc<RequestBuilder>,
     out: ToSenders,
     cores: Vec<core_affinity::CoreId>,
@@ -303,6 +308,8 @@ pub fn spawn_producers(
         shard,
         router,
         sessions,
+        expected,
+        builder: Arc::clone(&builder),
         finished: false,
     }));
     (0..n.max(1))
@@ -334,6 +341,8 @@ struct Planned {
     scheduled_ns: u64,
     link: Option<SessionLink>,
     warmup: bool,
+    expected_cached_tokens: Option<u64>,
+    cache_shape: Option<PromptShape>,
 }
 
 impl SharedReader {
@@ -344,7 +353,7 @@ impl SharedReader {
             return Ok(None);
         }
         // Records before --start-offset are skipped.
-        let (record, endpoint, scheduled_ns, warmup) = loop {
+        let (record, endpoint, scheduled_ns, warmup, expected) = loop {
             let Some((mut record, ts)) = self.reader.next_record()? else {
                 if self.passes.left == 0 {
                     self.finished = true;
@@ -373,13 +382,25 @@ impl SharedReader {
                     // Every record is routed, the shard's own or not: the router's state
                     // (conversations placed, round-robin turns) is the same on every host.
                     let endpoint = self.router.pick(&record);
+                    // So is the expected cache: every host models the whole schedule (unless
+                    // the endpoint is picked when due: then the sender looks it up there).
+                    let shape = self.builder.prompt_shape(endpoint, &record);
+                    let expected = match (shape, self.router.picks_when_due()) {
+                        (Some(shape), true) => (None, Some(shape)),
+                        (Some(shape), false) => {
+                            let mut model =
+                                self.expected.lock().unwrap_or_else(|p| p.into_inner());
+                            (Some(model.planned(endpoint, &shape)), None)
+                        }
+                        (None, _) => (None, None),
+                    };
                     let pass = self.pass;
                     if self
                         .shard
                         .as_mut()
                         .is_none_or(|shard| shard.keeps(&record, pass, endpoint))
                     {
-                        break (record, endpoint, scheduled_ns, warmup);
+                        break (record, endpoint, scheduled_ns, warmup, expected);
                     }
                 }
             }
@@ -393,6 +414,8 @@ impl SharedReader {
             scheduled_ns,
             link,
             warmup,
+            expected_cached_tokens: expected.0,
+            cache_shape: expected.1,
         }))
     }
 }
@@ -433,11 +456,11 @@ fn produce(
                 message: e.to_string(),
             })?;
         request.warmup = p.warmup;
+        request.expected_cached_tokens = p.expected_cached_tokens;
+        request.cache_shape = p.cache_shape.map(Box::new);
         if let Some(pause) = builder.slow_build {
             std::thread::sleep(pause);
         }
-        // For the expected prefix-cache hits, looked up when it is sent.
-        request.cache_shape = builder.prompt_shape(p.endpoint, &p.record).map(Box::new);
         if let Some(link) = p.link {
             request.carry = builder.carry_slot(&request, &p.record).map(Box::new);
             let planned_cached_tokens = link

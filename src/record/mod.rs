@@ -142,7 +142,8 @@ pub struct RequestRecord {
     /// The server's `usage.prompt_tokens_details.cached_tokens`: prompt tokens its prefix
     /// cache served.
     pub cached_tokens: Option<u64>,
-    /// The hits its hash ids predict at its endpoint (an unbounded cache, trace order).
+    /// The hits its hash ids predict at its endpoint (the schedule's model,
+    /// [`crate::expected_cache`]); for a turn that carried its parent, at least its plan.
     pub expected_cached_tokens: Option<u64>,
     pub output_tokens_target: Option<u64>,
     /// Server usage, else the number of content chunks.

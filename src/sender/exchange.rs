@@ -1,7 +1,6 @@
 //! One request on the wire: what has been written, and everything measured about its response.
 
 use crate::api::{excerpt, Api, EventScanner, StreamEvent, EXCERPT};
-use crate::expected_cache::SharedExpected;
 use crate::http::response::{ResponseHead, ResponseParser, ResponseSink, Step};
 use crate::http::sse::SseScanner;
 use crate::pipeline::PreparedRequest;
@@ -149,26 +148,6 @@ impl Exchange {
         (!started).then(|| now.saturating_sub(since))
     }
 
-    /// The request was sent: its expected prefix-cache hits are looked up now.
-    pub fn note_sent(&mut self, model: &SharedExpected) {
-        if let Some(shape) = &self.req.cache_shape {
-            let (hits, held_later) = model.sent(self.req.endpoint, shape);
-            self.req.expected_cached_tokens = Some(hits);
-            if !held_later {
-                self.req.cache_shape = None;
-            }
-        }
-    }
-
-    /// Its first token is back: a prompt held from then on is held now.
-    pub fn note_first_token(&mut self, model: &SharedExpected) {
-        if self.first_token_ns.is_some() && self.req.expected_cached_tokens.is_some() {
-            if let Some(shape) = self.req.cache_shape.take() {
-                model.first_token(self.req.endpoint, &shape);
-            }
-        }
-    }
-
     /// Completes the exchange at `now`: reads a whole body, judges the status, and a success
     /// status by its answer. `body` holds a whole non-streamed body, or a stream's first bytes.
     pub fn finish_response(&mut self, body: &[u8], scanner: &EventScanner, now: u64) {
@@ -266,7 +245,13 @@ impl Exchange {
                 .prompt_tokens
                 .filter(|_| !self.approximate_prompt_count),
             cached_tokens: self.cached_tokens,
-            expected_cached_tokens: self.req.expected_cached_tokens,
+            expected_cached_tokens: self.req.expected_cached_tokens.map(|model| {
+                // A turn that carried its parent's prompt and answer may hit on all of it:
+                // its plan counts the answer, the hash-id model cannot see it.
+                let session = self.req.session.as_ref();
+                let carried = session.filter(|t| t.carried_tokens.is_some());
+                model.max(carried.and_then(|t| t.planned_cached_tokens).unwrap_or(0))
+            }),
             output_tokens_target: self.req.output_tokens_target,
             output_tokens,
             chunks: self.chunks,

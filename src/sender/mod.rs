@@ -50,7 +50,6 @@ use mio::event::Event;
 use mio::{Events, Poll, Token, Waker};
 
 use crate::api::{Api, EventScanner};
-use crate::expected_cache::SharedExpected;
 use crate::fleet::Load;
 use crate::pipeline::{BufferPool, ChannelBudget, PreparedRequest};
 use crate::record::{ErrorKind, RequestRecord};
@@ -115,6 +114,8 @@ pub struct SenderConfig {
     /// `least-inflight`: per endpoint, the endpoints its bodies suit (itself included); a due
     /// request goes to the least loaded of them.
     pub peers: Option<Vec<Vec<u32>>>,
+    /// The expected prefix-cache hits' model, for requests whose endpoint is picked here.
+    pub expected: crate::expected_cache::SharedModel,
     pub stream: bool,
     pub request_timeout_ns: u64,
     /// A request sent this long ago with no first token yet fails as a timeout.
@@ -144,8 +145,6 @@ pub struct SenderConfig {
     /// Closed loop (`--concurrency`): each sender's most requests in flight, by sender id
     /// (empty otherwise).
     pub in_flight_caps: Vec<usize>,
-    /// The expected prefix-cache hits, looked up as requests are sent.
-    pub expected: Arc<SharedExpected>,
     /// Sets the run start on the shared clock once every sender has its connections open;
     /// deadlines are `t0 + scheduled_ns`.
     pub start: Arc<StartGate>,
@@ -273,8 +272,6 @@ struct SenderLoop {
     producers_done: bool,
     /// Requests whose first bytes were written on time and whose rest is still to write.
     unfinished_writes: Vec<(usize, u32)>,
-    /// Requests sent whose expected hits are still to look up.
-    sent_unnoted: Vec<(usize, u32)>,
     /// Once a stop is requested: when requests still in flight are cancelled.
     cancel_at: Option<u64>,
     records: ChannelSender<RequestRecord>,
@@ -359,7 +356,6 @@ impl SenderLoop {
             rx,
             producers_done: false,
             unfinished_writes: Vec::new(),
-            sent_unnoted: Vec::new(),
             cancel_at: None,
             records,
             progress,

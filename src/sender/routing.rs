@@ -24,6 +24,10 @@ impl SenderLoop {
         if let Some(peers) = &self.cfg.peers {
             req.endpoint = self.cfg.load.least_loaded(&peers[req.endpoint as usize]);
         }
+        if let Some(shape) = req.cache_shape.take() {
+            let mut model = self.cfg.expected.lock().unwrap_or_else(|p| p.into_inner());
+            req.expected_cached_tokens = Some(model.planned(req.endpoint, &shape));
+        }
         let target = req.endpoint as usize;
         self.cfg.load.started(target);
         self.open_requests += 1;

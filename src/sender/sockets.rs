@@ -38,7 +38,6 @@ impl SenderLoop {
         let written = conn.write_request(head, budget, &self.clock);
         if written.started {
             self.progress.sent.fetch_add(1, Ordering::Relaxed);
-            self.sent_unnoted.push((slot, self.slots[slot].generation));
         }
         if let Some(buffer) = written.spent {
             self.cfg.buffers.give(buffer);
@@ -50,22 +49,11 @@ impl SenderLoop {
         written.out_of_budget
     }
 
-    /// Writes the rest of the requests started by `send_due`, then looks up the expected
-    /// hits of those sent (after the burst, so that it waits for no lookup).
+    /// Writes the rest of the requests started by `send_due`.
     pub(super) fn finish_writes(&mut self) {
         while let Some((slot, generation)) = self.unfinished_writes.pop() {
             if self.slots[slot].generation == generation && self.slots[slot].conn.is_some() {
                 self.write_some(slot, usize::MAX);
-            }
-        }
-        let model = &self.cfg.expected;
-        for (slot, generation) in self.sent_unnoted.drain(..) {
-            let s = &mut self.slots[slot];
-            if let (true, Some(ex)) = (
-                s.generation == generation,
-                s.conn.as_mut().and_then(|c| c.exchange.as_mut()),
-            ) {
-                ex.note_sent(model);
             }
         }
     }
@@ -167,7 +155,6 @@ impl SenderLoop {
                         self.fail_and_close(slot, ErrorKind::Protocol, String::new());
                         break;
                     }
-                    ex.note_first_token(&self.cfg.expected);
                 }
                 Ok(Step::Done { consumed }) => {
                     let reusable =
@@ -205,7 +192,6 @@ impl SenderLoop {
         let conn = self.slots[slot].conn.as_mut().expect("live slot");
         let mut ex = conn.exchange.take().expect("exchange in flight");
         ex.finish_response(&conn.body, &self.scanners[conn.target], now);
-        ex.note_first_token(&self.cfg.expected);
         let target = conn.target;
         self.in_flight -= 1;
         self.emit(ex, target);

@@ -26,15 +26,7 @@ impl PrefixHits {
             self.observed.0 += cached;
             self.observed.1 += prompt;
         }
-        // A turn that carried its parent's prompt and answer may hit on all of it: the plan
-        // (planned_cached_tokens) counts the answer, the hash-id model cannot see it.
-        let carried = r
-            .session
-            .as_ref()
-            .filter(|t| t.carried_tokens.is_some())
-            .and_then(|t| t.planned_cached_tokens);
         if let Some(expected) = r.expected_cached_tokens {
-            let expected = expected.max(carried.unwrap_or(0));
             self.expected.0 += expected;
             self.expected.1 += prompt;
         }

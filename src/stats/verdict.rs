@@ -16,7 +16,7 @@ pub struct Bound {
 }
 
 /// Every bound, in the order the reasons are checked.
-pub const BOUNDS: [Bound; 7] = [
+pub const BOUNDS: [Bound; 8] = [
     Bound {
         name: "drift-p99-ms",
         default: 50.0,
@@ -34,6 +34,13 @@ pub const BOUNDS: [Bound; 7] = [
         default: 1000.0,
         why: "the longest a due request waited to be sent: a second without sends is a hole \
               in the load that no percentile shows",
+    },
+    Bound {
+        name: "shard-skew-ms",
+        default: 50.0,
+        why: "how far a shard of a merged run started from the agreed instant, on the \
+              reference clock: every request of that shard is shifted so far against the \
+              others', as drift shifts one",
     },
     Bound {
         name: "sender-cpu",
@@ -172,6 +179,52 @@ impl Verdict {
     }
 }
 
+/// A merged run's shards (merged run.json's `merged.shards`): each must have started within
+/// `bound` ms of the agreed instant, by clocks known to agree: checked with `--ntp`, or one
+/// host's.
+fn shard_clocks(rows: &[Value], bound: f64, say: &mut impl FnMut(&'static str, String)) {
+    let name = |r: &Value| r["shard"].as_str().unwrap_or("?").to_string();
+    let skewed: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let skew = r["start_skew_ms"].as_f64()?;
+            (skew.abs() > bound).then(|| format!("{} by {skew:+.1} ms", name(r)))
+        })
+        .collect();
+    if !skewed.is_empty() {
+        say(
+            "shard-clocks",
+            format!(
+                "shards started apart from the agreed instant: {} (bound {bound} ms); their \
+                 loads did not overlap as one schedule (start every shard with one --start-at)",
+                skewed.join(", ")
+            ),
+        );
+    }
+    let unchecked: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["clock_offset_ms"].is_null())
+        .collect();
+    let host = rows.first().and_then(|r| r["host"].as_str());
+    let one_host = host.is_some() && rows.iter().all(|r| r["host"].as_str() == host);
+    // Fine: every clock checked, or none and all on one host (one clock).
+    let known = unchecked.is_empty() || (unchecked.len() == rows.len() && one_host);
+    if !known {
+        say(
+            "shard-clocks",
+            format!(
+                "the clocks of shards {} were not checked, and not every shard ran on one \
+                 host: their start skew is unknown (give every shard --ntp HOST)",
+                unchecked
+                    .iter()
+                    .map(|r| name(r))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+}
+
 /// What run.json says of the senders (`senders`), for the reasons the records cannot give.
 fn senders(run: Option<&Value>) -> (Option<f64>, u64) {
     let s = run.map(|r| &r["senders"]);
@@ -236,6 +289,9 @@ pub fn judge(s: &Summary, run: Option<&Value>, bounds: &Bounds) -> Verdict {
                 ),
             );
         }
+    }
+    if let Some(rows) = run.and_then(|r| r["merged"]["shards"].as_array()) {
+        shard_clocks(rows, bounds.get("shard-skew-ms"), &mut say);
     }
     let (cpu, arrived_late) = senders(run);
     if let Some(cpu) = cpu.filter(|&c| c > bounds.get("sender-cpu")) {

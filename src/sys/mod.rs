@@ -9,3 +9,10 @@ pub mod rx_stamp;
 pub mod sockopt;
 pub mod stop;
 pub mod wall_start;
+
+/// This machine's name (None where the kernel does not say): shards on one host share a
+/// clock, so their start instants compare without `--ntp`.
+pub fn hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(name.trim().to_string()).filter(|n| !n.is_empty())
+}

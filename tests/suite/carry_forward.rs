@@ -101,8 +101,28 @@ fn carried_answers_make_the_observed_hits_the_planned_ones() {
         );
         assert_eq!(r["planned_cached_tokens"].as_u64(), Some(input - 32), "{r}");
         assert_eq!(r["cached_tokens"], r["planned_cached_tokens"], "{r}");
+        assert_eq!(
+            r["expected_cached_tokens"], r["planned_cached_tokens"],
+            "{r}"
+        );
         assert_eq!(r["hit_share_diff"].as_f64(), Some(0.0), "{r}");
     }
+    // Planned = expected = observed, record by record and in the summary; so the verdict
+    // does not take the carried answers' hits for a warm cache.
+    for r in &rows {
+        assert_eq!(r["expected_cached_tokens"], r["cached_tokens"], "{r}");
+    }
+    let prefix = &summary["prefix_cache"];
+    assert_eq!(
+        prefix["expected_cached_tokens"], prefix["cached_tokens"],
+        "{prefix}"
+    );
+    assert!(prefix["cached_tokens"].as_u64() > Some(0), "{prefix}");
+    let reasons = summary["verdict"]["reasons"].as_array().unwrap();
+    assert!(
+        reasons.iter().all(|r| r["key"] != "warm-cache"),
+        "{reasons:?}"
+    );
     let on = rounds(&summary);
     assert_eq!(on.len(), 2, "{summary}");
     for round in &on {

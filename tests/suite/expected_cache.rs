@@ -118,12 +118,13 @@ fn expected_hits_equal_a_token_level_cache_for_chat_and_completions() {
     }
 }
 
-/// `--session-mode timestamp`: a prompt is held once its first token is back. A turn sent
-/// while its parent is still in prefill (the mock's TTFT is 300 ms) expects none of the
-/// parent's blocks, one sent after it expects them all. (The mock caches at arrival, so it
-/// reports the early turn's hits: a real server would not have them yet.)
+/// `--session-mode timestamp`: the expected hits follow the schedule, not the server's speed.
+/// A turn sent while its parent is still in prefill (the mock's TTFT is 300 ms) expects the
+/// parent's blocks as one sent long after it does, and the mock, which caches at arrival, has
+/// them. (The model cannot know when a real server ends a prefill; so every host of a sharded
+/// run can model the schedule alike.)
 #[test]
-fn in_timestamp_mode_a_prompt_is_held_from_its_first_token() {
+fn in_timestamp_mode_the_expected_hits_follow_the_schedule() {
     let dir = temp_dir("expected-timestamp");
     let file = dir.join("t.jsonl");
     let lines = [
@@ -148,25 +149,22 @@ fn in_timestamp_mode_a_prompt_is_held_from_its_first_token() {
     replay(&mock.url(), &file, &out, &["--session-mode", "timestamp"]);
     let mut rows = read_jsonl(&out.join("requests.jsonl"));
     rows.sort_by_key(|r| r["index"].as_u64().unwrap());
-    let ms = |r: &Value, k: &str| r[k].as_f64().unwrap();
     let expected = |r: &Value| r["expected_cached_tokens"].as_u64().unwrap();
     let (parent, early, late) = (&rows[0], &rows[1], &rows[2]);
     assert_eq!(expected(parent), 0);
-    if ms(early, "sent_ms") < ms(parent, "first_token_ms") {
-        assert_eq!(
-            expected(early),
-            0,
-            "the parent was not computed yet: {early}"
+    // (Whether the early turn really left during the prefill is up to the machine's load;
+    // the expectation does not depend on it, which is the point.)
+    for turn in [early, late] {
+        assert!(
+            expected(turn) > 5 * 16,
+            "most of the six shared blocks: {turn}"
         );
-        assert!(early["cached_tokens"].as_u64().unwrap() > 0, "{early}");
+        assert_eq!(
+            expected(turn),
+            turn["cached_tokens"].as_u64().unwrap(),
+            "{turn}"
+        );
     }
-    assert!(ms(late, "sent_ms") > ms(parent, "first_token_ms"), "{late}");
-    assert!(expected(late) > 6 * 16, "{late}");
-    assert_eq!(
-        expected(late),
-        late["cached_tokens"].as_u64().unwrap(),
-        "{late}"
-    );
 }
 
 /// The token cache sees prompts in arrival order though the counting threads finish out of

@@ -263,3 +263,106 @@ fn fresh_prompts_on_shards_need_a_common_start() {
         "{stderr}"
     );
 }
+
+/// Every shard models the whole schedule, so merged shards expect what one process expects,
+/// record by record, on 3000 records of the Mooncake conversation trace. Shards that ran one
+/// after another did not make one load: the merged verdict says `shard-clocks`; so it does
+/// for shards whose clocks nobody compared on different hosts, and not for one host's.
+#[test]
+fn merged_shards_expect_what_one_process_expects() {
+    let dir = temp_dir("verdict-merged");
+    let trace = mooncake_trace(&dir, 3000);
+    let qwen3 = tokenizer("qwen3");
+    let run = |out: &Path, extra: &[&str]| {
+        ok(&replay_mock(&trace, out)
+            .args([
+                "--time-scale",
+                "1000",
+                "--mock-itl-ms",
+                "0",
+                "--tokenizer",
+                path(&qwen3),
+            ])
+            .args(NO_TIMING)
+            .args(extra)
+            .output()
+            .unwrap())
+    };
+    let single = dir.join("single");
+    run(&single, &[]);
+    let shards: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("s{i}"))).collect();
+    for (i, out) in shards.iter().enumerate() {
+        run(out, &["--shard", &format!("{i}/3")]);
+    }
+    let merged = dir.join("merged");
+    ok(&bin()
+        .arg("merge")
+        .arg(&merged)
+        .args(&shards)
+        .output()
+        .unwrap());
+    let expected = |d: &Path| -> std::collections::BTreeMap<u64, Value> {
+        common::read_jsonl(&d.join("requests.jsonl"))
+            .into_iter()
+            .map(|r| {
+                (
+                    r["index"].as_u64().unwrap(),
+                    r["expected_cached_tokens"].clone(),
+                )
+            })
+            .collect()
+    };
+    let (one, all) = (expected(&single), expected(&merged));
+    assert_eq!((one.len(), all.len()), (3000, 3000));
+    let differ: Vec<_> = one.iter().filter(|(i, e)| all.get(i) != Some(e)).collect();
+    assert!(
+        differ.is_empty(),
+        "{} records differ: {:?}",
+        differ.len(),
+        &differ[..differ.len().min(5)]
+    );
+    let hits = one.values().filter(|e| e.as_u64().unwrap() > 0).count();
+    assert!(
+        hits > 1000,
+        "the trace's shared blocks are expected to hit: {hits}"
+    );
+    let share =
+        |d: &Path| read_json(&d.join("summary.json"))["prefix_cache"]["expected_hit_share"].clone();
+    assert_eq!(share(&single), share(&merged));
+
+    // The shards ran one after another: each started a whole schedule (1 s) after the last.
+    let (word, keys, summary) = verdict(&merged);
+    assert_eq!(
+        (word.as_str(), keys),
+        ("INVALID", vec!["shard-clocks".to_string()])
+    );
+    let text = summary["verdict"]["reasons"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("1/3 by +") && text.contains("--start-at"),
+        "{text}"
+    );
+    // Judged again with the skew bound out of the way: one host, unchecked clocks, VALID ...
+    let report = |bounds: &[&str]| {
+        ok(&bin()
+            .arg("report")
+            .arg(&merged)
+            .args(bounds)
+            .output()
+            .unwrap());
+        verdict(&merged)
+    };
+    let (word, keys, _) = report(&["--bound", "shard-skew-ms=1e9"]);
+    assert_eq!((word.as_str(), keys), ("VALID", vec![]));
+    // ... but not when one shard ran elsewhere.
+    let run_json = merged.join("run.json");
+    let mut m = read_json(&run_json);
+    m["merged"]["shards"][1]["host"] = "elsewhere".into();
+    std::fs::write(&run_json, m.to_string()).unwrap();
+    let (_, keys, summary) = report(&["--bound", "shard-skew-ms=1e9"]);
+    assert_eq!(keys, ["shard-clocks"]);
+    let text = summary["verdict"]["reasons"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("0/3, 1/3, 2/3 were not checked") && text.contains("--ntp"),
+        "{text}"
+    );
+}

@@ -27,7 +27,7 @@ use crate::api::BodyOptions;
 use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::error_rate::ErrorRateJudge;
-use crate::expected_cache::{ExpectedPrefixHits, SharedExpected};
+use crate::expected_cache::{ExpectedPrefixHits, SharedModel};
 use crate::fleet::{Load, Route, Router};
 use crate::load::Pace;
 use crate::pipeline::{
@@ -122,10 +122,10 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     let out = setup::prepare_output(plan, &trace)?;
     // One model for the priming pass and the measured run: what the first leaves in the
     // servers' caches, the second finds.
-    let expected = Arc::new(SharedExpected::new(
-        ExpectedPrefixHits::new(plan.expected_cache_blocks, plan.server_block_size),
-        plan.session_mode == SessionMode::Timestamp,
-    ));
+    let expected: SharedModel = Arc::new(std::sync::Mutex::new(ExpectedPrefixHits::new(
+        plan.expected_cache_blocks,
+        plan.server_block_size,
+    )));
     if plan.prime {
         let primed = prime(
             plan,
@@ -163,7 +163,7 @@ fn prime(
     prompts: setup::Prompts,
     fleet: &Fleet,
     dir: &std::path::Path,
-    expected: &Arc<SharedExpected>,
+    expected: &SharedModel,
     say: &Say,
 ) -> Result<Option<RunOutcome>> {
     let mut pass = plan.clone();
@@ -223,7 +223,7 @@ fn start(
     fleet: &Fleet,
     out: &Output,
     scrape: Option<ScrapeConfig>,
-    expected: &Arc<SharedExpected>,
+    expected: &SharedModel,
     say: &Say,
 ) -> Result<Stages> {
     let clock_check = time_zero::check_clock(plan, say)?;
@@ -342,6 +342,7 @@ fn start(
             plan.time_scale,
         )
         .with_last_turns(last_turns),
+        Arc::clone(expected),
         Arc::clone(&builder),
         ToSenders {
             tx,

@@ -78,7 +78,11 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("started_unix_ms", json!(r.started_unix_ms));
     // Record times (ms since the run's time 0) on CLOCK_MONOTONIC, the clock of the mock's
     // --timing-log: t0 + ms. `end` (written when the run ends) gives the drift between them.
-    put("clock", json!({"t0_monotonic_ns": r.t0_monotonic_ns}));
+    // `host`: shards of one host share a clock (the verdict's `shard-clocks`).
+    put(
+        "clock",
+        json!({"t0_monotonic_ns": r.t0_monotonic_ns, "host": crate::sys::hostname()}),
+    );
     put("trace", json!(plan.trace));
     put("format", json!(r.trace.format));
     put("block_size", json!(r.trace.block_size));
