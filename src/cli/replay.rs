@@ -205,8 +205,10 @@ pub struct ReplayArgs {
     /// many seconds fails with `timeout`, keeping what it received (a server that died
     /// without closing its streams would otherwise hold them for the whole
     /// --request-timeout). A request with no answer yet that is silent this long makes its
-    /// endpoint checked: one that takes no new connection (a server shutting down) fails it
-    /// as `endpoint-down`; a live one is waited for (--first-token-timeout).
+    /// endpoint checked: one that takes no new connection (a server shutting down), or
+    /// answers no `GET /health` (any status) within this time (a hung engine behind a live
+    /// listener), fails it as `endpoint-down`; a live one is waited for
+    /// (--first-token-timeout).
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     pub stall_timeout: f64,
 

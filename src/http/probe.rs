@@ -77,6 +77,17 @@ pub fn answers_tls(addr: SocketAddr, host: &str, timeout: Duration) -> bool {
     true
 }
 
+/// `GET /health` over a fresh connection, each step within `timeout`: the sender's liveness
+/// probe of an endpoint that left requests silent.
+pub fn get_health(
+    addr: SocketAddr,
+    tls: Option<&TlsTarget>,
+    host: &str,
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>), super::blocking::GetError> {
+    KeptConnection::new(addr, tls.cloned(), timeout).get(host, "/health", Accept::Json, "")
+}
+
 /// `GET path` over a fresh connection (TLS for https); returns (status, body).
 pub fn get(
     addr: SocketAddr,

@@ -388,8 +388,7 @@ impl SharedReader {
                     let expected = match (shape, self.router.picks_when_due()) {
                         (Some(shape), true) => (None, Some(shape)),
                         (Some(shape), false) => {
-                            let mut model =
-                                self.expected.lock().unwrap_or_else(|p| p.into_inner());
+                            let mut model = self.expected.lock().unwrap_or_else(|p| p.into_inner());
                             (Some(model.planned(endpoint, &shape)), None)
                         }
                         (None, _) => (None, None),

@@ -97,6 +97,8 @@ const MAX_POLL_WAIT: Duration = Duration::from_millis(50);
 #[derive(Clone, Debug)]
 pub struct Target {
     pub url: String,
+    /// Its `Host` header (for the liveness probe's GET).
+    pub host: String,
     pub addr: SocketAddr,
     /// Request line and headers, up to (not including) `Content-Length`.
     pub request_head: Vec<u8>,
@@ -319,9 +321,11 @@ impl SenderLoop {
                 .iter()
                 .map(|t| Dial {
                     addr: t.addr,
+                    host: t.host.clone(),
                     tls: t.tls.clone(),
                 })
                 .collect(),
+            Duration::from_nanos(cfg.stall_timeout_ns),
         )?;
         let pools = cfg
             .targets

@@ -108,13 +108,18 @@ impl SenderLoop {
         }
     }
 
-    /// Endpoint `target` takes no new connection: the requests it has left without an answer
-    /// for `--stall-timeout` will never get one (a server shutting down keeps them open and
-    /// silent) and fail as `endpoint-down`.
+    /// Endpoint `target` takes no new connection, or answers none: the requests it has left
+    /// without an answer for `--stall-timeout` will never get one (a server shutting down
+    /// keeps them open and silent; a hung engine never starts them) and fail as
+    /// `endpoint-down`.
     pub(super) fn endpoint_gone(&mut self, target: usize, e: &io::Error) {
         let now = self.clock.now_ns();
         let stall = self.cfg.stall_timeout_ns;
         let url = &self.cfg.targets[target].url;
+        let what = match e.kind() {
+            io::ErrorKind::Other => e.to_string(),
+            _ => format!("takes no new connection ({e})"),
+        };
         let gone: Vec<(usize, String)> = self
             .in_flight_exchanges()
             .filter(|(slot, ex)| {
@@ -131,8 +136,8 @@ impl SenderLoop {
                 (
                     slot,
                     format!(
-                        "{url} takes no new connection ({e}) and left this request without \
-                         an answer for {silent:.1} s (--stall-timeout)"
+                        "{url} {what}, and left this request without an answer for \
+                         {silent:.1} s (--stall-timeout)"
                     ),
                 )
             })

@@ -105,3 +105,59 @@ fn a_live_server_slow_to_its_first_token_is_waited_for_until_the_first_token_tim
         .collect();
     assert!(ttfts.iter().all(|&t| t >= 2500.0), "{ttfts:?}");
 }
+
+/// A server whose engine hung behind a live listener: it takes every connection, answers a
+/// request's head (200, a stream) and then nothing, not even `GET /health`. Past
+/// --stall-timeout the probe finds it unanswering, and the silent requests end as
+/// `endpoint-down` saying why, not after the 600 s request timeout.
+#[test]
+fn a_hung_server_that_still_takes_connections_ends_as_endpoint_down() {
+    use std::io::{Read, Write};
+    let dir = temp_dir("hung-engine");
+    let trace = dir.join("t.jsonl");
+    write_trace(&trace, &[0, 0, 50]);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let health_asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let asked = std::sync::Arc::clone(&health_asked);
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut conn in listener.incoming().flatten() {
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = [0u8; 8192];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            if buf[..n].starts_with(b"GET /health") {
+                asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            } else if n > 0 {
+                let _ = conn.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                      transfer-encoding: chunked\r\n\r\n",
+                );
+            }
+            held.push(conn); // open and silent
+        }
+    });
+    let out = dir.join("run");
+    let output = common::bin()
+        .args(["replay", "--quiet", "--model", "m", "--endpoint", &url])
+        .args(["--stall-timeout", "1", "--trace", common::path(&trace)])
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(records.len(), 3, "{stderr}");
+    assert_eq!(
+        kinds(&records).get("endpoint-down"),
+        Some(&3),
+        "{records:?}"
+    );
+    let message = records[0]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("answered no GET /health within 1.0 s") && message.contains(&url),
+        "{message}"
+    );
+    assert!(health_asked.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+}

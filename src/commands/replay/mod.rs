@@ -539,6 +539,7 @@ fn targets(plan: &ReplayPlan, fleet: &Fleet) -> Vec<Target> {
         .zip(&fleet.tls)
         .map(|((spec, addr), tls)| Target {
             url: spec.endpoint.url.clone(),
+            host: spec.endpoint.host_header(),
             addr: *addr,
             request_head: setup::request_head(
                 &spec.endpoint,
