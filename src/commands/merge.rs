@@ -447,16 +447,16 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
             .iter()
             .any(|s| s.run["senders"]["out_of_descriptors"] == true));
     }
-    // Turns a session bound kept from being sent, over all the shards.
-    if shards
-        .iter()
-        .any(|s| s.run["schedule"]["turns_cut"].is_u64())
-    {
-        let cut: u64 = shards
-            .iter()
-            .filter_map(|s| s.run["schedule"]["turns_cut"].as_u64())
-            .sum();
-        run["schedule"]["turns_cut"] = json!(cut);
+    // Turns a session bound kept from being sent, and sessions it kept from starting, over
+    // all the shards.
+    for key in ["turns_cut", "sessions_dropped"] {
+        if shards.iter().any(|s| s.run["schedule"][key].is_u64()) {
+            let sum: u64 = shards
+                .iter()
+                .filter_map(|s| s.run["schedule"][key].as_u64())
+                .sum();
+            run["schedule"][key] = json!(sum);
+        }
     }
     // A shard stopped early (a signal, a full disk, its error rate) ends the merged run so;
     // else it completed, with or without a success among all the shards' records.

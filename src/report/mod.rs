@@ -263,9 +263,9 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
         .filter(|e| e.is_object());
     run.summary.primed = config.as_ref().is_some_and(|c| c["prime"] == true);
     if let Some(sessions) = run.summary.sessions.as_mut() {
-        sessions.turns_cut = config
-            .as_ref()
-            .and_then(|c| c["schedule"]["turns_cut"].as_u64());
+        let schedule = |key: &str| config.as_ref().and_then(|c| c["schedule"][key].as_u64());
+        sessions.turns_cut = schedule("turns_cut");
+        sessions.dropped = schedule("sessions_dropped");
     }
     let bounds = match (&opts.bounds, &config) {
         (Some(b), _) => b.clone(),

@@ -193,6 +193,9 @@ pub struct SenderReport {
     pub reads: u64,
     /// Conversation turns not sent because a session bound passed before their release.
     pub turns_cut: u64,
+    /// Sessions whose first turn still waited for a `--max-active-sessions` place at the
+    /// bound: never started (their turns are in `turns_cut`).
+    pub sessions_dropped: u64,
     /// Requests taken from the channel after their send time (more than [`LATE_ARRIVAL_NS`]):
     /// the producers were behind.
     pub arrived_late: u64,
@@ -290,6 +293,8 @@ struct SenderLoop {
     reads: u64,
     /// Turns dropped at the session bound (see [`SenderReport::turns_cut`]).
     turns_cut: u64,
+    /// See [`SenderReport::sessions_dropped`].
+    sessions_dropped: u64,
     /// See [`SenderReport::arrived_late`].
     arrived_late: u64,
     /// The client ran out of file descriptors, and said so once.
@@ -370,6 +375,7 @@ impl SenderLoop {
             opened: 0,
             reads: 0,
             turns_cut: 0,
+            sessions_dropped: 0,
             arrived_late: 0,
             descriptors_warned: false,
         })
@@ -420,6 +426,7 @@ impl SenderLoop {
             cpu_ns: thread_cpu_ns() - cpu_start,
             reads: self.reads,
             turns_cut: self.turns_cut,
+            sessions_dropped: self.sessions_dropped,
             arrived_late: self.arrived_late,
             out_of_descriptors: self.descriptors_warned,
         })

@@ -50,6 +50,7 @@ impl SenderLoop {
             self.heap.push(req);
         }
         for req in self.active.drop_held_past_bound(now) {
+            self.sessions_dropped += 1;
             for follower in self.drop_turn(req) {
                 self.schedule(follower);
             }

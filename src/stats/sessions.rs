@@ -140,6 +140,7 @@ impl SessionBuilder {
         Some(SessionSummary {
             finished: self.knows_last.then_some(finished),
             turns_cut: None,
+            dropped: None,
             session_wait: Distribution::of(&mut self.session_wait_ms, percentiles),
             sessions_waited: self.session_wait_ms.len() as u64,
             steady_state: steady,
@@ -214,6 +215,9 @@ pub struct SessionSummary {
     /// Planned turns a session bound kept from being sent (run.json's `schedule.turns_cut`;
     /// None where the run directory does not say).
     pub turns_cut: Option<u64>,
+    /// Sessions still waiting for a `--max-active-sessions` place at the bound: never
+    /// started, so not among `conversations` (run.json's `schedule.sessions_dropped`).
+    pub dropped: Option<u64>,
     /// First turns held by `--max-active-sessions`, and their waits for a place.
     pub sessions_waited: u64,
     pub session_wait: Option<Distribution>,
@@ -247,6 +251,7 @@ impl SessionSummary {
             "finished": self.finished,
             "cut": self.cut(),
             "turns_cut": self.turns_cut,
+            "dropped": self.dropped,
             "sessions_waited": self.sessions_waited,
             "session_wait_ms": dist(&self.session_wait),
             "steady_state": self.steady_state.map(|s| s.0.to_json()),
@@ -284,6 +289,12 @@ impl SessionSummary {
                 "Sessions started / finished / cut:".into(),
                 format!("{} / {finished} / {cut}{turns}", self.conversations),
             ));
+            if let Some(dropped) = self.dropped.filter(|&d| d > 0) {
+                out.push((
+                    "Sessions dropped, no place by bound:".into(),
+                    dropped.to_string(),
+                ));
+            }
         }
         if let Some(d) = &self.session_wait {
             out.push((

@@ -41,6 +41,7 @@ pub fn detect(cells: &[&str]) -> bool {
 struct LastRound {
     round: u64,
     input: u64,
+    output: u64,
     hash_ids: Vec<u64>,
 }
 
@@ -147,6 +148,19 @@ impl Tracelab {
                 last.round
             )));
         }
+        // A round keeps at most what the round before held: its prompt and its answer (a
+        // tool's result is new input). More is a planned hit no server can give.
+        if let Some(l) = last.filter(|l| prefix > l.input + l.output) {
+            return Err(fail(format!(
+                "column `prefix_len`: round {round} of session {session:?} keeps {prefix} \
+                 tokens, but its round {} held {} ({} of prompt, {} of answer): no cache can \
+                 serve that prefix",
+                l.round,
+                l.input + l.output,
+                l.input,
+                l.output
+            )));
+        }
         // The blocks of the round before that this one keeps: all of its prompt's when the
         // prefix reaches past it (the last one may be partial: its tokens are a prefix of the
         // same block here), else the whole blocks within the prefix.
@@ -166,6 +180,7 @@ impl Tracelab {
             LastRound {
                 round,
                 input,
+                output,
                 hash_ids: hash_ids.clone(),
             },
         );
@@ -267,6 +282,11 @@ mod tests {
             (
                 "s,0,0,10,4,-1",
                 "column `tool_wait_after_ms`: not milliseconds",
+            ),
+            (
+                "s,0,0,10,4,0\ns,1,15,5,4,0",
+                "s.csv:3: column `prefix_len`: round 1 of session \"s\" keeps 15 tokens, but \
+                 its round 0 held 14 (10 of prompt, 4 of answer)",
             ),
         ];
         for (body, expected) in cases {

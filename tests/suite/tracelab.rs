@@ -39,10 +39,21 @@ fn csv(sessions: u64, rounds: u64, wait: impl Fn(u64) -> f64) -> String {
 
 /// Replays `trace` against a mock with a 16-token prefix cache that keeps generated tokens.
 fn replay(dir: &Path, name: &str, trace: &str, extra: &[&str]) -> (Vec<Value>, Value, String) {
+    replay_at(dir, name, trace, extra, 3_000_000)
+}
+
+/// [`replay`] against a mock whose first token takes `ttft_ns`.
+fn replay_at(
+    dir: &Path,
+    name: &str,
+    trace: &str,
+    extra: &[&str],
+    ttft_ns: u64,
+) -> (Vec<Value>, Value, String) {
     let file = dir.join(format!("{name}.csv"));
     std::fs::write(&file, trace).unwrap();
     let cfg = MockConfig {
-        ttft_ns: 3_000_000,
+        ttft_ns,
         itl_ns: 100_000,
         prefix_cache: Some((100_000, 16)),
         ..MockConfig::default()
@@ -226,6 +237,7 @@ fn a_duration_bound_counts_sessions_started_finished_and_cut() {
         );
     }
     assert!(rows.iter().all(|r| ms(r, "scheduled_ms") <= 1000.0));
+    assert_eq!(s["dropped"], 0, "every session got its place: {s}");
     // The steady state (first to last send) beside the whole run.
     let (steady, whole) = (&s["steady_state"], &s["whole_run"]);
     assert!(steady["to_ms"].as_f64() <= whole["to_ms"].as_f64(), "{s}");
@@ -242,6 +254,38 @@ fn a_duration_bound_counts_sessions_started_finished_and_cut() {
     );
     assert!(section.contains("Prefix-cache hits per round"), "{section}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sessions still waiting for a `--max-active-sessions` place when the bound passes never
+/// start: they are counted as dropped, not lost from view. One place; the first session
+/// holds it past the 1 s bound (two rounds of at least 600 ms each), so the other five
+/// wait until the bound, whatever the machine's speed.
+#[test]
+fn sessions_waiting_for_a_place_at_the_bound_are_counted_as_dropped() {
+    let dir = temp_dir("tracelab-dropped");
+    let trace = csv(6, 3, |_| 1.0);
+    let extra = ["--duration", "1", "--max-active-sessions", "1"];
+    let (rows, summary, table) = replay_at(&dir, "dropped", &trace, &extra, 600_000_000);
+    let s = &summary["sessions"];
+    assert_eq!(s["started"], 1, "{table}");
+    assert_eq!(s["dropped"], 5, "{s}");
+    assert!(rows.iter().all(|r| r["session_id"] == "agent-0"), "{rows:?}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("Sessions dropped, no place by bound:")
+                && l.trim_end().ends_with(" 5")),
+        "{table}"
+    );
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("dropped/run.json")).unwrap())
+            .unwrap();
+    assert_eq!(run["schedule"]["sessions_dropped"], 5);
+    // Sent and cut still add up to the plan (the dropped sessions' turns are cut).
+    assert_eq!(
+        run["schedule"]["records"].as_u64(),
+        Some(rows.len() as u64 + run["schedule"]["turns_cut"].as_u64().unwrap())
+    );
 }
 
 #[test]

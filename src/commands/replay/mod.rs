@@ -587,7 +587,8 @@ fn finish(
     let mut gaps = crate::stats::Gaps::default();
     let mut sender_cpu_ns = 0;
     let mut sender_reads = 0;
-    let (mut turns_cut, mut arrived_late, mut out_of_descriptors) = (0, 0, false);
+    let (mut turns_cut, mut sessions_dropped) = (0, 0);
+    let (mut arrived_late, mut out_of_descriptors) = (0, false);
     for s in stages.senders {
         let report: SenderReport = s
             .join()
@@ -597,6 +598,7 @@ fn finish(
         sender_cpu_ns += report.cpu_ns;
         sender_reads += report.reads;
         turns_cut += report.turns_cut;
+        sessions_dropped += report.sessions_dropped;
         arrived_late += report.arrived_late;
         out_of_descriptors |= report.out_of_descriptors;
     }
@@ -632,6 +634,8 @@ fn finish(
     // The planned records that a session bound kept from being sent (the schedule's count is
     // then an upper bound: sent + turns_cut = records).
     run["schedule"]["turns_cut"] = json!(turns_cut);
+    // Sessions still waiting for a place at the bound (their turns are among those cut).
+    run["schedule"]["sessions_dropped"] = json!(sessions_dropped);
     let end_ns = stages.clock.now_ns();
     // For the verdict: how busy the senders were, and how many requests reached them late.
     run["senders"] = json!({
