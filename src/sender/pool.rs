@@ -77,14 +77,21 @@ impl Pool {
         self.idle.len()
     }
 
-    /// The idle connection a request should take: the most recently used one, else the
-    /// oldest never used.
-    pub fn take_idle(&mut self) -> Option<usize> {
-        let idle = self.idle.pop_back()?;
-        if self.idle.len() < self.fresh {
-            self.fresh -= 1; // it was the oldest fresh one: no used one was left
+    /// The idle connection a request should take at `now`: the most recently used one, else
+    /// the oldest never used; never one idle past [`MAX_IDLE_NS`] (the periodic check may not
+    /// have closed it yet, and a server may close it under the request): those go to `stale`,
+    /// to be closed.
+    pub fn take_idle(&mut self, now: u64, stale: &mut Vec<usize>) -> Option<usize> {
+        loop {
+            let idle = self.idle.pop_back()?;
+            if self.idle.len() < self.fresh {
+                self.fresh -= 1; // it was the oldest fresh one: no used one was left
+            }
+            if now.saturating_sub(idle.since) <= MAX_IDLE_NS {
+                return Some(idle.slot);
+            }
+            stale.push(idle.slot);
         }
-        Some(idle.slot)
     }
 
     /// A connection is idle: `used` once it has carried a request, `seq` its opening order.
@@ -149,16 +156,16 @@ mod tests {
         pool.put_idle(20, 2, false, 0);
         pool.put_idle(10, 1, false, 0);
         pool.put_idle(30, 3, false, 0);
-        assert_eq!(pool.take_idle(), Some(10), "the first the server accepted");
+        assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(10), "the first the server accepted");
         pool.put_idle(10, 1, true, 5);
-        assert_eq!(pool.take_idle(), Some(10), "the connection just used");
-        assert_eq!(pool.take_idle(), Some(20));
+        assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(10), "the connection just used");
+        assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(20));
         pool.put_idle(10, 1, true, 6);
         pool.put_idle(20, 2, true, 7);
-        assert_eq!(pool.take_idle(), Some(20), "most recently used first");
-        assert_eq!(pool.take_idle(), Some(10));
-        assert_eq!(pool.take_idle(), Some(30));
-        assert_eq!(pool.take_idle(), None);
+        assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(20), "most recently used first");
+        assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(10));
+        assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(30));
+        assert_eq!(pool.take_idle(8, &mut Vec::new()), None);
         assert_eq!(pool.fresh, 0);
     }
 
@@ -174,6 +181,24 @@ mod tests {
         pool.forget(3);
         assert_eq!((pool.idle_len(), pool.fresh), (1, 0));
         assert_eq!(pool.take_expired(2 * MAX_IDLE_NS), vec![2]);
-        assert_eq!(pool.take_idle(), None);
+        assert_eq!(pool.take_idle(8, &mut Vec::new()), None);
+    }
+
+    #[test]
+    fn a_request_never_takes_a_connection_idle_past_its_safe_age() {
+        // Between two periodic checks: the most recently used is past the age (so are the
+        // used before it), a fresh one opened later is not.
+        let mut pool = Pool::new(1);
+        pool.put_idle(1, 1, false, MAX_IDLE_NS / 2);
+        pool.put_idle(2, 2, true, 0);
+        pool.put_idle(3, 3, true, 10);
+        let mut stale = Vec::new();
+        assert_eq!(pool.take_idle(MAX_IDLE_NS + 11, &mut stale), Some(1));
+        assert_eq!(stale, vec![3, 2], "to be closed");
+        assert_eq!((pool.idle_len(), pool.fresh), (0, 0));
+        pool.put_idle(4, 4, true, 0);
+        stale.clear();
+        assert_eq!(pool.take_idle(MAX_IDLE_NS + 1, &mut stale), None);
+        assert_eq!(stale, vec![4]);
     }
 }

@@ -37,7 +37,15 @@ impl SenderLoop {
         // until the next recount, a burst would open a second connection for each.
         let pool = &mut self.pools[target];
         pool.upcoming = pool.upcoming.saturating_sub(1);
-        if let Some(slot) = self.pools[target].take_idle() {
+        let mut stale = Vec::new();
+        let idle = self.pools[target].take_idle(now, &mut stale);
+        for slot in stale {
+            if let Some(conn) = self.slots[slot].conn.as_mut() {
+                conn.idle = false; // already out of the queue
+            }
+            self.close(slot);
+        }
+        if let Some(slot) = idle {
             self.start(slot, ex);
         } else if now < self.pools[target].down_until && self.pools[target].connecting == 0 {
             let (kind, why) = self.pools[target]
