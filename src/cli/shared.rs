@@ -13,6 +13,8 @@ use crate::report::OutputFormat;
 pub struct ResultArgs {
     /// SLOs for goodput, vLLM's syntax: `--goodput ttft:500 tpot:50 e2el:3000` (ms). A
     /// request is good when it succeeded and meets every SLO given (inclusive).
+    /// `ttft-sched:MS` and `e2el-sched:MS` time from the planned send instead of the actual
+    /// one, so that what the client sent late is not counted good.
     #[arg(long, value_name = "METRIC:MS", num_args = 1..)]
     pub goodput: Vec<String>,
 

@@ -30,6 +30,8 @@ pub struct Line<'a> {
     pub chunk_tokens: Option<Cow<'a, [u32]>>,
     #[serde(default)]
     pub chunks: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_wait_ms: Option<f64>,
     #[serde(skip_deserializing)]
     pub drift_ms: Option<f64>,
     #[serde(skip_deserializing)]
@@ -128,6 +130,7 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
                 .map(|t| t.iter().map(|&t| ms(t)).collect()),
             chunk_tokens: r.chunk_tokens.as_deref().map(Cow::Borrowed),
             chunks: r.chunks,
+            connection_wait_ms: r.connection_wait_ms(),
             drift_ms: r.drift_ms(),
             e2el_ms: r.e2el_ms(),
             end_ms: r.end_ns.map(ms),
@@ -212,6 +215,7 @@ impl From<Line<'_>> for RequestRecord {
                 ..TraceIds::default()
             },
             queue_ns: l.queue_ms.map(ns),
+            connection_wait_ns: l.connection_wait_ms.map(ns),
             warmup: l.warmup,
             session: l.turn.map(|turn| TurnRecord {
                 root: session_id.unwrap_or_default(),
@@ -279,6 +283,7 @@ mod tests {
                 last: Some(false),
             }),
             queue_ns: Some(42),
+            connection_wait_ns: Some(7_000),
             warmup: true,
         }
     }
@@ -308,6 +313,7 @@ mod tests {
             "released_ms",
             "warmup",
             "queue_ms",
+            "connection_wait_ms",
             "session_id",
             "chunk_times_ms",
         ] {

@@ -157,6 +157,9 @@ pub struct RequestRecord {
     pub session: Option<TurnRecord>,
     /// Closed loop (`--concurrency`): its wait for a free slot.
     pub queue_ns: Option<u64>,
+    /// Due with no idle connection to its endpoint: how long it waited for one (part of its
+    /// drift). None: it went on a connection at once.
+    pub connection_wait_ns: Option<u64>,
     /// For an answer that reasoned, when its first answer token (not reasoning) arrived
     /// (`first_token_ns` is the first of any kind).
     pub first_answer_ns: Option<u64>,
@@ -263,6 +266,16 @@ impl RequestRecord {
 
     pub fn e2el_ms(&self) -> Option<f64> {
         Some(ms(self.end_ns?.checked_sub(self.sent_ns?)?))
+    }
+
+    pub fn connection_wait_ms(&self) -> Option<f64> {
+        self.connection_wait_ns.map(ms)
+    }
+
+    /// End-to-end from the planned send: what the trace's user waited, the client's lateness
+    /// included.
+    pub fn e2el_from_schedule_ms(&self) -> Option<f64> {
+        Some(ms(self.end_ns?.saturating_sub(self.scheduled_ns)))
     }
 
     /// (E2EL - TTFT) / (output_tokens - 1), for streamed requests with more than one token.
@@ -412,6 +425,7 @@ mod tests {
         assert_eq!(r.ttft_ms(), Some(10.0));
         assert_eq!(r.ttft_from_schedule_ms(), Some(10.5));
         assert_eq!(r.e2el_ms(), Some(30.0));
+        assert_eq!(r.e2el_from_schedule_ms(), Some(30.5));
         assert_eq!(r.tpot_ms(), Some(5.0));
         let one = RequestRecord {
             output_tokens: Some(1),

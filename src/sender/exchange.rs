@@ -46,6 +46,9 @@ pub struct Exchange {
     chunk_tokens: Option<Vec<u32>>,
     /// A turn whose children carry its answer forward: the answer, JSON-escaped as sent.
     pub answer: Option<Vec<u8>>,
+    /// Since when it waits for a connection (due with none idle), then how long it waited.
+    pub waiting_since: Option<u64>,
+    connection_wait_ns: Option<u64>,
 }
 
 impl Exchange {
@@ -76,6 +79,15 @@ impl Exchange {
             error: None,
             chunk_times: record_itl.then(Vec::new),
             chunk_tokens: record_itl.then(Vec::new),
+            waiting_since: None,
+            connection_wait_ns: None,
+        }
+    }
+
+    /// It goes on a connection at `now`: if it waited for one, for how long.
+    pub fn connection_found(&mut self, now: u64) {
+        if let Some(since) = self.waiting_since.take() {
+            self.connection_wait_ns = Some(now.saturating_sub(since));
         }
     }
 
@@ -260,6 +272,7 @@ impl Exchange {
                 .map(|v| v.into_iter().map(|t| t.saturating_sub(t0)).collect()),
             chunk_tokens: self.chunk_tokens,
             queue_ns: self.req.queue_ns,
+            connection_wait_ns: self.connection_wait_ns,
             warmup: self.req.warmup,
             session: self.req.session.map(|t| TurnRecord {
                 root: t.link.root,

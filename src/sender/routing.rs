@@ -61,6 +61,7 @@ impl SenderLoop {
             );
             self.emit(ex, target);
         } else {
+            ex.waiting_since = Some(now);
             self.pools[target].waiting.push_back(ex);
         }
         self.top_up(target);

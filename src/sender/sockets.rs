@@ -15,7 +15,10 @@ use super::exchange::Feed;
 use super::{SenderLoop, ACK_MODE_REFRESH_NS, FIRST_WRITE};
 
 impl SenderLoop {
-    pub(super) fn start(&mut self, slot: usize, ex: Exchange) {
+    pub(super) fn start(&mut self, slot: usize, mut ex: Exchange) {
+        if ex.waiting_since.is_some() {
+            ex.connection_found(self.clock.now_ns());
+        }
         self.slots[slot]
             .conn
             .as_mut()

@@ -100,6 +100,18 @@ pub const LATENCIES: &[Latency] = &[
         samples: Samples::Succeeded(RequestRecord::e2el_ms),
     },
     Latency {
+        key: "e2el_from_schedule_ms",
+        title: "E2EL from schedule",
+        name: "E2EL-sched",
+        samples: Samples::Succeeded(RequestRecord::e2el_from_schedule_ms),
+    },
+    Latency {
+        key: "connection_wait_ms",
+        title: "Waits for a connection (requests due with none idle)",
+        name: "Conn wait",
+        samples: Samples::Every(RequestRecord::connection_wait_ms),
+    },
+    Latency {
         key: "drift_ms",
         title: "Send drift (sent - scheduled)",
         name: "Drift",

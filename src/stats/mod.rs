@@ -29,13 +29,19 @@ pub use verdict::{Bounds, Verdict};
 /// Percentiles every distribution reports; `--percentiles` adds more.
 pub const DEFAULT_PERCENTILES: [f64; 5] = [25.0, 50.0, 75.0, 90.0, 99.0];
 
-/// Service-level objectives for goodput (`--goodput ttft:MS tpot:MS e2el:MS`, vLLM's syntax).
-/// A request is good when it succeeded and meets every given SLO, inclusive.
+/// Service-level objectives for goodput (`--goodput ttft:MS tpot:MS e2el:MS`, vLLM's syntax;
+/// `ttft-sched:MS` and `e2el-sched:MS` time from the planned send, so a request the client
+/// sent late is not good for it). A request is good when it succeeded and meets every given
+/// SLO, inclusive.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Slo {
     pub ttft_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
     pub e2el_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_from_schedule_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub e2el_from_schedule_ms: Option<f64>,
 }
 
 impl Slo {
@@ -46,7 +52,12 @@ impl Slo {
         }
         let mut slo = Slo::default();
         for item in items {
-            let bad = || format!("--goodput {item:?}: expected ttft:MS, tpot:MS or e2el:MS");
+            let bad = || {
+                format!(
+                    "--goodput {item:?}: expected ttft:MS, tpot:MS, e2el:MS, ttft-sched:MS or \
+                     e2el-sched:MS"
+                )
+            };
             let (name, value) = item.split_once(':').ok_or_else(bad)?;
             let ms: f64 = value.trim().parse().map_err(|_| bad())?;
             if !(ms.is_finite() && ms >= 0.0) {
@@ -56,6 +67,8 @@ impl Slo {
                 "ttft" => slo.ttft_ms = Some(ms),
                 "tpot" => slo.tpot_ms = Some(ms),
                 "e2el" => slo.e2el_ms = Some(ms),
+                "ttft-sched" => slo.ttft_from_schedule_ms = Some(ms),
+                "e2el-sched" => slo.e2el_from_schedule_ms = Some(ms),
                 _ => return Err(bad()),
             }
         }
@@ -73,6 +86,8 @@ impl Slo {
         within(self.ttft_ms, r.ttft_ms())
             && within(self.tpot_ms, r.tpot_ms().or(Some(0.0)))
             && within(self.e2el_ms, r.e2el_ms())
+            && within(self.ttft_from_schedule_ms, r.ttft_from_schedule_ms())
+            && within(self.e2el_from_schedule_ms, r.e2el_from_schedule_ms())
     }
 }
 
@@ -493,6 +508,31 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn goodput_from_the_schedule_counts_the_clients_lateness() {
+        // Sent 100 ms late, first token 10 ms after the send, end 30 ms after it.
+        let late = RequestRecord {
+            status: Some(200),
+            scheduled_ns: 0,
+            sent_ns: Some(100_000_000),
+            first_token_ns: Some(110_000_000),
+            end_ns: Some(130_000_000),
+            output_tokens: Some(3),
+            chunks: 3,
+            ..RequestRecord::default()
+        };
+        let slo = |items: &[&str]| {
+            let items: Vec<String> = items.iter().map(|s| s.to_string()).collect();
+            Slo::parse(&items).unwrap().unwrap()
+        };
+        assert!(slo(&["ttft:50", "e2el:50"]).met_by(&late));
+        assert!(!slo(&["ttft-sched:50"]).met_by(&late));
+        assert!(!slo(&["e2el-sched:120"]).met_by(&late));
+        assert!(slo(&["ttft-sched:110", "e2el-sched:130"]).met_by(&late));
+        let e = Slo::parse(&["ttft_sched:5".into()]).unwrap_err();
+        assert!(e.contains("ttft-sched:MS"), "{e}");
+    }
 
     #[test]
     fn matches_numpy_linear_interpolation() {

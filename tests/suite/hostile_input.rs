@@ -261,4 +261,16 @@ fn running_out_of_descriptors_is_the_clients_limit_not_the_endpoints() {
         reasons.iter().any(|r| r["key"] == "descriptors"),
         "{reasons:?}"
     );
+    // Those that waited for a freed connection say so, each and in the summary.
+    let waited = records
+        .iter()
+        .filter(|r| r["connection_wait_ms"].as_f64().is_some())
+        .count();
+    assert!(waited > 0, "{:?}", records.last());
+    assert_eq!(
+        summary["connection_wait_ms"]["count"].as_u64(),
+        Some(waited as u64),
+        "{}",
+        summary["connection_wait_ms"]
+    );
 }
