@@ -213,15 +213,27 @@ pub const FIGURES: &[Figure] = &[
     },
     Figure {
         key: "prefix_cache_observed_pct",
-        label: "Prefix-cache hits, server (%)",
+        label: "Prefix-cache hits, observed (%)",
         decimals: 2,
         value: |s| pct(s.observed_prefix_share().map(|o| o.0)),
     },
     Figure {
         key: "prefix_cache_expected_pct",
-        label: "Prefix-cache hits, trace (%)",
+        label: "Prefix-cache hits, expected (%)",
         decimals: 2,
         value: |s| pct(s.prefix.expected_share()),
+    },
+    Figure {
+        key: "prefix_cache_observed_block_pct",
+        label: "Prefix-cache block hits, observed (%)",
+        decimals: 2,
+        value: |s| pct(s.prefix.block_shares().0),
+    },
+    Figure {
+        key: "prefix_cache_expected_block_pct",
+        label: "Prefix-cache block hits, expected (%)",
+        decimals: 2,
+        value: |s| pct(s.prefix.block_shares().1),
     },
     Figure {
         key: "server_running_mean",

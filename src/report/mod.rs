@@ -173,7 +173,8 @@ pub fn load_run(
     let saved = load_itl(dir)?;
     let from_chunks = saved.is_none();
     let mut gaps = saved.unwrap_or_default();
-    let mut builder = SummaryBuilder::new(opts.slo.clone());
+    let block = run_config(dir).and_then(|c| c["block_size"].as_u64());
+    let mut builder = SummaryBuilder::new(opts.slo.clone()).with_block_size(block);
     let mut data = RunData::default();
     let mut indices = Vec::new();
     each_json_line_at(requests, |n, offset, value| {

@@ -8,27 +8,42 @@ use super::Distribution;
 use crate::record::RequestRecord;
 
 /// Prefix-cache hits in prompt tokens, as the servers reported them and as the hash ids
-/// predict them: (hit tokens, prompt tokens) of the successful requests that have them.
+/// predict them: (hit tokens, prompt tokens) of the successful requests that have them; and
+/// the same in whole blocks of the trace's block size (hit blocks, prompt blocks), the unit
+/// its hash ids count in (Mooncake's 512 tokens): a long prompt weighs by its blocks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PrefixHits {
     pub observed: (u64, u64),
     pub expected: (u64, u64),
+    /// The block size of the block-weighted shares (0: unknown, none).
+    pub block: u64,
+    pub observed_blocks: (u64, u64),
+    pub expected_blocks: (u64, u64),
 }
 
 impl PrefixHits {
-    pub(super) fn add(&mut self, r: &RequestRecord) {
+    /// Adds `r`; `block` is the trace's block size (0: no block-weighted shares).
+    pub(super) fn add(&mut self, r: &RequestRecord, block: u64) {
         // The share's base: the server's prompt count, else the trace's (a server without an
         // exact count still reports its cache hits).
         let Some(prompt) = r.prompt_tokens.or(r.input_tokens) else {
             return;
         };
+        self.block = block;
+        let blocks = |hit: u64| match block {
+            0 => (0, 0),
+            b => (hit / b, prompt.div_ceil(b)),
+        };
+        let add = |tokens: &mut (u64, u64), in_blocks: &mut (u64, u64), hit: u64| {
+            *tokens = (tokens.0 + hit, tokens.1 + prompt);
+            let (h, p) = blocks(hit);
+            *in_blocks = (in_blocks.0 + h, in_blocks.1 + p);
+        };
         if let Some(cached) = r.cached_tokens {
-            self.observed.0 += cached;
-            self.observed.1 += prompt;
+            add(&mut self.observed, &mut self.observed_blocks, cached);
         }
         if let Some(expected) = r.expected_cached_tokens {
-            self.expected.0 += expected;
-            self.expected.1 += prompt;
+            add(&mut self.expected, &mut self.expected_blocks, expected);
         }
     }
 
@@ -64,11 +79,28 @@ impl PrefixHits {
     }
 
     pub(super) fn to_json(self) -> Value {
-        json!({"observed_hit_share": self.observed_share(),
+        let mut v = json!({"observed_hit_share": self.observed_share(),
                "expected_hit_share": self.expected_share(),
                "cached_tokens": self.cached_tokens(),
                "expected_cached_tokens": self.expected_cached_tokens(),
-               "prompt_tokens": self.prompt_tokens()})
+               "prompt_tokens": self.prompt_tokens()});
+        if self.block > 0 {
+            v["block_size"] = json!(self.block);
+            v["observed_block_hit_share"] = json!(Self::share(self.observed_blocks));
+            v["expected_block_hit_share"] = json!(Self::share(self.expected_blocks));
+        }
+        v
+    }
+
+    /// The block-weighted shares (observed, expected), where the block size is known.
+    pub fn block_shares(&self) -> (Option<f64>, Option<f64>) {
+        match self.block {
+            0 => (None, None),
+            _ => (
+                Self::share(self.observed_blocks),
+                Self::share(self.expected_blocks),
+            ),
+        }
     }
 }
 

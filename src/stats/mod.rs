@@ -158,6 +158,8 @@ pub struct SummaryBuilder {
     warmup: u64,
     queue_ms: Vec<f64>,
     prefix: PrefixHits,
+    /// The trace's block size, for the block-weighted prefix-cache shares (0: unknown).
+    block: u64,
     reasoning: reasoning::Reasoning,
 }
 
@@ -171,6 +173,12 @@ impl SummaryBuilder {
             latencies: vec![Vec::new(); LATENCIES.len()],
             ..SummaryBuilder::default()
         }
+    }
+
+    /// Prefix-cache shares also in blocks of `block` tokens (the trace's block size).
+    pub fn with_block_size(mut self, block: Option<u64>) -> Self {
+        self.block = block.unwrap_or(0);
+        self
     }
 
     /// Adds `r`'s samples: of the latencies taken from every record, or (`succeeded`) of
@@ -196,6 +204,7 @@ impl SummaryBuilder {
             self.queue_ms.push(q as f64 / 1e6);
         }
         self.sessions.add(r);
+        let block = self.block;
         let mine = self.per_endpoint.entry(r.endpoint.clone()).or_default();
         mine.total += 1;
         let s = r.sent_ns.unwrap_or(r.scheduled_ns);
@@ -206,7 +215,7 @@ impl SummaryBuilder {
             mine.output_tokens += r.output_tokens.unwrap_or(0);
             mine.ttft.extend(r.ttft_ms());
             mine.e2el.extend(r.e2el_ms());
-            mine.prefix.add(r);
+            mine.prefix.add(r, block);
         }
         self.add_latencies(r, false);
         if r.drift_ms().is_some_and(|d| d > LATE_SEND_MS) {
@@ -240,7 +249,7 @@ impl SummaryBuilder {
         self.input_tokens += r.prompt_tokens.or(r.input_tokens).unwrap_or(0);
         self.output_tokens += r.output_tokens.unwrap_or(0);
         self.input_length_match.add(r.input_tokens, r.prompt_tokens);
-        self.prefix.add(r);
+        self.prefix.add(r, block);
         self.reasoning.add(r);
         self.output_length_match
             .add(r.output_tokens_target, r.output_tokens);
@@ -581,6 +590,17 @@ mod tests {
         let s = b.finish(&gaps, &[]);
         assert_eq!(s.prefix.observed, (750, 2000));
         assert_eq!(s.to_json()["prefix_cache"]["observed_hit_share"], 0.375);
+        assert!(s.to_json()["prefix_cache"].get("block_size").is_none());
+        // In 512-token blocks: 750 hit tokens are one whole block of the two of each prompt;
+        // a small prompt all hit weighs one block, not its tokens.
+        let mut b = SummaryBuilder::new(None).with_block_size(Some(512));
+        b.add(&record(0, 1000, Some(0)));
+        b.add(&record(1, 1000, Some(750)));
+        b.add(&record(2, 100, Some(99)));
+        let p = &b.finish(&gaps, &[]).to_json()["prefix_cache"];
+        assert_eq!(p["block_size"], 512);
+        assert_eq!(p["observed_block_hit_share"], 0.2, "(0 + 1 + 0) / (2 + 2 + 1)");
+        assert_eq!(p["observed_hit_share"], 849.0 / 2100.0);
         let mut b = SummaryBuilder::new(None);
         b.add(&record(0, 1000, None));
         let s = b.finish(&gaps, &[]);

@@ -340,7 +340,7 @@ impl SessionSummary {
         for r in &self.rounds {
             let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
             out.push((
-                format!("Round {} prefix hits planned / seen:", r.turn),
+                format!("Round {} prefix hits planned / observed:", r.turn),
                 format!(
                     "{} / {} ({:+.1} pt, {} requests)",
                     pct(r.planned_share()),

@@ -135,7 +135,7 @@ fn carried_answers_make_the_observed_hits_the_planned_ones() {
     assert_eq!(summary["sessions"]["carried_forward"], 12);
     assert_eq!(summary["sessions"]["conversations"], 6);
     assert!(
-        table.contains("Round 2 prefix hits planned / seen:"),
+        table.contains("Round 2 prefix hits planned / observed:"),
         "{table}"
     );
 
@@ -156,7 +156,7 @@ fn carried_answers_make_the_observed_hits_the_planned_ones() {
         );
     }
     assert!(
-        table.contains("Round 2 prefix hits planned / seen:"),
+        table.contains("Round 2 prefix hits planned / observed:"),
         "{table}"
     );
 }

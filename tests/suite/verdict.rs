@@ -326,9 +326,11 @@ fn merged_shards_expect_what_one_process_expects() {
         hits > 1000,
         "the trace's shared blocks are expected to hit: {hits}"
     );
-    let share =
-        |d: &Path| read_json(&d.join("summary.json"))["prefix_cache"]["expected_hit_share"].clone();
-    assert_eq!(share(&single), share(&merged));
+    // Token- and block-weighted, the merged shares are one process's.
+    let prefix = |d: &Path| read_json(&d.join("summary.json"))["prefix_cache"].clone();
+    assert_eq!(prefix(&single), prefix(&merged));
+    let block_share = prefix(&single)["expected_block_hit_share"].as_f64();
+    assert!(block_share > Some(0.2), "{}", prefix(&single));
 
     // The shards ran one after another: each started a whole schedule (1 s) after the last.
     let (word, keys, summary) = verdict(&merged);
