@@ -43,6 +43,10 @@ pub struct Step {
     /// The servers hit more than the step's own reuse explains (a cache warmed before it).
     pub cache_warning: Option<String>,
     pub passed: bool,
+    /// The step's verdict (README "Can I trust this run?"): VALID, or INVALID and its
+    /// reasons' keys.
+    pub verdict: String,
+    pub verdict_reasons: Vec<String>,
 }
 
 /// Observed prefix hits above the expected by more than this (percentage points) are warned
@@ -225,6 +229,12 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
         prefix_observed_share: observed,
         cache_warning,
         passed,
+        verdict: s.verdict.as_ref().map_or("-", |v| v.word()).to_string(),
+        verdict_reasons: s
+            .verdict
+            .iter()
+            .flat_map(|v| v.reasons.iter().map(|r| r.key.to_string()))
+            .collect(),
     };
     eprintln!("{}", step_line(&step));
     match passed {
@@ -265,6 +275,8 @@ fn describe_slo(slo: &crate::stats::Slo) -> String {
         ("TTFT", slo.ttft_ms),
         ("TPOT", slo.tpot_ms),
         ("E2EL", slo.e2el_ms),
+        ("TTFT from schedule", slo.ttft_from_schedule_ms),
+        ("E2EL from schedule", slo.e2el_from_schedule_ms),
     ]
     .iter()
     .filter_map(|(name, v)| v.map(|v| format!("{name} <= {v} ms")))
@@ -277,8 +289,12 @@ fn ms(v: Option<f64>) -> String {
 }
 
 fn step_line(s: &Step) -> String {
+    let verdict = match s.verdict_reasons.is_empty() {
+        true => s.verdict.clone(),
+        false => format!("{} ({})", s.verdict, s.verdict_reasons.join(", ")),
+    };
     format!(
-        "x{:<8.3} {:>8.2} req/s  goodput {:>5.1} %  TTFT p50 {:>8} p99 {:>8} ms  E2EL p99 {:>8} ms{}  {}",
+        "x{:<8.3} {:>8.2} req/s  goodput {:>5.1} %  TTFT p50 {:>8} p99 {:>8} ms  E2EL p99 {:>8} ms{}  {}  {verdict}",
         s.scale,
         s.request_throughput,
         s.goodput_share * 100.0,

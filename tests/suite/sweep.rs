@@ -47,9 +47,23 @@ fn sweep_finds_the_knee_of_a_mock_with_max_running() {
         2 + 3,
         "2 growing steps, then 3 bisections: {sweep}"
     );
+    let table = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
     for s in steps {
         let dir = std::path::PathBuf::from(s["dir"].as_str().unwrap());
         assert!(dir.join("summary.json").is_file() && dir.join("server_metrics.jsonl").is_file());
+        // Each step's verdict, as its own summary has it, is in its row.
+        let own = common::read_json(&dir.join("summary.json"))["verdict"].clone();
+        assert_eq!(s["verdict"], own["result"], "{s}");
+        let keys: Vec<&Value> = own["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| &r["key"])
+            .collect();
+        assert_eq!(s["verdict_reasons"].as_array().unwrap().iter().collect::<Vec<_>>(), keys);
+        let row = format!("x{:<8.3}", s["scale"].as_f64().unwrap());
+        let line = table.lines().find(|l| l.starts_with(&row)).unwrap();
+        assert!(line.contains(own["result"].as_str().unwrap()), "{line}");
     }
     let page = std::fs::read_to_string(out.join("sweep.html")).unwrap();
     assert!(page.contains("<svg") && page.contains("highest scale meeting every SLO"));
