@@ -26,14 +26,21 @@ pub struct LiveProgress {
     last_done: u64,
     last_tokens: u64,
     printed: bool,
+    /// Late arrivals at the last line: more since say the producers are behind.
+    last_arrived_late: u64,
     /// Requests the schedule plans (0: not known), and whether turns wait for parents.
     planned: u64,
     conversations: bool,
 }
 
 /// What the senders report as they go (read at each redraw).
+#[derive(Default)]
 pub struct Snapshot {
     pub sent: u64,
+    /// Requests that reached their sender after their send time, so far.
+    pub arrived_late: u64,
+    /// The client ran out of file descriptors.
+    pub out_of_descriptors: bool,
     /// Seconds since the run's time zero (negative before the first deadline).
     pub run_s: f64,
 }
@@ -54,6 +61,7 @@ impl LiveProgress {
             last_done: 0,
             last_tokens: 0,
             printed: false,
+            last_arrived_late: 0,
             planned: 0,
             conversations: false,
         }
@@ -129,18 +137,29 @@ impl LiveProgress {
                 d => format!("{d:.0}ms"),
             }
         };
+        // Why the client is behind, where it knows: requests reached their senders late in
+        // this window, or it ran out of descriptors.
+        let cause = match (
+            s.arrived_late > self.last_arrived_late,
+            s.out_of_descriptors,
+        ) {
+            (_, true) => " (fd limit)",
+            (true, false) => " (producers)",
+            _ => "",
+        };
+        self.last_arrived_late = s.arrived_late;
         // Requests neither sent nor failed unsent.
         let unsent = self
             .planned
             .saturating_sub(s.sent + (self.done - self.done_sent));
         let eta = if run_s < self.schedule_s {
-            format!("ETA {}", clock(self.schedule_s - run_s))
+            format!("ETA {}{cause}", clock(self.schedule_s - run_s))
         } else if unsent > 0 && self.conversations {
             format!("{} turns wait", short(unsent as f64))
         } else if unsent > 0 {
             // Past the last planned send with requests unsent: the client is behind.
             format!(
-                "behind {}, {} unsent",
+                "behind {}{cause}, {} unsent",
                 clock(run_s - self.schedule_s),
                 short(unsent as f64)
             )
@@ -203,6 +222,7 @@ mod tests {
             &Snapshot {
                 sent: 4,
                 run_s: 3.0,
+                ..Snapshot::default()
             },
             1.0,
         );
@@ -223,6 +243,7 @@ mod tests {
             &Snapshot {
                 sent: 1_234_567,
                 run_s: 3725.0,
+                ..Snapshot::default()
             },
             1.0,
         );
@@ -236,6 +257,7 @@ mod tests {
                 &Snapshot {
                     sent: 11,
                     run_s: 31.6,
+                    ..Snapshot::default()
                 },
                 1.0,
             )
@@ -246,6 +268,29 @@ mod tests {
             behind(false)
         );
         assert!(behind(true).ends_with("89 turns wait"), "{}", behind(true));
+        // The cause, where the senders know it: late arrivals in this window, descriptors.
+        let mut p = LiveProgress::new(1.6, true).planning(100, false);
+        let at = |late, fds| Snapshot {
+            sent: 11,
+            run_s: 31.6,
+            arrived_late: late,
+            out_of_descriptors: fds,
+        };
+        let line = p.line(&at(5, false), 1.0);
+        assert!(
+            line.ends_with("behind 0:30 (producers), 89 unsent"),
+            "{line}"
+        );
+        let line = p.line(&at(5, false), 1.0);
+        assert!(
+            line.ends_with("behind 0:30, 89 unsent"),
+            "none late since: {line}"
+        );
+        let line = p.line(&at(5, true), 1.0);
+        assert!(
+            line.ends_with("behind 0:30 (fd limit), 89 unsent"),
+            "{line}"
+        );
         let mut done = LiveProgress::new(1.6, true).planning(2, false);
         done.done_sent = 1;
         done.done = 1;
@@ -253,6 +298,7 @@ mod tests {
             &Snapshot {
                 sent: 2,
                 run_s: 5.0,
+                ..Snapshot::default()
             },
             1.0,
         );

@@ -48,6 +48,9 @@ impl SenderLoop {
                     let timed = self.t0_ns > 0 && self.in_flight_cap.is_none();
                     if timed && self.clock.now_ns() > due {
                         self.arrived_late += 1;
+                        self.progress
+                            .arrived_late
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     self.active.arrived(&req);
                     if let Some(req) = self.conversations.admit(req) {

@@ -160,6 +160,10 @@ pub struct SenderConfig {
 #[derive(Default)]
 pub struct Progress {
     pub sent: AtomicU64,
+    /// Requests that reached their sender after their send time (the producers behind).
+    pub arrived_late: AtomicU64,
+    /// The client ran out of file descriptors.
+    pub out_of_descriptors: std::sync::atomic::AtomicBool,
 }
 
 /// Where a sender takes its requests from: the channel all senders share, and its own, with

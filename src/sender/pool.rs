@@ -156,13 +156,25 @@ mod tests {
         pool.put_idle(20, 2, false, 0);
         pool.put_idle(10, 1, false, 0);
         pool.put_idle(30, 3, false, 0);
-        assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(10), "the first the server accepted");
+        assert_eq!(
+            pool.take_idle(8, &mut Vec::new()),
+            Some(10),
+            "the first the server accepted"
+        );
         pool.put_idle(10, 1, true, 5);
-        assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(10), "the connection just used");
+        assert_eq!(
+            pool.take_idle(8, &mut Vec::new()),
+            Some(10),
+            "the connection just used"
+        );
         assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(20));
         pool.put_idle(10, 1, true, 6);
         pool.put_idle(20, 2, true, 7);
-        assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(20), "most recently used first");
+        assert_eq!(
+            pool.take_idle(8, &mut Vec::new()),
+            Some(20),
+            "most recently used first"
+        );
         assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(10));
         assert_eq!(pool.take_idle(8, &mut Vec::new()), Some(30));
         assert_eq!(pool.take_idle(8, &mut Vec::new()), None);

@@ -193,6 +193,9 @@ impl SenderLoop {
                  flight; raise it (ulimit -n 65536)"
             );
             if !std::mem::replace(&mut self.descriptors_warned, true) {
+                self.progress
+                    .out_of_descriptors
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 eprintln!(
                     "warning: {why}; requests wait for a connection another request frees, \
                      and {url} is not blamed"

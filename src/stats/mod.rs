@@ -599,7 +599,10 @@ mod tests {
         b.add(&record(2, 100, Some(99)));
         let p = &b.finish(&gaps, &[]).to_json()["prefix_cache"];
         assert_eq!(p["block_size"], 512);
-        assert_eq!(p["observed_block_hit_share"], 0.2, "(0 + 1 + 0) / (2 + 2 + 1)");
+        assert_eq!(
+            p["observed_block_hit_share"], 0.2,
+            "(0 + 1 + 0) / (2 + 2 + 1)"
+        );
         assert_eq!(p["observed_hit_share"], 849.0 / 2100.0);
         let mut b = SummaryBuilder::new(None);
         b.add(&record(0, 1000, None));

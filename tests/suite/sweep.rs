@@ -60,7 +60,14 @@ fn sweep_finds_the_knee_of_a_mock_with_max_running() {
             .iter()
             .map(|r| &r["key"])
             .collect();
-        assert_eq!(s["verdict_reasons"].as_array().unwrap().iter().collect::<Vec<_>>(), keys);
+        assert_eq!(
+            s["verdict_reasons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>(),
+            keys
+        );
         let row = format!("x{:<8.3}", s["scale"].as_f64().unwrap());
         let line = table.lines().find(|l| l.starts_with(&row)).unwrap();
         assert!(line.contains(own["result"].as_str().unwrap()), "{line}");

@@ -269,7 +269,10 @@ fn sessions_waiting_for_a_place_at_the_bound_are_counted_as_dropped() {
     let s = &summary["sessions"];
     assert_eq!(s["started"], 1, "{table}");
     assert_eq!(s["dropped"], 5, "{s}");
-    assert!(rows.iter().all(|r| r["session_id"] == "agent-0"), "{rows:?}");
+    assert!(
+        rows.iter().all(|r| r["session_id"] == "agent-0"),
+        "{rows:?}"
+    );
     assert!(
         table
             .lines()

@@ -127,6 +127,8 @@ pub(super) fn collect(
         if !stopped {
             live.tick(Snapshot {
                 sent: stages.progress.sent.load(Ordering::Relaxed),
+                arrived_late: stages.progress.arrived_late.load(Ordering::Relaxed),
+                out_of_descriptors: stages.progress.out_of_descriptors.load(Ordering::Relaxed),
                 run_s: (stages.clock.now_ns() as f64 - stages.t0_ns as f64) / 1e9,
             });
         }
