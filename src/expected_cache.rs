@@ -216,13 +216,7 @@ impl ExpectedPrefixHits {
         let capacity = self.capacity;
         self.endpoint(endpoint).insert(shape, capacity);
     }
-}
 
-/// The model the producers share (under the trace reader's lock, in schedule order), and the
-/// priming pass with the measured run: what the first leaves in the caches, the second finds.
-pub type SharedModel = Arc<Mutex<ExpectedPrefixHits>>;
-
-impl ExpectedPrefixHits {
     /// The next request of the schedule, with this shape, goes to `endpoint`: its expected
     /// hits; from now on `endpoint` holds its prompt.
     pub fn planned(&mut self, endpoint: u32, shape: &PromptShape) -> u64 {
@@ -232,9 +226,12 @@ impl ExpectedPrefixHits {
     }
 }
 
+/// The model the producers share (under the trace reader's lock, in schedule order), and the
+/// priming pass with the measured run: what the first leaves in the caches, the second finds.
+pub type SharedModel = Arc<Mutex<ExpectedPrefixHits>>;
+
 #[cfg(test)]
 mod tests {
-
     use super::*;
     use crate::prompt::{Rendering, SafeVocab};
     use crate::rng::SplitMix64;

@@ -127,6 +127,8 @@ pub struct LoadedRun {
     pub itl: Histogram<u64>,
     /// Every record's index, in file order.
     pub indices: Vec<u64>,
+    /// Its run.json, when it has a readable one.
+    pub config: Option<Value>,
 }
 
 const ITL_FILE: &str = "itl.json";
@@ -173,7 +175,8 @@ pub fn load_run(
     let saved = load_itl(dir)?;
     let from_chunks = saved.is_none();
     let mut gaps = saved.unwrap_or_default();
-    let block = run_config(dir).and_then(|c| c["block_size"].as_u64());
+    let config = run_config(dir);
+    let block = config.as_ref().and_then(|c| c["block_size"].as_u64());
     let mut builder = SummaryBuilder::new(opts.slo.clone()).with_block_size(block);
     let mut data = RunData::default();
     let mut indices = Vec::new();
@@ -198,6 +201,7 @@ pub fn load_run(
         data,
         itl,
         indices,
+        config,
     })
 }
 
@@ -254,7 +258,7 @@ pub fn check_complete(dir: &Path, run: &Value, indices: &mut [u64]) -> Result<()
 pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summary> {
     let mut book = ResultsBook::new();
     let mut run = load_run(dir, requests, opts, Some(&mut book))?;
-    let config = run_config(dir);
+    let config = run.config.take();
     if let Some(c) = &config {
         check_complete(dir, c, &mut run.indices)?;
     }

@@ -64,10 +64,7 @@ impl SenderLoop {
             self.next_idle_check = now + IDLE_CHECK_NS;
             for target in 0..self.pools.len() {
                 for slot in self.pools[target].take_expired(now) {
-                    if let Some(conn) = self.slots[slot].conn.as_mut() {
-                        conn.idle = false; // already out of the queue
-                    }
-                    self.close(slot);
+                    self.close_taken_idle(slot);
                 }
             }
         }
@@ -77,12 +74,11 @@ impl SenderLoop {
                     break;
                 }
                 let mut ex = self.pools[target].waiting.pop_front().expect("front");
-                let why = match &self.pools[target].out_of_descriptors {
-                    Some(why) => {
-                        format!("no connection became available within the request timeout: {why}")
-                    }
-                    None => "no connection became available within the request timeout".into(),
-                };
+                let mut why =
+                    "no connection became available within the request timeout".to_string();
+                if let Some(descriptors) = &self.pools[target].out_of_descriptors {
+                    why = format!("{why}: {descriptors}");
+                }
                 ex.fail(ErrorKind::Timeout, why);
                 self.emit(ex, target);
             }

@@ -40,10 +40,7 @@ impl SenderLoop {
         let mut stale = Vec::new();
         let idle = self.pools[target].take_idle(now, &mut stale);
         for slot in stale {
-            if let Some(conn) = self.slots[slot].conn.as_mut() {
-                conn.idle = false; // already out of the queue
-            }
-            self.close(slot);
+            self.close_taken_idle(slot);
         }
         if let Some(slot) = idle {
             self.start(slot, ex);

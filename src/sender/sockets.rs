@@ -228,6 +228,14 @@ impl SenderLoop {
         self.top_up(target);
     }
 
+    /// Closes an idle connection its pool already gave up (taken out of the idle queue).
+    pub(super) fn close_taken_idle(&mut self, slot: usize) {
+        if let Some(conn) = self.slots[slot].conn.as_mut() {
+            conn.idle = false; // already out of the queue
+        }
+        self.close(slot);
+    }
+
     pub(super) fn close(&mut self, slot: usize) {
         let Some(mut conn) = self.slots[slot].conn.take() else {
             return;
