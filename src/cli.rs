@@ -39,7 +39,7 @@ pub mod peers;
 mod replay;
 pub mod sessions;
 mod shared;
-pub use hosts::{K8sJobArgs, MergeArgs, ShardArgs};
+pub use hosts::{K8sJobArgs, MergeArgs, ShardArgs, WatchArgs};
 pub use mock::MockArgs;
 pub use replay::{ReplayArgs, ScrapeArgs};
 pub use shared::{PromptArgs, ResultArgs, TraceInputArgs};
@@ -167,6 +167,9 @@ pub enum Command {
     /// Print a Kubernetes Indexed Job (one pod per shard, one common start) and a merge Job
     /// for the replay options given after `--`.
     K8sJob(Box<K8sJobArgs>),
+    /// Show the combined live progress of the shards that meet in each --rendezvous DIR
+    /// (sent, in flight, late, failed, tok/s, shards lost) until every shard has ended.
+    Watch(WatchArgs),
 }
 
 #[derive(Debug, Args, Clone)]

@@ -25,7 +25,11 @@ pub const EXIT_CODES: [(i32, &str); 6] = [
         "the run completed (failed requests are recorded, not fatal)",
     ),
     (USAGE_EXIT_CODE, "a usage or input error: nothing was sent"),
-    (RUN_ERROR_EXIT_CODE, "the run could not be carried out"),
+    (
+        RUN_ERROR_EXIT_CODE,
+        "the run could not be carried out, or stopped part-way (records unwritable, another \
+         shard lost)",
+    ),
     (
         NO_SUCCESS_EXIT_CODE,
         "no request succeeded, or --max-error-rate stopped the run",
@@ -55,6 +59,9 @@ pub enum Ending {
     /// The records could not be written (the disk full): the run stopped; what was written
     /// is whole and summarised.
     WriteFailed { reason: String },
+    /// `--rendezvous`: another shard of the run failed, was stopped or went silent, and this
+    /// one stopped sending (`--on-shard-loss stop`); the reason names the shard.
+    ShardLost { reason: String },
 }
 
 impl Ending {
@@ -66,6 +73,7 @@ impl Ending {
             Ending::MaxErrorRate { .. } => "stopped-by-max-error-rate",
             Ending::Signal => "stopped-by-signal",
             Ending::WriteFailed { .. } => "stopped-by-write-error",
+            Ending::ShardLost { .. } => "stopped-by-shard-loss",
         }
     }
 
@@ -74,7 +82,7 @@ impl Ending {
             Ending::Completed => COMPLETED_EXIT_CODE,
             Ending::NoSuccess { .. } | Ending::MaxErrorRate { .. } => NO_SUCCESS_EXIT_CODE,
             Ending::Signal => STOPPED_EXIT_CODE,
-            Ending::WriteFailed { .. } => RUN_ERROR_EXIT_CODE,
+            Ending::WriteFailed { .. } | Ending::ShardLost { .. } => RUN_ERROR_EXIT_CODE,
         }
     }
 
@@ -90,6 +98,10 @@ impl Ending {
             Ending::WriteFailed { reason } => {
                 format!("stopped: {reason}; the summary covers the records written before it")
             }
+            Ending::ShardLost { reason } => format!(
+                "stopped: {reason}; the run lacks that shard's share of the load, and this \
+                 one sent nothing new after it"
+            ),
             Ending::Signal => {
                 "stopped by a signal: nothing new was sent after it, requests in flight drained \
                  or were cancelled"
@@ -119,6 +131,7 @@ mod tests {
             Ending::MaxErrorRate { reason: "x".into() },
             Ending::Signal,
             Ending::WriteFailed { reason: "x".into() },
+            Ending::ShardLost { reason: "x".into() },
         ] {
             assert!(EXIT_CODES.iter().any(|(c, _)| *c == e.exit_code()), "{e:?}");
             assert_eq!(e.to_json()["how"], e.key());

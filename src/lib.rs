@@ -34,6 +34,7 @@ pub mod printable;
 pub mod progress;
 pub mod prompt;
 pub mod record;
+pub mod rendezvous;
 pub mod report;
 pub mod rng;
 pub mod schedule;
@@ -86,7 +87,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             match ending {
                 Ending::Completed => eprintln!("{place}"),
                 Ending::Signal => eprintln!("stopped early by a signal; {place}"),
-                Ending::MaxErrorRate { reason } | Ending::WriteFailed { reason } => {
+                Ending::MaxErrorRate { reason }
+                | Ending::WriteFailed { reason }
+                | Ending::ShardLost { reason } => {
                     eprintln!("{place}\nerror: {reason}")
                 }
                 Ending::NoSuccess { failed, hint } => {
@@ -206,6 +209,15 @@ pub fn run(cli: Cli) -> Result<i32> {
                 .as_ref()
                 .and_then(|e| e["exit_code"].as_i64())
                 .map_or(0, |c| c as i32))
+        }
+        Command::Watch(args) => {
+            let view =
+                commands::watch::run(&plan::hosts::watch_plan(&args)?, |line| eprintln!("{line}"))?;
+            // As a run's: 2 when a shard failed, stopped or was lost.
+            Ok(match view.trouble.is_empty() {
+                true => 0,
+                false => ending::RUN_ERROR_EXIT_CODE,
+            })
         }
         Command::K8sJob(args) => {
             print!(

@@ -24,6 +24,8 @@ const REPLY_TIMEOUT: Duration = Duration::from_millis(800);
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClockCheck {
     pub server: String,
+    /// `sntp` (`--ntp`) or `http-date` (the target's `Date` header).
+    pub method: &'static str,
     /// Positive: our clock is behind the server's.
     pub offset_ns: i64,
     /// Half the least round-trip delay: the offset is right within this.
@@ -36,6 +38,7 @@ impl ClockCheck {
     pub fn to_json(&self) -> Value {
         json!({
             "server": self.server,
+            "method": self.method,
             "offset_ms": self.offset_ns as f64 / 1e6,
             "uncertainty_ms": self.uncertainty_ns as f64 / 1e6,
             "samples": self.answered,
@@ -150,6 +153,7 @@ pub fn check(server: &str) -> Result<ClockCheck, String> {
         best.ok_or_else(|| format!("--ntp {server} ({addr}): {last_error}"))?;
     Ok(ClockCheck {
         server: server.to_string(),
+        method: "sntp",
         offset_ns,
         uncertainty_ns: delay / 2,
         answered,

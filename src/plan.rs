@@ -125,6 +125,8 @@ pub enum Targets {
         itl_ms: f64,
         /// `--mock-cache-blocks`: a prefix cache of this many blocks of the trace's size.
         cache_blocks: Option<usize>,
+        /// `--mock-date-offset-ms`: the mock's `Date` header this far off.
+        date_offset_ms: i64,
     },
     Servers(Vec<EndpointSpec>),
 }
@@ -314,6 +316,7 @@ impl ReplayPlan {
                 ttft_ms: a.mock_ttft_ms,
                 itl_ms: a.mock_itl_ms,
                 cache_blocks: a.mock_cache_blocks,
+                date_offset_ms: a.mock_date_offset_ms,
             }
         } else if a.endpoints.is_empty() {
             return Err(Error::Usage(

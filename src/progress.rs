@@ -75,6 +75,11 @@ impl LiveProgress {
         self
     }
 
+    /// Requests ended, of them failed, and output tokens, so far (the shards' heartbeats).
+    pub fn totals(&self) -> (u64, u64, u64) {
+        (self.done, self.failed, self.output_tokens)
+    }
+
     pub fn add(&mut self, r: &RequestRecord) {
         self.done += 1;
         // In flight: sent and not yet recorded (a request that failed unsent never was).

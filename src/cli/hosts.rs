@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::ResultArgs;
+use crate::rendezvous::OnShardLoss;
 use crate::shard::ShardBy;
 
 /// A replay as one shard of a run across hosts.
@@ -41,6 +42,44 @@ pub struct ShardArgs {
     #[arg(long, value_name = "HOST[:PORT]")]
     pub ntp: Option<String>,
 
+    /// Without --ntp, each shard checks its clock against the first endpoint's HTTP `Date`
+    /// header (GET /health, read until its second turns over: a few ms of uncertainty) and
+    /// refuses to start when it is further off than this.
+    #[arg(long, value_name = "MS", default_value_t = 1000.0)]
+    pub max_clock_offset_ms: f64,
+
+    /// A directory every shard sees (a Kubernetes volume, Slurm's shared filesystem) where
+    /// they meet with no coordinator: each writes ready/<i> once prepared, and all start
+    /// together 5 s after the last is ready (unless --start-at sets the instant); each
+    /// writes live/<i> every second (`llmreplay watch DIR` shows them) and stops when
+    /// another shard fails, is stopped or goes silent (--on-shard-loss).
+    #[arg(long, value_name = "DIR")]
+    pub rendezvous: Option<PathBuf>,
+
+    /// With --rendezvous: how long a shard waits for the others to be ready before the run
+    /// is off for all.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 600.0,
+        requires = "rendezvous"
+    )]
+    pub ready_timeout: f64,
+
+    /// With --rendezvous: a shard whose heartbeat is older than this is lost.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 15.0,
+        requires = "rendezvous"
+    )]
+    pub heartbeat_timeout: f64,
+
+    /// With --rendezvous: when another shard is lost, `stop` this one (exit status 2, the
+    /// records so far kept) or `continue` (the merged run then lacks that shard's share).
+    #[arg(long, value_parser = crate::cli::choice::<OnShardLoss>(), default_value_t, requires = "rendezvous")]
+    pub on_shard_loss: OnShardLoss,
+
     /// Scrape --server-metrics / --scrape-server from every shard (by default only shard 0
     /// scrapes, so that N hosts do not multiply the scrapes).
     #[arg(long)]
@@ -68,6 +107,26 @@ pub struct MergeArgs {
 
     #[command(flatten)]
     pub results: ResultArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct WatchArgs {
+    /// The --rendezvous directories of the runs to watch (their shards' heartbeats).
+    #[arg(value_name = "DIR", num_args = 1.., required = true)]
+    pub dirs: Vec<PathBuf>,
+
+    /// Seconds between two views.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub every: f64,
+
+    /// Print one view and exit.
+    #[arg(long)]
+    pub once: bool,
+
+    /// A running shard silent this long is shown as lost (the shards' own
+    /// --heartbeat-timeout).
+    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    pub heartbeat_timeout: f64,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -146,6 +146,16 @@ pub struct MockArgs {
     )]
     pub keep_alive_s: f64,
 
+    /// The mock's clock, as `GET /health`'s `Date` header says it, this many ms ahead of the
+    /// host's (negative: behind): tries the shards' clock check.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
+    pub date_offset_ms: i64,
+
     /// Log every request's arrival, one JSON line each (`index` from X-Llmreplay-Index,
     /// `arrival_ns`: when its first byte reached this host, from the kernel's receive
     /// timestamp, on the mock's monotonic clock): send drift as the server sees it, from the

@@ -78,6 +78,17 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N", requires = "mock")]
     pub mock_cache_blocks: Option<usize>,
 
+    /// With --mock: the mock's clock, as its `Date` header says it, this many ms ahead of
+    /// this host's (negative: behind); tries the shards' clock check without a second host.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 0,
+        requires = "mock",
+        allow_hyphen_values = true
+    )]
+    pub mock_date_offset_ms: i64,
+
     /// Request dialect of every endpoint (default: openai-chat, or what an endpoint URL's
     /// path says; `openai` is openai-chat).
     #[arg(long, value_parser = crate::cli::api())]

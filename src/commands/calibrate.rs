@@ -86,6 +86,7 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
             ttft_ms: plan.mock_ttft_ms,
             itl_ms: plan.mock_itl_ms,
             cache_blocks: None,
+            date_offset_ms: 0,
         },
     };
     let replay = ReplayPlan {

@@ -67,6 +67,9 @@ pub struct ShardRow {
     pub ok: u64,
     pub failed: u64,
     pub ended: String,
+    /// `--rendezvous`: its last heartbeat (RFC 3339), and why it ended when not complete.
+    pub ended_at: Option<String>,
+    pub why: Option<String>,
     /// Its time 0 minus the agreed instant (or shard 0's), corrected by its clock offset.
     pub start_skew_ms: Option<f64>,
     pub clock_offset_ms: Option<f64>,
@@ -148,7 +151,10 @@ fn wait_for_shards(dirs: &[PathBuf], wait: Duration) -> Result<()> {
             }
         }
     }
-    let finished = |d: &PathBuf| report::run_config(d).is_some_and(|r| r["ended"].is_object());
+    // Ended: its run.json says how, or its heartbeat does, or has gone silent (killed).
+    let finished = |d: &PathBuf| {
+        report::run_config(d).is_some_and(|r| r["ended"].is_object() || lost(&r).is_some())
+    };
     let deadline = Instant::now() + wait;
     loop {
         let pending: Vec<String> = dirs
@@ -273,8 +279,18 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
         failed,
         ended: run["ended"]["how"]
             .as_str()
-            .unwrap_or("unknown")
+            .unwrap_or(if lost(run).is_some() {
+                "lost"
+            } else {
+                "unknown"
+            })
             .to_string(),
+        ended_at: last_beat(run).map(|(b, _)| crate::sys::wall_start::rfc3339_utc(b.unix_ns)),
+        why: match run["ended"]["how"].as_str() {
+            Some("completed") => None,
+            Some(_) => run["ended"]["detail"].as_str().map(String::from),
+            None => lost(run),
+        },
         start_skew_ms: None,
         clock_offset_ms: check["offset_ms"].as_f64(),
         clock_uncertainty_ms: check["uncertainty_ms"].as_f64(),
@@ -285,6 +301,28 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
         drift_max_ms: drift.as_ref().map(|d| d.max),
     };
     Ok((row, records))
+}
+
+/// `--rendezvous`: a shard's last heartbeat, and its heartbeat timeout (s), from the directory
+/// its run.json names.
+fn last_beat(run: &Value) -> Option<(crate::rendezvous::Beat, f64)> {
+    let dir = Path::new(run["rendezvous"]["dir"].as_str()?);
+    let index = run["shard"]["index"].as_u64()? as usize;
+    let count = run["shard"]["count"].as_u64()? as u32;
+    let beat = crate::rendezvous::beats(dir, count)
+        .into_iter()
+        .nth(index)??;
+    Some((beat, run["rendezvous"]["heartbeat_timeout_s"].as_f64()?))
+}
+
+/// Why a shard that wrote no end is gone (its heartbeat failed, stopped or went silent).
+fn lost(run: &Value) -> Option<String> {
+    if run["ended"].is_object() {
+        return None;
+    }
+    let (beat, timeout_s) = last_beat(run)?;
+    let now = crate::sys::wall_start::unix_ns_now();
+    crate::rendezvous::lost_because(&beat, now, Duration::from_secs_f64(timeout_s))
 }
 
 /// Calls `each` with every line of a shard's JSONL file (records or prompts) that has an
@@ -323,8 +361,11 @@ fn each_indexed_line(path: &Path, mut each: impl FnMut(u64, &Value, &[u8])) -> R
 }
 
 /// Each shard's time 0 on the reference clock (its own plus its measured offset), against the
-/// agreed `--start-at` instant, or against shard 0's without one.
+/// agreed `--start-at` instant, or against shard 0's without one. Unknown for a shard whose
+/// clock was not checked, unless every shard ran on one host (one clock).
 fn correct_skew(shards: &[ShardRun], rows: &mut [ShardRow]) {
+    let host = rows[0].host.clone();
+    let one_host = host.is_some() && rows.iter().all(|r| r.host == host);
     let start_of = |s: &ShardRun, row: &ShardRow| {
         let own = s.run["start"]["actual_unix_ms"]
             .as_f64()
@@ -335,8 +376,9 @@ fn correct_skew(shards: &[ShardRun], rows: &mut [ShardRow]) {
         .as_f64()
         .or_else(|| start_of(&shards[0], &rows[0]));
     for (s, row) in shards.iter().zip(rows.iter_mut()) {
+        let known = one_host || row.clock_offset_ms.is_some();
         row.start_skew_ms = match (start_of(s, row), reference) {
-            (Some(start), Some(r)) => Some(start - r),
+            (Some(start), Some(r)) if known => Some(start - r),
             _ => None,
         };
     }
@@ -458,16 +500,35 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
             run["schedule"][key] = json!(sum);
         }
     }
-    // A shard stopped early (a signal, a full disk, its error rate) ends the merged run so;
-    // else it completed, with or without a success among all the shards' records.
+    // A shard lost (killed, its host gone: it wrote no end) ends the merged run so, before
+    // the shards that stopped for it; then a shard stopped early (a signal, a full disk, its
+    // error rate); else it completed, with or without a success among all the shards' records.
+    let gone = shards
+        .iter()
+        .zip(rows)
+        .find(|(s, _)| !s.run["ended"].is_object());
     let stopped = shards.iter().find(|s| {
         !matches!(
             s.run["ended"]["how"].as_str(),
             Some("completed" | "no-success")
         )
     });
-    run["ended"] = match stopped {
-        Some(s) => {
+    run["ended"] = match (gone, stopped) {
+        (Some((s, row)), _) => Ending::ShardLost {
+            reason: format!(
+                "shard {}/{} ended without a word{}: {}",
+                s.index,
+                shards.len(),
+                row.ended_at
+                    .as_ref()
+                    .map_or(String::new(), |t| format!(" (last heartbeat {t})")),
+                row.why
+                    .as_deref()
+                    .unwrap_or("no run.json end and no heartbeat")
+            ),
+        }
+        .to_json(),
+        (None, Some(s)) => {
             let mut ended = s.run["ended"].clone();
             ended["detail"] = json!(format!(
                 "shard {}: {}",
@@ -476,12 +537,12 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
             ));
             ended
         }
-        None if rows.iter().all(|r| r.ok == 0) => Ending::NoSuccess {
+        (None, None) if rows.iter().all(|r| r.ok == 0) => Ending::NoSuccess {
             failed: rows.iter().map(|r| r.failed).sum(),
             hint: None,
         }
         .to_json(),
-        None => Ending::Completed.to_json(),
+        (None, None) => Ending::Completed.to_json(),
     };
     run
 }
@@ -506,18 +567,34 @@ impl fmt::Display for Merged {
                 (Some(o), Some(u)) => format!("{o:+.2}+-{u:.2}"),
                 _ => "unchecked".into(),
             };
+            let skew = match r.start_skew_ms {
+                Some(s) => format!("{s:.3}"),
+                None => "unknown".into(),
+            };
             writeln!(
                 f,
                 "{:<7} {:>9} {:>7} {:>11} {:>14} {:>10} {:>10} {:>10}  {}",
                 r.shard,
                 r.records,
                 r.failed,
-                opt(r.start_skew_ms, 3),
+                skew,
                 clock,
                 opt(r.drift_p50_ms, 3),
                 opt(r.drift_p99_ms, 3),
                 opt(r.drift_max_ms, 3),
                 r.ended
+            )?;
+        }
+        for r in self.rows.iter().filter(|r| r.why.is_some()) {
+            writeln!(
+                f,
+                "shard {} ended {}{}: {}",
+                r.shard,
+                r.ended,
+                r.ended_at
+                    .as_ref()
+                    .map_or(String::new(), |t| format!(" (last heartbeat {t})")),
+                crate::printable::printable(r.why.as_deref().unwrap_or_default())
             )?;
         }
         for n in &self.notes {

@@ -8,6 +8,7 @@ pub mod prompts;
 pub mod replay;
 pub mod report;
 pub mod sweep;
+pub mod watch;
 
 use crate::error::Result;
 use crate::trace::{self, inspect::TraceStats, Format, ReadOptions, TraceFile};

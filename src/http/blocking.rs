@@ -98,6 +98,8 @@ pub struct KeptConnection {
     tls: Option<TlsTarget>,
     timeout: Duration,
     stream: Option<Stream>,
+    /// The last answer's `Date` header, Unix seconds.
+    pub last_date_unix_s: Option<u64>,
 }
 
 impl KeptConnection {
@@ -107,6 +109,7 @@ impl KeptConnection {
             tls,
             timeout,
             stream: None,
+            last_date_unix_s: None,
         }
     }
 
@@ -167,7 +170,8 @@ impl KeptConnection {
             Some(s) => s,
             None => self.connect()?,
         };
-        let (head_keeps, answer) = exchange(&mut stream, request, self.timeout)?;
+        let (head_keeps, date, answer) = exchange(&mut stream, request, self.timeout)?;
+        self.last_date_unix_s = date;
         if head_keeps {
             self.stream = Some(stream);
         }
@@ -184,13 +188,12 @@ pub fn connect_tcp(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream>
     Ok(tcp)
 }
 
-/// Writes the request and reads one whole response; says whether the connection may carry
-/// another.
-fn exchange(
-    stream: &mut Stream,
-    request: &str,
-    timeout: Duration,
-) -> Result<(bool, (u16, Vec<u8>)), GetError> {
+/// An answer read whole: whether the connection may carry another, its `Date` (Unix s), and
+/// its status and body.
+type Answer = (bool, Option<u64>, (u16, Vec<u8>));
+
+/// Writes the request and reads one whole response.
+fn exchange(stream: &mut Stream, request: &str, timeout: Duration) -> Result<Answer, GetError> {
     let of_io = |e: io::Error| GetError::of_io(&e, timeout);
     stream.write_all(request.as_bytes()).map_err(of_io)?;
     stream.flush().map_err(of_io)?;
@@ -198,6 +201,7 @@ fn exchange(
     struct Collect {
         status: u16,
         keep_alive: bool,
+        date: Option<u64>,
         body: Vec<u8>,
         too_large: bool,
     }
@@ -205,6 +209,7 @@ fn exchange(
         fn head(&mut self, head: &ResponseHead) {
             self.status = head.status;
             self.keep_alive = head.keep_alive;
+            self.date = head.date_unix_s;
         }
         fn body(&mut self, data: &[u8]) {
             match self.body.len() + data.len() <= MAX_BODY {
@@ -241,5 +246,5 @@ fn exchange(
         // A cut body would read as a shorter answer than the server gave.
         return Err(GetError::TooLarge);
     }
-    Ok((keeps, (sink.status, sink.body)))
+    Ok((keeps, sink.date, (sink.status, sink.body)))
 }

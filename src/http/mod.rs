@@ -4,6 +4,7 @@
 
 pub mod blocking;
 pub mod chunked;
+pub mod date;
 pub mod endpoint;
 pub mod probe;
 pub mod response;

@@ -18,6 +18,9 @@ pub struct ResponseHead {
     /// The server says its `usage.prompt_tokens` is an estimate (llmreplay's mock without a
     /// tokenizer: `x-llmreplay-prompt-count: approximate`).
     pub approximate_prompt_count: bool,
+    /// The `Date` header, Unix seconds (the clock check reads it; None when absent or not
+    /// an IMF-fixdate).
+    pub date_unix_s: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,6 +185,7 @@ fn interpret(
     let mut keep_alive = version >= 1;
     let mut event_stream = false;
     let mut approximate_prompt_count = false;
+    let mut date_unix_s = None;
     let mut chunked = false;
     let mut length: Option<u64> = None;
     for h in headers {
@@ -207,6 +211,8 @@ fn interpret(
             event_stream = contains_token(value, b"text/event-stream");
         } else if h.name.eq_ignore_ascii_case("x-llmreplay-prompt-count") {
             approximate_prompt_count = contains_token(value, b"approximate");
+        } else if h.name.eq_ignore_ascii_case("date") {
+            date_unix_s = std::str::from_utf8(value).ok().and_then(super::date::parse);
         }
     }
     let framing = if status == 204 || status == 304 {
@@ -225,6 +231,7 @@ fn interpret(
             keep_alive,
             event_stream,
             approximate_prompt_count,
+            date_unix_s,
         },
         framing,
     ))
@@ -280,6 +287,7 @@ mod tests {
                     keep_alive: true,
                     event_stream: true,
                     approximate_prompt_count: false,
+                    date_unix_s: None,
                 }
             );
             assert_eq!(c.body, b"data: 1\n\n", "cut {cut}");

@@ -55,6 +55,8 @@ pub struct MockConfig {
     /// `--prefill-us-per-token`: time to first token added per prompt token not served by
     /// the prefix cache.
     pub prefill_ns_per_token: u64,
+    /// Its clock, as `GET /health`'s `Date` header gives it, this many ms off the host's.
+    pub date_offset_ms: i64,
 }
 
 /// How the mock counts a request's prompt tokens (its `usage.prompt_tokens`).
@@ -167,6 +169,7 @@ impl Default for MockConfig {
             max_running: None,
             graceful_shutdown_after: None,
             prefill_ns_per_token: 0,
+            date_offset_ms: 0,
         }
     }
 }

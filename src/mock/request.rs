@@ -95,7 +95,11 @@ impl MockLoop {
                 return true;
             }
             ("GET", "/health", _) => {
-                write_response(&mut conn.output, 200, "text/plain", "", b"");
+                // A Date header, as every HTTP server sends: the shards' clock check reads it.
+                let now = crate::sys::wall_start::unix_ns_now() as i128;
+                let date = now + i128::from(cfg.date_offset_ms) * 1_000_000;
+                let header = format!("date: {}", crate::http::date::format(date.max(0) as u64));
+                write_response(&mut conn.output, 200, "text/plain", &header, b"");
                 return true;
             }
             ("GET", "/metrics", _) => {

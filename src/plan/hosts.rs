@@ -14,9 +14,26 @@ pub struct HostsPlan {
     /// `--start-at`, Unix ns.
     pub start_at_unix_ns: Option<u64>,
     pub ntp: Option<String>,
+    /// A shard's clock further off its target's `Date` than this is refused.
+    pub max_clock_offset_ms: f64,
+    /// `--rendezvous`: where the shards meet.
+    pub rendezvous: Option<RendezvousPlan>,
     /// Scraping was asked for, but this shard leaves it to shard 0.
     pub scrape_left_to_shard0: bool,
 }
+
+/// `--rendezvous DIR` and its bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RendezvousPlan {
+    pub dir: std::path::PathBuf,
+    pub ready_timeout: std::time::Duration,
+    pub heartbeat_timeout: std::time::Duration,
+    pub on_loss: crate::rendezvous::OnShardLoss,
+}
+
+/// A `--start-at` instant this far in the past is refused: the shards could not have started
+/// together (a shard ready after its instant starts at once, late by as much).
+pub const MAX_LATE_START_S: u64 = 60;
 
 /// What of the rest of the plan the shard options must agree with.
 pub struct Context {
@@ -74,6 +91,15 @@ pub fn hosts_plan(a: &ShardArgs, c: &Context) -> Result<HostsPlan> {
         .transpose()
         .map_err(Error::Usage)?;
     if let Some(at) = start_at_unix_ns {
+        let late_s = wall_start::unix_ns_now().saturating_sub(at) / 1_000_000_000;
+        if late_s > MAX_LATE_START_S {
+            return Err(Error::Usage(format!(
+                "--start-at {} passed {late_s} s ago (at most {MAX_LATE_START_S} s): shards \
+                 given it would each start at once, apart; give an instant ahead (or \
+                 --rendezvous DIR, which finds one)",
+                wall_start::rfc3339_utc(at)
+            )));
+        }
         let ahead_s = at.saturating_sub(wall_start::unix_ns_now()) / 1_000_000_000;
         if ahead_s > wall_start::MAX_AHEAD_S {
             return Err(Error::Usage(format!(
@@ -83,10 +109,46 @@ pub fn hosts_plan(a: &ShardArgs, c: &Context) -> Result<HostsPlan> {
             )));
         }
     }
+    let secs = |name: &str, s: f64| match s > 0.0 && s <= 30.0 * 86_400.0 {
+        true => Ok(std::time::Duration::from_secs_f64(s)),
+        false => Err(Error::Usage(format!("--{name} {s}: give seconds, above 0"))),
+    };
+    let rendezvous = match (&a.rendezvous, shard) {
+        (None, _) => None,
+        (Some(dir), None) => {
+            return Err(Error::Usage(format!(
+                "--rendezvous {}: shards meet there; give --shard I/N (or auto)",
+                dir.display()
+            )))
+        }
+        (Some(dir), Some(_)) => Some(RendezvousPlan {
+            dir: dir.clone(),
+            ready_timeout: secs("ready-timeout", a.ready_timeout)?,
+            heartbeat_timeout: secs("heartbeat-timeout", a.heartbeat_timeout)?,
+            on_loss: a.on_shard_loss,
+        }),
+    };
+    if rendezvous
+        .as_ref()
+        .is_some_and(|r| r.heartbeat_timeout < 2 * crate::rendezvous::BEAT_EVERY)
+    {
+        return Err(Error::Usage(format!(
+            "--heartbeat-timeout {}: at least 2 s (heartbeats are written every second)",
+            a.heartbeat_timeout
+        )));
+    }
+    if a.max_clock_offset_ms.is_nan() || a.max_clock_offset_ms <= 0.0 {
+        return Err(Error::Usage(format!(
+            "--max-clock-offset-ms {}: give milliseconds, above 0",
+            a.max_clock_offset_ms
+        )));
+    }
     Ok(HostsPlan {
         shard,
         start_at_unix_ns,
         ntp: a.ntp.clone(),
+        max_clock_offset_ms: a.max_clock_offset_ms,
+        rendezvous,
         scrape_left_to_shard0: c.scrapes
             && !a.scrape_every_shard
             && shard.is_some_and(|s| s.index > 0),
@@ -95,7 +157,11 @@ pub fn hosts_plan(a: &ShardArgs, c: &Context) -> Result<HostsPlan> {
 
 /// Whether any option of a run across hosts is given (commands that run alone refuse them).
 pub fn asked(a: &ShardArgs) -> bool {
-    a.shard.is_some() || a.shard_count.is_some() || a.start_at.is_some() || a.ntp.is_some()
+    a.shard.is_some()
+        || a.shard_count.is_some()
+        || a.start_at.is_some()
+        || a.ntp.is_some()
+        || a.rendezvous.is_some()
 }
 
 /// `merge`, validated.
@@ -134,6 +200,34 @@ pub struct K8sJobPlan {
 
 /// Where the inputs volume is mounted in the pods (`k8s-job`).
 pub const INPUTS_DIR: &str = "/inputs";
+/// `watch`, validated.
+#[derive(Clone, Debug)]
+pub struct WatchPlan {
+    pub dirs: Vec<std::path::PathBuf>,
+    pub every: std::time::Duration,
+    /// Print one view and return.
+    pub once: bool,
+    /// A running shard silent this long is shown as lost.
+    pub heartbeat_timeout: std::time::Duration,
+}
+
+pub fn watch_plan(a: &crate::cli::WatchArgs) -> Result<WatchPlan> {
+    for (name, s) in [
+        ("every", a.every),
+        ("heartbeat-timeout", a.heartbeat_timeout),
+    ] {
+        if !(s > 0.0 && s <= 86_400.0) {
+            return Err(Error::Usage(format!("--{name} {s}: give seconds, above 0")));
+        }
+    }
+    Ok(WatchPlan {
+        dirs: a.dirs.clone(),
+        every: std::time::Duration::from_secs_f64(a.every),
+        once: a.once,
+        heartbeat_timeout: std::time::Duration::from_secs_f64(a.heartbeat_timeout),
+    })
+}
+
 /// `merge`, validated.
 pub fn merge_plan(a: &crate::cli::MergeArgs) -> Result<MergePlan> {
     if !(a.wait >= 0.0 && a.wait <= 30.0 * 86_400.0) {

@@ -50,6 +50,7 @@ pub fn mock_config(a: &cli::MockArgs) -> Result<crate::mock::MockConfig> {
         graceful_shutdown_after: a.graceful_shutdown_after,
         prefill_ns_per_token: crate::sys::clock::ms_to_ns(a.prefill_us_per_token / 1000.0),
         keep_alive_ns: crate::sys::clock::ms_to_ns(a.keep_alive_s * 1000.0),
+        date_offset_ms: a.date_offset_ms,
         tls: match (&a.tls_cert, &a.tls_key) {
             (Some(cert), Some(key)) => Some(crate::transport::tls::server_config(cert, key)?),
             _ => None,

@@ -191,7 +191,16 @@ fn three_shards_started_together_merge_into_the_single_run() {
         .map(|r| r["shard"]["records"].as_u64().unwrap())
         .sum();
     assert_eq!(shares, 2000, "the planned shares add up");
-    assert!(runs.iter().all(|r| r["clock_check"]["checked"] == false));
+    // Each shard checked its clock against the mock's Date header (one host: near 0).
+    for r in &runs {
+        let check = &r["clock_check"]["start"];
+        assert_eq!(check["method"], "http-date", "{check}");
+        let (offset, within) = (
+            check["offset_ms"].as_f64().unwrap(),
+            check["uncertainty_ms"].as_f64().unwrap(),
+        );
+        assert!(offset.abs() <= within + 1.0, "{check}");
+    }
 
     // Started together: each shard's time 0 on CLOCK_MONOTONIC (one clock for the three
     // processes) is the agreed instant, less what each recorded as its own lateness.

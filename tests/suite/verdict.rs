@@ -343,7 +343,8 @@ fn merged_shards_expect_what_one_process_expects() {
         text.contains("1/3 by +") && text.contains("--start-at"),
         "{text}"
     );
-    // Judged again with the skew bound out of the way: one host, unchecked clocks, VALID ...
+    // Judged again with the skew bound out of the way: one host, clocks checked against the
+    // mock's Date header, VALID ...
     let report = |bounds: &[&str]| {
         ok(&bin()
             .arg("report")
@@ -355,10 +356,13 @@ fn merged_shards_expect_what_one_process_expects() {
     };
     let (word, keys, _) = report(&["--bound", "shard-skew-ms=1e9"]);
     assert_eq!((word.as_str(), keys), ("VALID", vec![]));
-    // ... but not when one shard ran elsewhere.
+    // ... but not when one shard ran elsewhere and no clock was checked.
     let run_json = merged.join("run.json");
     let mut m = read_json(&run_json);
     m["merged"]["shards"][1]["host"] = "elsewhere".into();
+    for i in 0..3 {
+        m["merged"]["shards"][i]["clock_offset_ms"] = Value::Null;
+    }
     std::fs::write(&run_json, m.to_string()).unwrap();
     let (_, keys, summary) = report(&["--bound", "shard-skew-ms=1e9"]);
     assert_eq!(keys, ["shard-clocks"]);

@@ -2,6 +2,7 @@
 //! the progress line, and on a signal, an error rate or a failed write stops the sending.
 
 use super::*;
+use crate::rendezvous::{Beat, OnShardLoss, State, BEAT_EVERY};
 
 /// What the collector gathered.
 pub(super) struct Collected {
@@ -17,6 +18,8 @@ pub(super) struct Collected {
     pub(super) measured_failed: u64,
     /// Requests whose connection the server closed before a byte of answer.
     pub(super) closed_unanswered: u64,
+    /// `--rendezvous`, `--on-shard-loss stop`: the shard lost, and why; the run stopped there.
+    pub(super) shard_lost: Option<String>,
 }
 
 /// Writes records as they complete (flushed per batch), feeds the progress line, and on a signal stops sending and drains.
@@ -25,7 +28,10 @@ pub(super) fn collect(
     trace: &TraceInput,
     stages: &Stages,
     out: Output,
+    mut meeting: Option<&mut Rendezvous>,
 ) -> Result<Collected> {
+    let on_loss = plan.hosts.rendezvous.as_ref().map(|r| r.on_loss);
+    let mut shard_lost: Option<String> = None;
     let mut writer = RecordWriter::new(out.requests_file, RecordFormat::Llmreplay);
     let (copy_path, mut copy) = match out.copy {
         Some((path, file)) => (
@@ -55,6 +61,8 @@ pub(super) fn collect(
         .max_error_rate
         .map(|limit| ErrorRateJudge::new(limit, trace.preview.skipped_by_offset));
     let mut stopped_early = None;
+    let mut lost_said: Vec<String> = Vec::new();
+    let mut beat_at = std::time::Instant::now();
     loop {
         if !stopped && signals_received() > 0 {
             stopped = true;
@@ -124,17 +132,50 @@ pub(super) fn collect(
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
         }
-        if !stopped {
-            live.tick(Snapshot {
-                sent: stages.progress.sent.load(Ordering::Relaxed),
-                arrived_late: stages.progress.arrived_late.load(Ordering::Relaxed),
-                out_of_descriptors: stages.progress.out_of_descriptors.load(Ordering::Relaxed),
-                run_s: (stages.clock.now_ns() as f64 - stages.t0_ns as f64) / 1e9,
-            });
+        let snapshot = Snapshot {
+            sent: stages.progress.sent.load(Ordering::Relaxed),
+            arrived_late: stages.progress.arrived_late.load(Ordering::Relaxed),
+            out_of_descriptors: stages.progress.out_of_descriptors.load(Ordering::Relaxed),
+            run_s: (stages.clock.now_ns() as f64 - stages.t0_ns as f64) / 1e9,
+        };
+        if let Some(rv) = meeting
+            .as_deref_mut()
+            .filter(|_| beat_at.elapsed() >= BEAT_EVERY)
+        {
+            beat_at = std::time::Instant::now();
+            rv.update(beat(&live, stages));
+            match (rv.lost_peer(), on_loss) {
+                (Some(why), Some(OnShardLoss::Stop)) if shard_lost.is_none() && !stopped => {
+                    live.finish();
+                    eprintln!(
+                        "{}; this shard stops: nothing new is sent, requests in flight drain \
+                         (--on-shard-loss continue carries on)",
+                        crate::printable::printable(&why)
+                    );
+                    stages.stop.request(stages.clock.now_ns());
+                    shard_lost = Some(why);
+                }
+                (Some(why), Some(OnShardLoss::Continue)) if !lost_said.contains(&why) => {
+                    eprintln!(
+                        "warning: {}; this shard carries on (--on-shard-loss continue): the \
+                         merged run lacks that shard's share",
+                        crate::printable::printable(&why)
+                    );
+                    lost_said.push(why);
+                }
+                _ => {}
+            }
+        }
+        if !stopped && shard_lost.is_none() {
+            live.tick(snapshot);
         }
     }
     if let Err(e) = writer.flush() {
         on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
+    }
+    if let Some(rv) = meeting {
+        // The closing heartbeat's counts: every record is in.
+        rv.update(beat(&live, stages));
     }
     if !stopped {
         live.finish();
@@ -149,5 +190,21 @@ pub(super) fn collect(
         measured_ok,
         measured_failed,
         closed_unanswered,
+        shard_lost,
     })
+}
+
+/// The running shard's heartbeat: its counts so far.
+fn beat(live: &LiveProgress, stages: &Stages) -> Beat {
+    let (done, failed, output_tokens) = live.totals();
+    Beat {
+        state: Some(State::Running),
+        sent: stages.progress.sent.load(Ordering::Relaxed),
+        done,
+        failed,
+        late: stages.progress.arrived_late.load(Ordering::Relaxed),
+        output_tokens,
+        run_s: (stages.clock.now_ns() as f64 - stages.t0_ns as f64) / 1e9,
+        ..Beat::default()
+    }
 }

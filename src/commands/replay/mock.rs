@@ -32,6 +32,7 @@ pub fn start_mock(
         ttft_ms,
         itl_ms,
         cache_blocks,
+        date_offset_ms,
     } = plan.targets
     else {
         return Ok(None);
@@ -52,6 +53,7 @@ pub fn start_mock(
         itl_ns: crate::sys::clock::ms_to_ns(itl_ms),
         counting,
         prefix_cache: cache_blocks.map(|n| (n, block_size.max(1) as usize)),
+        date_offset_ms,
         ..MockConfig::default()
     };
     let server = MockServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), cfg)

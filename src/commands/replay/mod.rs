@@ -37,6 +37,7 @@ use crate::pipeline::{
 use crate::plan::ReplayPlan;
 use crate::progress::{LiveProgress, Snapshot};
 use crate::record::{RecordFormat, RecordWriter, RequestRecord};
+use crate::rendezvous::Rendezvous;
 use crate::report;
 use crate::sender::Inbox;
 use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
@@ -86,7 +87,11 @@ pub fn dry_run(plan: &ReplayPlan) -> Result<()> {
 pub fn run(plan: &ReplayPlan) -> Result<RunOutcome> {
     let say = Say(plan.quiet);
     let synthetic = setup::write_synthetic(plan)?;
-    let outcome = run_trace(plan, &say);
+    let mut meeting = time_zero::join(plan)?;
+    let outcome = run_trace(plan, &say, meeting.as_mut());
+    if let Some(rv) = meeting.as_mut() {
+        time_zero::say_how_it_ended(rv, &outcome);
+    }
     if let Some(temp) = synthetic {
         // Kept with the run's results (the same load can be replayed as a trace).
         if let Ok(o) = &outcome {
@@ -98,7 +103,11 @@ pub fn run(plan: &ReplayPlan) -> Result<RunOutcome> {
     outcome
 }
 
-fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
+fn run_trace(
+    plan: &ReplayPlan,
+    say: &Say,
+    mut meeting: Option<&mut Rendezvous>,
+) -> Result<RunOutcome> {
     let trace = setup::scan_trace(plan, say)?;
     let (line, warnings) = describe::describe(plan, &trace);
     say.say(line);
@@ -108,6 +117,7 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
     let prompts = setup::prepare_prompts(plan, &setup::endpoint_apis(plan), &trace, say)?;
     let mock = mock::start_mock(plan, &prompts, trace.stats.block_size, say)?;
     let fleet = setup::connect(plan, mock.as_ref())?;
+    let clock_check = time_zero::check_clock(plan, &fleet, say)?;
     if plan.sessions.require_cache_report {
         let cached = cache_check::require_cache_report(&fleet, plan.extra_body.as_ref())?;
         say.say(format!(
@@ -141,8 +151,12 @@ fn run_trace(plan: &ReplayPlan, say: &Say) -> Result<RunOutcome> {
         }
     }
     let scrape = setup::scrape_config(plan, &fleet, say)?;
-    let stages = start(plan, &trace, prompts, &fleet, &out, scrape, &expected, say)?;
-    let collected = collect::collect(plan, &trace, &stages, out)?;
+    let at = time_zero::meet(plan, &trace, meeting.as_deref_mut(), say)?;
+    let starting = time_zero::Starting { clock_check, at };
+    let stages = start(
+        plan, &trace, prompts, &fleet, &out, scrape, &expected, starting, say,
+    )?;
+    let collected = collect::collect(plan, &trace, &stages, out, meeting)?;
     let outcome = finish(plan, &fleet, stages, collected);
     if let Some(m) = mock {
         let late = m.stop().ok().and_then(|s| s.lateness.summary(false));
@@ -175,14 +189,18 @@ fn prime(
     // Primed as soon as ready; the measured run is the one that starts at --start-at.
     pass.hosts.start_at_unix_ns = None;
     pass.hosts.ntp = None;
+    pass.hosts.rendezvous = None;
     say.say(format!(
         "priming: the same schedule once, unmeasured, to fill the servers' caches (its records: \
          {})",
         dir.join("prime").display()
     ));
     let out = setup::prepare_output(&pass, trace)?;
-    let stages = start(&pass, trace, prompts, fleet, &out, None, expected, say)?;
-    let collected = collect::collect(&pass, trace, &stages, out)?;
+    let starting = time_zero::Starting::default();
+    let stages = start(
+        &pass, trace, prompts, fleet, &out, None, expected, starting, say,
+    )?;
+    let collected = collect::collect(&pass, trace, &stages, out, None)?;
     let outcome = finish(&pass, fleet, stages, collected)?;
     match outcome.ending {
         Ending::Completed => Ok(None),
@@ -224,9 +242,10 @@ fn start(
     out: &Output,
     scrape: Option<ScrapeConfig>,
     expected: &SharedModel,
+    starting: time_zero::Starting,
     say: &Say,
 ) -> Result<Stages> {
-    let clock_check = time_zero::check_clock(plan, say)?;
+    let time_zero::Starting { clock_check, at } = starting;
     let num_sender = plan.num_sender;
     let cores = core_affinity::get_core_ids().map_or(1, |c| c.len());
     let num_producer = plan
@@ -357,9 +376,9 @@ fn start(
         .map(|config| Scraper::start(config, clock.clone(), &out.dir))
         .transpose()
         .map_err(|e| Error::io(&out.dir, e))?;
-    if let Some(at) = plan.hosts.start_at_unix_ns {
+    if let Some(at) = at {
         say.say(format!(
-            "waiting for the common start at {} (--start-at)",
+            "waiting for the common start at {}",
             crate::sys::wall_start::rfc3339_utc(at)
         ));
         crate::sys::wall_start::sleep_until(at, time_zero::START_AT_LEAD, || {
@@ -399,7 +418,7 @@ fn start(
             || own_rx.iter().any(|r| !r.is_empty())
             || producers.iter().all(JoinHandle::is_finished)
     };
-    let (t0_ns, common_start) = time_zero::time_zero(plan, &clock, first_built);
+    let (t0_ns, common_start) = time_zero::time_zero(at, &clock, first_built);
     let t0_monotonic_ns = crate::sys::clock::on_monotonic(&clock, t0_ns);
     let started_unix_ms = match common_start {
         Some(s) => s.actual_unix_ns,
@@ -616,6 +635,9 @@ fn finish(
     let ending = match (c.stopped, &c.stopped_early) {
         _ if c.write_failed.is_some() => Ending::WriteFailed {
             reason: c.write_failed.clone().unwrap_or_default(),
+        },
+        _ if c.shard_lost.is_some() => Ending::ShardLost {
+            reason: c.shard_lost.clone().unwrap_or_default(),
         },
         (true, _) => Ending::Signal,
         (false, Some(reason)) => Ending::MaxErrorRate {

@@ -65,7 +65,9 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
             ttft_ms,
             itl_ms,
             cache_blocks,
-        } => json!({"ttft_ms": ttft_ms, "itl_ms": itl_ms, "cache_blocks": cache_blocks}),
+            date_offset_ms,
+        } => json!({"ttft_ms": ttft_ms, "itl_ms": itl_ms, "cache_blocks": cache_blocks,
+                    "date_offset_ms": date_offset_ms}),
         Targets::Servers(_) => Value::Null,
     };
     let prompt = &plan.prompt;
@@ -212,8 +214,20 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
         "clock_check",
         match r.clock_check {
             Some(c) => json!({"start": c.to_json()}),
-            None => json!({"checked": false, "why": "no --ntp: this host's clock was not checked"}),
+            None if plan.hosts.shard.is_some() => json!({"checked": false,
+                "why": "no --ntp, and the target's Date header could not be read"}),
+            None => json!({"checked": false, "why": "one host: its clock was not checked (--ntp)"}),
         },
+    );
+    put(
+        "rendezvous",
+        json!(plan.hosts.rendezvous.as_ref().map(|r| json!({
+            "dir": r.dir.display().to_string(),
+            "ready_timeout_s": r.ready_timeout.as_secs_f64(),
+            "heartbeat_timeout_s": r.heartbeat_timeout.as_secs_f64(),
+            "on_shard_loss": r.on_loss,
+            "barrier": plan.hosts.start_at_unix_ns.is_none(),
+        }))),
     );
     // What `report DIR` judges the run by again, unless given other --bound values.
     let bounds = plan.render.bounds.clone().unwrap_or_default();

@@ -1,0 +1,500 @@
+//! `--rendezvous DIR`: the shards of one run meet in a directory they all see (a Kubernetes
+//! volume, Slurm's shared filesystem), with no coordinator process.
+//!
+//! - **Readiness barrier.** A shard that has read its trace, prepared its prompts, reached its
+//!   endpoints and checked its clock writes `ready/<i>` with its clock reading, then waits for
+//!   all K. The start instant is the latest reading plus [`START_LEAD`]: every shard reads the
+//!   same K files and computes the same instant. A shard not ready within the bound fails the
+//!   run for all (each one waiting gives up with the same message).
+//! - **Heartbeats.** A thread of each shard rewrites `live/<i>` every [`BEAT_EVERY`], from
+//!   joining to the end, with its state and counts (what `llmreplay watch` shows); the
+//!   collector reads the others'. A shard that failed, was
+//!   stopped, or whose heartbeat is older than the timeout is lost; the others stop, or carry
+//!   on with `--on-shard-loss continue`.
+//!
+//! Every file is written whole under a temporary name and renamed into place, so a reader
+//! never sees half of one (rename is atomic on NFS and local filesystems alike).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys::wall_start::unix_ns_now;
+
+/// From the last shard's readiness to the start: time for every shard to see the last
+/// `ready` file (polled every [`POLL`]; a shared filesystem may show it a second late) and
+/// then open its connections ([`crate::sys::wall_start::sleep_until`]'s lead).
+pub const START_LEAD: Duration = Duration::from_secs(5);
+/// How often a shard rewrites its heartbeat and looks at the others'.
+pub const BEAT_EVERY: Duration = Duration::from_secs(1);
+/// How often the barrier looks for the others' `ready` files.
+const POLL: Duration = Duration::from_millis(50);
+
+crate::choices! {
+    /// What a shard does when another is lost.
+    #[derive(Default)]
+    pub enum OnShardLoss {
+        /// Stop sending: the run without that shard's share is not the load asked for.
+        #[default]
+        Stop = "stop",
+        /// Carry on and say so (the merged run is then missing that shard's share).
+        Continue = "continue",
+    }
+}
+
+/// A shard's life, as its heartbeat says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// Reading the trace, preparing prompts, checking its clock.
+    Preparing,
+    /// Waiting at the barrier.
+    Ready,
+    Running,
+    /// The run ended as its `how` says (it may still have failed requests).
+    Done,
+    /// An error ended it before or during the run.
+    Failed,
+    /// A signal or a lost shard stopped it.
+    Stopped,
+}
+
+/// `ready/<i>`: a shard's readiness.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReadyNote {
+    pub index: u32,
+    pub count: u32,
+    /// What makes shards one run's (the trace's digest): a shard of another run is refused.
+    pub run: String,
+    /// This shard's clock when it was ready (Unix ns).
+    pub unix_ns: u64,
+    pub host: String,
+}
+
+/// `live/<i>`: a shard's heartbeat and live counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Beat {
+    pub index: u32,
+    pub count: u32,
+    /// When it was written, by the shard's clock (Unix ns).
+    pub unix_ns: u64,
+    pub state: Option<State>,
+    /// Why it failed or stopped, or how its run ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    pub sent: u64,
+    pub done: u64,
+    pub failed: u64,
+    /// Requests that reached their sender after their send time.
+    pub late: u64,
+    pub output_tokens: u64,
+    /// Seconds since the run's time zero (negative before it).
+    pub run_s: f64,
+}
+
+impl Beat {
+    pub fn in_flight(&self) -> u64 {
+        self.sent.saturating_sub(self.done)
+    }
+}
+
+/// This shard's place in the meeting directory, and the thread that writes its heartbeat.
+pub struct Rendezvous {
+    dir: PathBuf,
+    index: u32,
+    count: u32,
+    heartbeat_timeout: Duration,
+    /// When it joined (a shard that never writes a heartbeat is lost this long after).
+    joined: Instant,
+    /// What the next heartbeat says (state and counts), shared with the beating thread.
+    now: Arc<Mutex<Beat>>,
+    beating: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+}
+
+fn ready_path(dir: &Path, i: u32) -> PathBuf {
+    dir.join("ready").join(i.to_string())
+}
+
+fn live_path(dir: &Path, i: u32) -> PathBuf {
+    dir.join("live").join(i.to_string())
+}
+
+/// Writes `value` as JSON to `path` whole (a temporary name, renamed).
+fn write_whole(path: &Path, value: &impl Serialize) -> io::Result<()> {
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("note")
+    ));
+    let bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
+    fs::write(&tmp, bytes)?;
+    fs::rename(&tmp, path)
+}
+
+/// Reads `path` as JSON: None when absent; an error naming the file when unreadable.
+fn read_note<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: not a note of llmreplay's ({e})", path.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Every shard's heartbeat in `dir` (None where there is none yet), for `count` shards.
+pub fn beats(dir: &Path, count: u32) -> Vec<Option<Beat>> {
+    (0..count)
+        .map(|i| read_note(&live_path(dir, i)).ok().flatten())
+        .collect()
+}
+
+/// The shard count of the run met in `dir`, from the heartbeats there (`watch`, `merge`).
+pub fn count_in(dir: &Path) -> Option<u32> {
+    let entries = fs::read_dir(dir.join("live")).ok()?;
+    entries
+        .flatten()
+        .filter_map(|e| read_note::<Beat>(&e.path()).ok().flatten())
+        .map(|b| b.count)
+        .max()
+}
+
+/// Whether a heartbeat says its shard is gone: ended badly, or silent past `timeout` while it
+/// should be running (`now_ns` by this host's clock). None when it is fine.
+pub fn lost_because(beat: &Beat, now_ns: u64, timeout: Duration) -> Option<String> {
+    let age_s = now_ns.saturating_sub(beat.unix_ns) as f64 / 1e9;
+    match beat.state {
+        Some(State::Failed) => Some(format!(
+            "failed: {}",
+            beat.why.as_deref().unwrap_or("no reason given")
+        )),
+        Some(State::Stopped) => Some(beat.why.clone().unwrap_or_else(|| "stopped".into())),
+        Some(State::Done) => None,
+        _ if age_s > timeout.as_secs_f64() => Some(format!(
+            "no heartbeat for {age_s:.1} s (its process was killed, or its host lost)"
+        )),
+        _ => None,
+    }
+}
+
+impl Rendezvous {
+    /// Joins the meeting in `dir` as shard `index` of `count`: its own `ready` file must not
+    /// be there yet (one left from an earlier run would start this one at a wrong instant).
+    pub fn join(
+        dir: &Path,
+        index: u32,
+        count: u32,
+        heartbeat_timeout: Duration,
+    ) -> Result<Rendezvous, String> {
+        for sub in ["ready", "live"] {
+            let d = dir.join(sub);
+            fs::create_dir_all(&d).map_err(|e| format!("--rendezvous {}: {e}", d.display()))?;
+        }
+        let own = ready_path(dir, index);
+        if own.exists() {
+            return Err(format!(
+                "--rendezvous {}: {} is there already, from an earlier run; give each run a \
+                 directory of its own (or empty this one)",
+                dir.display(),
+                own.display()
+            ));
+        }
+        let now = Arc::new(Mutex::new(Beat {
+            index,
+            count,
+            state: Some(State::Preparing),
+            ..Beat::default()
+        }));
+        let path = live_path(dir, index);
+        write_beat(&path, &now).map_err(|e| format!("--rendezvous {}: {e}", dir.display()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (stop, now) = (Arc::clone(&stop), Arc::clone(&now));
+            std::thread::Builder::new()
+                .name("heartbeat".into())
+                .spawn(move || beat_until(&path, &now, &stop))
+                .map_err(|e| format!("cannot start the heartbeat thread: {e}"))?
+        };
+        Ok(Rendezvous {
+            dir: dir.to_path_buf(),
+            index,
+            count,
+            heartbeat_timeout,
+            joined: Instant::now(),
+            now,
+            beating: Some((stop, thread)),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn heartbeat_timeout(&self) -> Duration {
+        self.heartbeat_timeout
+    }
+
+    /// What the next heartbeats say: the state and counts of `beat` (index, count and time are
+    /// filled in when written).
+    pub fn update(&self, beat: Beat) {
+        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        *now = Beat {
+            index: self.index,
+            count: self.count,
+            ..beat
+        };
+    }
+
+    /// Says this shard is ready (`run`: the trace's digest) and waits for every other; returns
+    /// the start instant (Unix ns): the latest readiness plus [`START_LEAD`]. Gives up when a
+    /// shard failed, when the others are not all ready within `timeout`, or when `stop()`.
+    pub fn wait_ready(
+        &mut self,
+        run: &str,
+        timeout: Duration,
+        stop: impl Fn() -> bool,
+    ) -> Result<u64, String> {
+        let note = ReadyNote {
+            index: self.index,
+            count: self.count,
+            run: run.to_string(),
+            unix_ns: unix_ns_now(),
+            host: crate::sys::hostname().unwrap_or_default(),
+        };
+        let own = ready_path(&self.dir, self.index);
+        write_whole(&own, &note).map_err(|e| format!("{}: {e}", own.display()))?;
+        self.update(Beat {
+            state: Some(State::Ready),
+            ..Beat::default()
+        });
+        let since = Instant::now();
+        loop {
+            let mut latest = 0;
+            let mut waiting = Vec::new();
+            for i in 0..self.count {
+                match read_note::<ReadyNote>(&ready_path(&self.dir, i))? {
+                    Some(n) if n.count != self.count || n.run != run => {
+                        return Err(format!(
+                            "{}: shard {i} of another run ({} shards, trace {}; this one: {} \
+                             shards, trace {run}); give each run a directory of its own",
+                            ready_path(&self.dir, i).display(),
+                            n.count,
+                            n.run,
+                            self.count
+                        ))
+                    }
+                    Some(n) => latest = latest.max(n.unix_ns),
+                    None => waiting.push(i),
+                }
+                if let Some(b) = read_note::<Beat>(&live_path(&self.dir, i))? {
+                    if i != self.index && b.state == Some(State::Failed) {
+                        return Err(format!(
+                            "shard {i}/{} failed before the start: {}; the run is off for \
+                             every shard",
+                            self.count,
+                            b.why.as_deref().unwrap_or("no reason given")
+                        ));
+                    }
+                }
+            }
+            if waiting.is_empty() {
+                return Ok(latest + START_LEAD.as_nanos() as u64);
+            }
+            if since.elapsed() >= timeout {
+                let names: Vec<String> = waiting
+                    .iter()
+                    .map(|i| format!("{i}/{}", self.count))
+                    .collect();
+                return Err(format!(
+                    "shard {} not ready within {} s (--ready-timeout) in {}; the run is off for \
+                     every shard",
+                    names.join(", "),
+                    timeout.as_secs(),
+                    self.dir.display()
+                ));
+            }
+            if stop() {
+                return Err("stopped by a signal at the barrier".into());
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// The first other shard found lost, and why (`shard 2/3 ...`). A shard with no heartbeat
+    /// at all counts as lost once this one has waited the timeout since it joined.
+    pub fn lost_peer(&self) -> Option<String> {
+        let now = unix_ns_now();
+        for i in (0..self.count).filter(|&i| i != self.index) {
+            let why = match read_note::<Beat>(&live_path(&self.dir, i)) {
+                Ok(Some(b)) => lost_because(&b, now, self.heartbeat_timeout),
+                Ok(None) if self.joined.elapsed() > self.heartbeat_timeout => Some(format!(
+                    "never wrote a heartbeat in {} s",
+                    self.heartbeat_timeout.as_secs()
+                )),
+                _ => None,
+            };
+            if let Some(why) = why {
+                return Some(format!("shard {i}/{} {why}", self.count));
+            }
+        }
+        None
+    }
+
+    /// The closing heartbeat, with the last counts: how this shard ended (`state` Done,
+    /// Failed or Stopped). The heartbeat thread ends first.
+    pub fn end(&mut self, state: State, why: &str) {
+        self.stop_beating();
+        {
+            let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+            now.state = Some(state);
+            now.why = Some(why.to_string());
+        }
+        if let Err(e) = write_beat(&live_path(&self.dir, self.index), &self.now) {
+            eprintln!(
+                "warning: --rendezvous {}: the last heartbeat: {e}",
+                self.dir.display()
+            );
+        }
+    }
+
+    fn stop_beating(&mut self) {
+        if let Some((stop, thread)) = self.beating.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Rendezvous {
+    fn drop(&mut self) {
+        self.stop_beating();
+    }
+}
+
+/// Writes the heartbeat `now` says, stamped with this host's clock.
+fn write_beat(path: &Path, now: &Mutex<Beat>) -> io::Result<()> {
+    let beat = Beat {
+        unix_ns: unix_ns_now(),
+        ..now.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    };
+    write_whole(path, &beat)
+}
+
+/// The heartbeat thread: a beat every [`BEAT_EVERY`] until `stop`. A write that fails (the
+/// shared filesystem away for a moment) is said once and tried again at the next beat.
+fn beat_until(path: &Path, now: &Mutex<Beat>, stop: &AtomicBool) {
+    let mut said = false;
+    let mut next = Instant::now() + BEAT_EVERY;
+    while !stop.load(Ordering::Relaxed) {
+        if Instant::now() < next {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        next += BEAT_EVERY;
+        match write_beat(path, now) {
+            Ok(()) => said = false,
+            Err(e) if !said => {
+                eprintln!("warning: heartbeat {}: {e}", path.display());
+                said = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("llmreplay-rv-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn every_shard_computes_the_same_instant_from_the_latest_readiness() {
+        let d = dir("instant");
+        let mut shards: Vec<Rendezvous> = (0..3)
+            .map(|i| Rendezvous::join(&d, i, 3, Duration::from_secs(10)).unwrap())
+            .collect();
+        // Shards 0 and 1 ready; 2 not yet: the barrier does not pass.
+        let err = shards[0]
+            .wait_ready("t", Duration::ZERO, || false)
+            .unwrap_err();
+        assert!(err.contains("shard 1/3, 2/3 not ready"), "{err}");
+        let starts: Vec<u64> = std::thread::scope(|scope| {
+            let waits: Vec<_> = shards
+                .iter_mut()
+                .map(|s| scope.spawn(move || s.wait_ready("t", Duration::from_secs(30), || false)))
+                .collect();
+            waits
+                .into_iter()
+                .map(|w| w.join().unwrap().unwrap())
+                .collect()
+        });
+        assert!(starts.iter().all(|&s| s == starts[0]), "{starts:?}");
+        let latest = (0..3)
+            .map(|i| {
+                read_note::<ReadyNote>(&ready_path(&d, i))
+                    .unwrap()
+                    .unwrap()
+                    .unix_ns
+            })
+            .max()
+            .unwrap();
+        assert_eq!(starts[0], latest + START_LEAD.as_nanos() as u64);
+        // A second run in the same directory is refused, and so is another run's shard.
+        let again = Rendezvous::join(&d, 0, 3, Duration::from_secs(10))
+            .err()
+            .unwrap();
+        assert!(again.contains("from an earlier run"), "{again}");
+        let d2 = dir("other");
+        let mut a = Rendezvous::join(&d2, 0, 2, Duration::from_secs(10)).unwrap();
+        let mut b = Rendezvous::join(&d2, 1, 2, Duration::from_secs(10)).unwrap();
+        let _ = a.wait_ready("t1", Duration::ZERO, || false);
+        let e = b.wait_ready("t2", Duration::ZERO, || false).unwrap_err();
+        assert!(e.contains("another run"), "{e}");
+        for d in [d, d2] {
+            let _ = fs::remove_dir_all(d);
+        }
+    }
+
+    #[test]
+    fn a_failed_silent_or_stopped_shard_is_lost_and_a_done_one_is_not() {
+        let d = dir("lost");
+        let mut a = Rendezvous::join(&d, 0, 2, Duration::from_secs(3)).unwrap();
+        let mut b = Rendezvous::join(&d, 1, 2, Duration::from_secs(3)).unwrap();
+        assert_eq!(a.lost_peer(), None);
+        // A failure before the start ends the barrier for the others.
+        b.end(State::Failed, "no tokenizer");
+        let e = a
+            .wait_ready("t", Duration::from_secs(5), || false)
+            .unwrap_err();
+        assert!(
+            e.contains("shard 1/2 failed before the start: no tokenizer"),
+            "{e}"
+        );
+        assert!(a.lost_peer().unwrap().contains("failed: no tokenizer"));
+        b.end(State::Done, "completed");
+        assert_eq!(a.lost_peer(), None);
+        // Silent: a heartbeat written 4 s ago (by its clock) with a 3-s timeout.
+        let old = Beat {
+            index: 1,
+            count: 2,
+            unix_ns: unix_ns_now() - 4_000_000_000,
+            state: Some(State::Running),
+            ..Beat::default()
+        };
+        write_whole(&live_path(&d, 1), &old).unwrap();
+        let why = a.lost_peer().unwrap();
+        assert!(why.starts_with("shard 1/2 no heartbeat for 4."), "{why}");
+        assert_eq!(count_in(&d), Some(2));
+        let _ = fs::remove_dir_all(d);
+    }
+}
