@@ -59,6 +59,39 @@ use plan::{CalibratePlan, OutputFormat, PromptsPlan, ReplayPlan};
 
 pub use ending::{NO_SUCCESS_EXIT_CODE, STOPPED_EXIT_CODE};
 
+/// Points `TMPDIR` beside the command's outputs, so that temporary files (a spooled trace, the
+/// results.xlsx writer's sheet) never go to /tmp: an image with no /tmp or a read-only root
+/// (a scratch container, a Kubernetes pod) runs, and nothing is written outside the results.
+/// For the binary, before any thread starts (the environment may only be set then); a
+/// library caller keeps its own.
+pub fn temporary_files_beside_outputs(cli: &Cli) {
+    use std::path::{Path, PathBuf};
+    let parent = |p: &Path| match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let results_root = || PathBuf::from("llmreplay-results");
+    let dir = match &cli.command {
+        Command::Replay(a) if a.dry_run => return,
+        Command::Replay(a) => a.output.as_deref().map_or_else(results_root, parent),
+        Command::Sweep(a) => a.replay.output.as_deref().map_or_else(results_root, parent),
+        Command::Merge(a) => parent(&a.out),
+        Command::Report(a) => match (&a.output, a.dirs.first()) {
+            (Some(o), _) => parent(o),
+            (None, Some(d)) if d.is_dir() => d.clone(),
+            (None, Some(d)) => parent(d),
+            (None, None) => return,
+        },
+        _ => return,
+    };
+    if std::fs::create_dir_all(&dir).is_err() {
+        return; // the command itself says why it cannot write there
+    }
+    if let Ok(dir) = std::fs::canonicalize(&dir) {
+        std::env::set_var("TMPDIR", dir);
+    }
+}
+
 /// Runs one command line and returns the exit status; the binary's `main` maps an error to
 /// its own status (CONTRACT §2).
 pub fn run(cli: Cli) -> Result<i32> {

@@ -10,6 +10,7 @@ fn main() {
             std::process::exit(exit.code);
         }
     };
+    llmreplay::temporary_files_beside_outputs(&cli);
     let code = llmreplay::run(cli).unwrap_or_else(|e| {
         eprintln!("error: {}", llmreplay::secrets::redact(&e.to_string()));
         e.exit_code()

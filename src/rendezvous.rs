@@ -314,7 +314,7 @@ impl Rendezvous {
                     "shard {} not ready within {} s (--ready-timeout) in {}; the run is off for \
                      every shard",
                     names.join(", "),
-                    timeout.as_secs(),
+                    timeout.as_secs_f64(),
                     self.dir.display()
                 ));
             }

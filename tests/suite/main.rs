@@ -27,6 +27,7 @@ mod papercuts;
 mod parser_properties;
 mod prompt_synthesis;
 mod readme_commands;
+mod rendezvous;
 mod replay_mock;
 mod results;
 mod results_pages;

@@ -465,6 +465,24 @@ fn shard_options_that_cannot_hold_are_refused_before_anything_runs() {
         "give --shard I/N",
     );
     refused(&mut replay(&["--start-at", "tomorrow"]), "RFC 3339");
+    // A day in the past: the shards would each start at once, apart.
+    let yesterday = (unix_ms() - 86_400_000).to_string();
+    refused(
+        &mut replay(&["--start-at", &yesterday]),
+        "s ago (at most 60 s)",
+    );
+    refused(&mut replay(&["--rendezvous", "meet"]), "give --shard I/N");
+    refused(
+        &mut replay(&[
+            "--shard",
+            "0/2",
+            "--rendezvous",
+            "m",
+            "--heartbeat-timeout",
+            "1",
+        ]),
+        "at least 2 s",
+    );
     // The environment of a Kubernetes Indexed Job and of a Slurm task.
     let out = ok(
         replay(&["--shard-count", "2", "--dry-run"])

@@ -1,0 +1,386 @@
+//! Shards that meet in a `--rendezvous` directory: the readiness barrier, the heartbeats that
+//! stop the others when one is lost, `watch`, and each shard's clock checked against its
+//! target's `Date` header. Judged by the files the shards wrote (their ready notes, run.json,
+//! records) and by counts, never by how long anything took.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{
+    self, bin, path, read_json, read_jsonl, replay_against, temp_dir, tokenizer, MockProcess,
+};
+
+/// Mooncake records `every_ms` apart, each its own conversation-less prompt.
+fn plain_trace(dir: &Path, n: u64, every_ms: u64) -> PathBuf {
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            json!({"timestamp": i * every_ms, "input_length": 40, "output_length": 4,
+                   "hash_ids": [i * 3, i * 3 + 1, i * 3 + 2]})
+            .to_string()
+        })
+        .collect();
+    let trace = dir.join("trace.jsonl");
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    trace
+}
+
+/// Waits (bounded: a hang fails the test instead of the suite) for a child to exit.
+fn wait(child: Child, what: &str) -> Output {
+    let mut child = child;
+    let until = Instant::now() + Duration::from_secs(240);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > until {
+            child.kill().ok();
+            panic!("{what} did not end");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Polls until `ready()` (bounded).
+fn until(what: &str, ready: impl Fn() -> bool) {
+    let end = Instant::now() + Duration::from_secs(180);
+    while !ready() {
+        assert!(Instant::now() < end, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn shard_cmd(
+    mock: &MockProcess,
+    trace: &Path,
+    out: &Path,
+    i: usize,
+    n: usize,
+    rv: &Path,
+) -> Command {
+    let mut cmd = replay_against(mock, trace, out);
+    cmd.args(["--tokenizer", path(&tokenizer("qwen3"))])
+        .args(["--shard", &format!("{i}/{n}"), "--rendezvous"])
+        .arg(rv)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd
+}
+
+#[test]
+fn three_shards_start_at_one_instant_after_the_slowest_is_ready() {
+    let dir = temp_dir("rendezvous-barrier");
+    let trace = plain_trace(&dir, 300, 5);
+    let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
+    let rv = dir.join("meet");
+    let outs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("shard-{i}"))).collect();
+    let mut children: Vec<Child> = (0..2)
+        .map(|i| {
+            shard_cmd(&mock, &trace, &outs[i], i, 3, &rv)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // The slow shard: started only once the other two are waiting at the barrier.
+    until("shards 0 and 1 ready", || {
+        (0..2).all(|i| rv.join("ready").join(i.to_string()).exists())
+    });
+    children.push(
+        shard_cmd(&mock, &trace, &outs[2], 2, 3, &rv)
+            .spawn()
+            .unwrap(),
+    );
+    for (i, c) in children.into_iter().enumerate() {
+        let out = wait(c, &format!("shard {i}"));
+        assert!(
+            out.status.success(),
+            "shard {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let ready: Vec<u64> = (0..3)
+        .map(|i| {
+            read_json(&rv.join("ready").join(i.to_string()))["unix_ns"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(ready[2] > ready[0] && ready[2] > ready[1], "{ready:?}");
+    // Every shard's time 0 is one instant: the slowest's readiness plus the 5-s lead.
+    let instant_ms = (ready[2] + 5_000_000_000) / 1_000_000;
+    for out in &outs {
+        let run = read_json(&out.join("run.json"));
+        assert_eq!(
+            run["start"]["at_unix_ms"].as_f64().unwrap() as u64,
+            instant_ms,
+            "{}",
+            run["start"]
+        );
+        assert_eq!(run["start"]["late_ms"], 0.0, "{}", run["start"]);
+        assert_eq!(run["rendezvous"]["barrier"], true);
+        assert_eq!(run["ended"]["how"], "completed");
+        let beat = read_json(&rv.join("live").join(run["shard"]["index"].to_string()));
+        assert_eq!(beat["state"], "done");
+        assert_eq!(beat["sent"], run["shard"]["records"], "{beat}");
+    }
+    // watch: the heartbeats add up to every record of the run.
+    let watched = bin().args(["watch", "--once"]).arg(&rv).output().unwrap();
+    let text = String::from_utf8_lossy(&watched.stderr);
+    assert!(watched.status.success(), "{text}");
+    assert!(
+        text.contains("shards 0/3 running, 3 ended, 0 lost | sent 300 fly 0"),
+        "{text}"
+    );
+    // The same directory cannot meet a second run.
+    let again = shard_cmd(&mock, &trace, &dir.join("again"), 0, 3, &rv)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("from an earlier run"));
+}
+
+#[test]
+fn a_shard_never_ready_calls_the_run_off() {
+    let dir = temp_dir("rendezvous-alone");
+    let trace = plain_trace(&dir, 10, 5);
+    let mock = MockProcess::start(&[]);
+    let rv = dir.join("meet");
+    let out = shard_cmd(&mock, &trace, &dir.join("s0"), 0, 2, &rv)
+        .args(["--ready-timeout", "0.5"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("shard 1/2 not ready within 0.5 s (--ready-timeout)"),
+        "{err}"
+    );
+    assert!(err.contains("the run is off for every shard"), "{err}");
+    let beat = read_json(&rv.join("live").join("0"));
+    assert_eq!(beat["state"], "failed", "{beat}");
+    // Nothing was sent.
+    assert_eq!(beat["sent"], 0);
+}
+
+#[test]
+fn a_killed_shard_stops_the_others_and_merge_names_it() {
+    let dir = temp_dir("rendezvous-killed");
+    // 2,000 records 40 ms apart: an 80-s schedule that no shard may finish.
+    let trace = plain_trace(&dir, 2000, 40);
+    let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
+    let rv = dir.join("meet");
+    let outs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("shard-{i}"))).collect();
+    let mut children: Vec<Option<Child>> = (0..3)
+        .map(|i| {
+            Some(
+                shard_cmd(&mock, &trace, &outs[i], i, 3, &rv)
+                    .args(["--heartbeat-timeout", "2"])
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    // Shard 1 is killed once its heartbeat says it has sent requests.
+    until("shard 1 sending", || {
+        std::fs::read(rv.join("live").join("1"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|b| b["sent"].as_u64() >= Some(5))
+    });
+    let mut killed = children[1].take().unwrap();
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    for i in [0, 2] {
+        let out = wait(children[i].take().unwrap(), &format!("shard {i}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "shard {i}: {err}");
+        assert!(err.contains("shard 1/3 no heartbeat for"), "{err}");
+        let run = read_json(&outs[i].join("run.json"));
+        assert_eq!(
+            run["ended"]["how"], "stopped-by-shard-loss",
+            "{}",
+            run["ended"]
+        );
+        // It stopped long before its schedule's end.
+        let sent = read_jsonl(&outs[i].join("requests.jsonl")).len() as u64;
+        let planned = run["shard"]["records"].as_u64().unwrap();
+        assert!(sent * 2 < planned, "shard {i}: {sent} of {planned} sent");
+    }
+    let merged = dir.join("merged");
+    let out = bin()
+        .arg("merge")
+        .arg(&merged)
+        .args(&outs)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let table = std::fs::read_to_string(merged.join("shards.txt")).unwrap();
+    let row = table.lines().find(|l| l.starts_with("1/3")).unwrap();
+    assert!(row.ends_with("lost"), "{table}");
+    assert!(
+        table.contains("shard 1/3 ended lost (last heartbeat 20"),
+        "{table}"
+    );
+    let ended = &read_json(&merged.join("summary.json"))["ended"];
+    assert_eq!(ended["how"], "stopped-by-shard-loss", "{ended}");
+    assert!(
+        ended["detail"]
+            .as_str()
+            .unwrap()
+            .contains("shard 1/3 ended without a word"),
+        "{ended}"
+    );
+    // Every record any shard wrote is in the merged run.
+    let written: usize = outs
+        .iter()
+        .map(|o| read_jsonl(&o.join("requests.jsonl")).len())
+        .sum();
+    assert_eq!(read_jsonl(&merged.join("requests.jsonl")).len(), written);
+    let watched = bin()
+        .args(["watch", "--once", "--heartbeat-timeout", "2"])
+        .arg(&rv)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&watched.stderr);
+    assert_eq!(watched.status.code(), Some(2), "{text}");
+    assert!(text.contains("2 ended, 1 lost"), "{text}");
+}
+
+#[test]
+fn a_shard_whose_target_dates_are_off_is_named_and_one_far_off_is_refused() {
+    let dir = temp_dir("rendezvous-dates");
+    let trace = plain_trace(&dir, 60, 5);
+    let rv = dir.join("meet");
+    let shard = |i: usize, offset: &str, out: &Path, rv: &Path| {
+        let mut cmd = bin();
+        cmd.args([
+            "replay",
+            "--quiet",
+            "--mock",
+            "--mock-ttft-ms",
+            "1",
+            "--mock-itl-ms",
+            "0",
+        ])
+        .args(["--tokenizer", path(&tokenizer("qwen3"))])
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--output")
+        .arg(out)
+        .args([
+            "--shard",
+            &format!("{i}/2"),
+            "--mock-date-offset-ms",
+            offset,
+        ])
+        .arg("--rendezvous")
+        .arg(rv)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        cmd
+    };
+    let outs: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("s{i}"))).collect();
+    let children: Vec<Child> = [("0", 0), ("400", 1)]
+        .iter()
+        .map(|(off, i)| shard(*i, off, &outs[*i], &rv).spawn().unwrap())
+        .collect();
+    for (i, c) in children.into_iter().enumerate() {
+        let out = wait(c, &format!("shard {i}"));
+        assert!(
+            out.status.success(),
+            "shard {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Shard 1's target is 400 ms ahead: its clock reads 400 ms behind, within what the
+    // check itself says it is sure of.
+    let check = |o: &Path| read_json(&o.join("run.json"))["clock_check"]["start"].clone();
+    for (o, want) in outs.iter().zip([0.0, 400.0]) {
+        let c = check(o);
+        let (offset, within) = (
+            c["offset_ms"].as_f64().unwrap(),
+            c["uncertainty_ms"].as_f64().unwrap(),
+        );
+        assert!((offset - want).abs() <= within + 0.01, "{c}");
+        assert_eq!(c["method"], "http-date");
+    }
+    let merged = dir.join("merged");
+    let out = bin()
+        .arg("merge")
+        .arg(&merged)
+        .args(&outs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = std::fs::read_to_string(merged.join("shards.txt")).unwrap();
+    let row = table.lines().find(|l| l.starts_with("1/2")).unwrap();
+    assert!(row.contains("+40") || row.contains("+39"), "{table}");
+    let summary = read_json(&merged.join("summary.json"));
+    let reasons = summary["verdict"]["reasons"].to_string();
+    assert!(
+        reasons.contains("shard-clocks") && reasons.contains("1/2 by +"),
+        "{reasons}"
+    );
+
+    // 3 s off is more than --max-clock-offset-ms allows: refused before anything is sent.
+    let far = shard(0, "3000", &dir.join("far"), &dir.join("meet-far"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("more than --max-clock-offset-ms 1000"),
+        "{err}"
+    );
+}
+
+#[test]
+fn with_no_tmp_every_output_is_written_beside_the_results() {
+    // A scratch image has no /tmp: nothing may need it (results.xlsx's writer did).
+    let dir = temp_dir("no-tmp");
+    let run = |args: &[&str]| {
+        let out = bin()
+            .env("TMPDIR", "/nonexistent/tmp")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let trace = common::mooncake("conversation_trace.jsonl");
+    let out = dir.join("run");
+    run(&[
+        "replay",
+        "--quiet",
+        "--mock",
+        "--trace",
+        path(&trace),
+        "--tokenizer",
+        path(&tokenizer("qwen3")),
+        "--max-requests",
+        "30",
+        "--time-scale",
+        "100",
+        "--output",
+        path(&out),
+    ]);
+    assert!(out.join("results.xlsx").is_file());
+    std::fs::remove_file(out.join("results.xlsx")).unwrap();
+    run(&["report", path(&out)]);
+    assert!(out.join("results.xlsx").is_file());
+    // Nothing left beside the results.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, ["run"], "{left:?}");
+}
