@@ -146,19 +146,29 @@ pub struct K8sJobArgs {
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
 
-    /// Seconds from now to the common start, written into the manifest once (pods must be
-    /// scheduled and their image pulled by then; a late pod starts at once and says so).
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = 120.0,
-        conflicts_with = "start_at"
-    )]
-    pub start_in: f64,
+    /// A fixed common start this many seconds from now, written into the manifest, instead
+    /// of the readiness barrier (by default the pods meet in RESULTS/NAME/meet and start
+    /// together 5 s after the last is ready, however long scheduling and image pulls take).
+    #[arg(long, value_name = "SECS", conflicts_with = "start_at")]
+    pub start_in: Option<f64>,
 
-    /// The common start instant instead (RFC 3339 or Unix ms).
+    /// A fixed common start instant instead of the barrier (RFC 3339 or Unix ms).
     #[arg(long, value_name = "RFC3339|UNIX_MS")]
     pub start_at: Option<String>,
+
+    /// Each pod's CPU request (the Kubernetes quantity): a shard's senders and producers want
+    /// whole cores (`llmreplay calibrate` on one pod's resources sizes N).
+    #[arg(long, value_name = "CPU", default_value = "2")]
+    pub cpu: String,
+
+    /// Each pod's memory request and limit.
+    #[arg(long, value_name = "MEMORY", default_value = "4Gi")]
+    pub memory: String,
+
+    /// The longest the run may take, from the Jobs' start, in seconds: the shards' Job's
+    /// activeDeadlineSeconds, and how long the merge Job waits for them.
+    #[arg(long, value_name = "SECS", default_value_t = 7200)]
+    pub deadline: u64,
 
     /// ConfigMap holding the trace (and small inputs), mounted at /inputs
     /// (`kubectl create configmap NAME --from-file=trace.jsonl`; ConfigMaps hold at most

@@ -1,40 +1,55 @@
 //! `llmreplay k8s-job`: a Kubernetes Indexed Job that replays one trace from N pods as the
 //! N shards of one run, and a Job that merges them.
 //!
-//! The common start instant is computed once, here, and written into the manifest; every pod
-//! reads its index from `JOB_COMPLETION_INDEX` (`--shard-count N` makes the replay read it).
-//! Shards write to one ReadWriteMany volume; the merge Job waits for them (`merge --wait`),
-//! so both Jobs can be applied at once.
+//! The pods meet in a directory of the shared results volume (`--rendezvous`): each waits at
+//! the readiness barrier until all are ready, however long scheduling and image pulls take,
+//! and each stops when another is lost. Every pod reads its index from
+//! `JOB_COMPLETION_INDEX` (`--shard-count N` makes the replay read it). Shards write to one
+//! ReadWriteMany volume; the merge Job waits for them (`merge --wait`, bounded by the
+//! deadline), so both Jobs can be applied at once. The manifest is typed-checked in the
+//! tests against Kubernetes' own API structs.
 
 use serde_json::{json, Map, Value};
-
-use crate::shard::ShardBy;
 
 pub use crate::plan::hosts::{Inputs, K8sJobPlan, INPUTS_DIR};
 
 pub const RESULTS_DIR: &str = "/results";
-/// How long the merge Job waits for the shards, seconds.
-const MERGE_WAIT_S: u64 = 7 * 86_400;
+/// The merge Job may run this long past the shards' deadline (reading and rendering).
+const MERGE_SLACK_S: u64 = 900;
 
 /// The two Jobs, as one YAML stream.
 pub fn manifest(p: &K8sJobPlan) -> String {
     let results = format!("{RESULTS_DIR}/{}", p.name);
-    let start_ms = p.start_at_unix_ns / 1_000_000;
     let mut args: Vec<Value> = vec![json!("replay")];
     args.extend(p.replay.iter().map(|a| json!(a)));
     args.extend([
         json!("--shard-count"),
         json!(p.shards.to_string()),
         json!("--shard-by"),
-        json!(match p.shard_by {
-            ShardBy::Session => "session",
-            ShardBy::Endpoint => "endpoint",
-        }),
-        json!("--start-at"),
-        json!("$(LLMREPLAY_START_AT)"),
+        json!(p.shard_by.to_string()),
+        // The barrier (unless a fixed start is given), the heartbeats, failure detection.
+        json!("--rendezvous"),
+        json!(format!("{results}/meet")),
         json!("--output"),
         json!(format!("{results}/shard-$(JOB_COMPLETION_INDEX)")),
     ]);
+    let mut env = vec![
+        json!({
+            "name": "JOB_COMPLETION_INDEX",
+            "valueFrom": {"fieldRef": {"fieldPath":
+                "metadata.annotations['batch.kubernetes.io/job-completion-index']"}},
+        }),
+        // The tokenizer's analysis, kept on the shared volume: done by the first run, read by
+        // every later pod (the inputs volume is mounted read-only).
+        json!({"name": "LLMREPLAY_CACHE_DIR", "value": format!("{RESULTS_DIR}/tokenizer-cache")}),
+    ];
+    if let Some(at) = p.start_at_unix_ns {
+        args.extend([json!("--start-at"), json!("$(LLMREPLAY_START_AT)")]);
+        env.insert(
+            0,
+            json!({"name": "LLMREPLAY_START_AT", "value": (at / 1_000_000).to_string()}),
+        );
+    }
     let mut mounts = vec![json!({"name": "results", "mountPath": RESULTS_DIR})];
     let mut volumes = vec![json!({
         "name": "results",
@@ -55,19 +70,27 @@ pub fn manifest(p: &K8sJobPlan) -> String {
         }
     }
     let labels = json!({"app.kubernetes.io/name": "llmreplay", "llmreplay/run": p.name});
-    // A Job of one pod template; neither is retried: a shard retried later would miss the
-    // common start (a failed shard is seen, merge names it, rather than rerun).
-    let job = |name: &str, container: Value, volumes: Value| {
+    // The image runs as a non-root user on a read-only root: it writes only to /results.
+    let security = json!({
+        "runAsNonRoot": true,
+        "runAsUser": 65532,
+        "readOnlyRootFilesystem": true,
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+    });
+    let job = |name: &str, container: Value, volumes: Value, deadline_s: u64| {
         let mut metadata = json!({"name": name, "labels": labels});
         if let Some(ns) = &p.namespace {
             metadata["namespace"] = json!(ns);
         }
+        let mut container = container;
+        container["securityContext"] = security.clone();
         json!({
             "apiVersion": "batch/v1",
             "kind": "Job",
             "metadata": metadata,
             "spec": {
-                "backoffLimit": 0,
+                "activeDeadlineSeconds": deadline_s,
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
@@ -85,45 +108,71 @@ pub fn manifest(p: &K8sJobPlan) -> String {
             "name": "replay",
             "image": p.image,
             "args": args,
-            "env": [
-                {"name": "LLMREPLAY_START_AT", "value": start_ms.to_string()},
-                {
-                    "name": "JOB_COMPLETION_INDEX",
-                    "valueFrom": {"fieldRef": {"fieldPath":
-                        "metadata.annotations['batch.kubernetes.io/job-completion-index']"}},
-                },
-            ],
+            "env": env,
+            "resources": {
+                "requests": {"cpu": p.cpu, "memory": p.memory},
+                "limits": {"memory": p.memory},
+            },
             "volumeMounts": mounts,
         }),
         json!(volumes),
+        p.deadline_s,
     );
     let spec = &mut shards_job["spec"];
     spec["completionMode"] = json!("Indexed");
     spec["completions"] = json!(p.shards);
     spec["parallelism"] = json!(p.shards);
+    // No retries: a shard started again could not join a run whose others have started
+    // (its ready file is there, the barrier has passed). A failed pod fails its index only;
+    // the other shards stop by themselves (--on-shard-loss), and merge names it.
+    spec["backoffLimitPerIndex"] = json!(0);
+    spec["podFailurePolicy"] = json!({"rules": [
+        {"action": "FailIndex",
+         "onExitCodes": {"containerName": "replay", "operator": "NotIn", "values": [0]}},
+        {"action": "FailIndex", "onPodConditions": [{"type": "DisruptionTarget"}]},
+    ]});
+    // One shard a node where the cluster can: shards on one node share its cores and NIC.
+    spec["template"]["spec"]["topologySpreadConstraints"] = json!([{
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"llmreplay/run": p.name, "llmreplay/part": "shard"}},
+    }]);
+    spec["template"]["metadata"]["labels"]["llmreplay/part"] = json!("shard");
     let mut merge_args = vec![json!("merge"), json!(format!("{results}/merged"))];
     merge_args.extend((0..p.shards).map(|i| json!(format!("{results}/shard-{i}"))));
     merge_args.extend([
         json!("--wait"),
-        json!(MERGE_WAIT_S.to_string()),
+        json!(p.deadline_s.to_string()),
         json!("--force"),
     ]);
-    let merge_job = job(
+    let mut merge_job = job(
         &format!("{}-merge", p.name),
         json!({
             "name": "merge",
             "image": p.image,
             "args": merge_args,
+            "resources": {"requests": {"cpu": "1", "memory": p.memory}, "limits": {"memory": p.memory}},
             "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
         }),
         json!([volumes[0]]),
+        p.deadline_s + MERGE_SLACK_S,
     );
-    let start = crate::sys::wall_start::rfc3339_utc(p.start_at_unix_ns);
+    merge_job["spec"]["backoffLimit"] = json!(0);
+    let start = match p.start_at_unix_ns {
+        Some(at) => format!(
+            "starting together at {}",
+            crate::sys::wall_start::rfc3339_utc(at)
+        ),
+        None => {
+            format!("starting together 5 s after the last pod is ready (barrier in {results}/meet)")
+        }
+    };
     let mut text = format!(
-        "# llmreplay {}: {} shards of one run, starting together at {start}.\n\
-         # Apply both Jobs at once (kubectl apply -f FILE); pods not running by then start\n\
-         # late and say so. Results: {results}/shard-I on claim {}, merged into\n\
-         # {results}/merged by the second Job once every shard has finished.\n",
+        "# llmreplay {}: {} shards of one run,\n# {start}.\n\
+         # Apply both Jobs at once (kubectl apply -f FILE). A shard that fails or is lost stops\n\
+         # the others; `llmreplay watch {results}/meet` shows them live. Results:\n\
+         # {results}/shard-I on claim {}, merged into {results}/merged by the second Job.\n",
         env!("CARGO_PKG_VERSION"),
         p.shards,
         p.results_claim

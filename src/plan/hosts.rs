@@ -190,7 +190,11 @@ pub struct K8sJobPlan {
     pub image: String,
     pub name: String,
     pub namespace: Option<String>,
-    pub start_at_unix_ns: u64,
+    /// A fixed start (`--start-at`, `--start-in`); None: the readiness barrier.
+    pub start_at_unix_ns: Option<u64>,
+    pub cpu: String,
+    pub memory: String,
+    pub deadline_s: u64,
     pub inputs: Inputs,
     pub results_claim: String,
     pub shard_by: ShardBy,
@@ -200,6 +204,8 @@ pub struct K8sJobPlan {
 
 /// Where the inputs volume is mounted in the pods (`k8s-job`).
 pub const INPUTS_DIR: &str = "/inputs";
+/// The bundled tokenizer and sample trace in the image (Containerfile).
+pub const IMAGE_ASSETS: &str = "/assets";
 /// `watch`, validated.
 #[derive(Clone, Debug)]
 pub struct WatchPlan {
@@ -246,13 +252,14 @@ pub fn merge_plan(a: &crate::cli::MergeArgs) -> Result<MergePlan> {
 }
 
 /// Options of `replay` that `k8s-job` writes itself.
-const MANIFEST_OWNS: [&str; 6] = [
+const MANIFEST_OWNS: [&str; 7] = [
     "--shard",
     "--shard-count",
     "--shard-by",
     "--start-at",
     "--output",
     "--dry-run",
+    "--rendezvous",
 ];
 
 /// `k8s-job`, validated: the replay options must parse as a shard's would.
@@ -266,8 +273,8 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
             .any(|m| *o == m || o.starts_with(&format!("{m}=")))
     }) {
         return Err(Error::Usage(format!(
-            "{own}: the manifest sets --shard-count, --shard-by, --start-at and --output itself \
-             (give --shard-by and --start-at to k8s-job, before `--`)"
+            "{own}: the manifest sets --shard-count, --shard-by, --start-at, --rendezvous and \
+             --output itself (give --shard-by and --start-at to k8s-job, before `--`)"
         )));
     }
     let mut line: Vec<std::ffi::OsString> = vec!["llmreplay".into(), "replay".into()];
@@ -287,6 +294,24 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
     if let crate::cli::Command::Replay(r) = &cli.command {
         // The combinations a shard refuses (a closed loop, --max-error-rate, ...), now.
         super::ReplayPlan::from_args(r)?;
+        // With no inputs volume the pods see only the image's files and URLs.
+        fn unseen(p: &Option<std::path::PathBuf>) -> Option<&std::path::PathBuf> {
+            p.as_ref().filter(|p| {
+                let text = p.to_string_lossy();
+                !(p.starts_with(IMAGE_ASSETS) || text.contains("://"))
+            })
+        }
+        if inputs == Inputs::None {
+            if let Some(p) = unseen(&r.trace).or(unseen(&r.prompt.tokenizer)) {
+                return Err(Error::Usage(format!(
+                    "{}: the pods have no inputs volume, so they see only the image's files \
+                     ({IMAGE_ASSETS}) and URLs; put the trace and tokenizer on a claim \
+                     (--inputs-claim NAME, mounted at {INPUTS_DIR}) or a ConfigMap \
+                     (--inputs-configmap NAME)",
+                    p.display()
+                )));
+            }
+        }
         let under_inputs = r.trace.as_ref().is_some_and(|t| t.starts_with(INPUTS_DIR));
         if inputs != Inputs::None && r.trace.is_some() && !under_inputs {
             return Err(Error::Usage(format!(
@@ -299,18 +324,21 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
             )));
         }
     }
-    let start_at_unix_ns = match &a.start_at {
-        Some(t) => wall_start::parse(t).map_err(Error::Usage)?,
-        None if a.start_in >= 0.0 && a.start_in <= wall_start::MAX_AHEAD_S as f64 => {
-            wall_start::unix_ns_now() + (a.start_in * 1e9) as u64
+    let start_at_unix_ns = match (&a.start_at, a.start_in) {
+        (Some(t), _) => Some(wall_start::parse(t).map_err(Error::Usage)?),
+        (None, Some(s)) if (0.0..=wall_start::MAX_AHEAD_S as f64).contains(&s) => {
+            Some(wall_start::unix_ns_now() + (s * 1e9) as u64)
         }
-        None => {
+        (None, Some(s)) => {
             return Err(Error::Usage(format!(
-                "--start-in {}: give seconds, 0 to 7 days",
-                a.start_in
+                "--start-in {s}: give seconds, 0 to 7 days"
             )))
         }
+        (None, None) => None,
     };
+    if a.deadline == 0 {
+        return Err(Error::Usage("--deadline must be at least 1 s".into()));
+    }
     let name_ok = !a.name.is_empty()
         && a.name.len() <= 52
         && a.name
@@ -330,6 +358,9 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
         name: a.name.clone(),
         namespace: a.namespace.clone(),
         start_at_unix_ns,
+        cpu: a.cpu.clone(),
+        memory: a.memory.clone(),
+        deadline_s: a.deadline,
         inputs,
         results_claim: a.results_claim.clone(),
         shard_by: a.shard_by,

@@ -549,8 +549,10 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
                 "trace",
                 "--results-claim",
                 "shared",
-                "--start-in",
-                "2",
+                "--cpu",
+                "3",
+                "--deadline",
+                "600",
             ])
             .args([
                 "--",
@@ -573,8 +575,22 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
     let spec = jobs[0].spec.as_ref().unwrap();
     assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
     assert_eq!((spec.completions, spec.parallelism), (Some(3), Some(3)));
-    assert_eq!(spec.backoff_limit, Some(0));
+    // No retry (a late shard could not join), a failed pod fails its index, a deadline.
+    assert_eq!(spec.backoff_limit_per_index, Some(0));
+    assert_eq!(spec.active_deadline_seconds, Some(600));
+    let rules = &spec.pod_failure_policy.as_ref().unwrap().rules;
+    assert!(rules.iter().all(|r| r.action == "FailIndex"), "{rules:?}");
+    let exits = rules[0].on_exit_codes.as_ref().unwrap();
+    assert_eq!(
+        (exits.operator.as_str(), exits.values.as_slice()),
+        ("NotIn", &[0][..])
+    );
     let pod = spec.template.spec.as_ref().unwrap();
+    let spread = &pod.topology_spread_constraints.as_ref().unwrap()[0];
+    assert_eq!(
+        (spread.topology_key.as_str(), spread.max_skew),
+        ("kubernetes.io/hostname", 1)
+    );
     let volumes = pod.volumes.as_ref().unwrap();
     assert_eq!(
         volumes[0]
@@ -590,13 +606,21 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
         container.image.as_deref(),
         Some("registry.local/llmreplay:1")
     );
+    let resources = container.resources.as_ref().unwrap();
+    let requests = resources.requests.as_ref().unwrap();
+    assert_eq!(requests["cpu"].0, "3");
+    assert_eq!(requests["memory"].0, "4Gi");
+    let security = container.security_context.as_ref().unwrap();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.run_as_non_root, Some(true));
     let env = container.env.as_ref().unwrap();
-    let start_at = env.iter().find(|e| e.name == "LLMREPLAY_START_AT").unwrap();
-    let start_ms: u64 = start_at.value.as_ref().unwrap().parse().unwrap();
-    assert!(
-        start_ms > unix_ms() - 60_000,
-        "the instant is computed when printed"
-    );
+    // No fixed instant: the pods meet at the barrier.
+    assert!(env.iter().all(|e| e.name != "LLMREPLAY_START_AT"));
+    let cache = env
+        .iter()
+        .find(|e| e.name == "LLMREPLAY_CACHE_DIR")
+        .unwrap();
+    assert!(cache.value.as_ref().unwrap().starts_with("/results/"));
     let index_var = env
         .iter()
         .find(|e| e.name == "JOB_COMPLETION_INDEX")
@@ -609,26 +633,28 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
         arg.replace("/inputs", path(&inputs))
             .replace("/results", path(&dir.join("results")))
     };
-    for index in 0..3 {
-        let vars = HashMap::from([
-            ("LLMREPLAY_START_AT", start_ms.to_string()),
-            ("JOB_COMPLETION_INDEX", index.to_string()),
-        ]);
-        let args: Vec<String> = container
-            .args
-            .as_ref()
-            .unwrap()
-            .iter()
-            .map(|a| local(expand(a, &vars)))
-            .collect();
-        ok(
+    // The pods run at once, as the Job starts them: they meet at the barrier.
+    let pods: Vec<_> = (0..3)
+        .map(|index| {
+            let vars = HashMap::from([("JOB_COMPLETION_INDEX", index.to_string())]);
+            let args: Vec<String> = container
+                .args
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|a| local(expand(a, &vars)))
+                .collect();
             bin()
                 .args(&args)
                 .env("JOB_COMPLETION_INDEX", index.to_string())
-                .output()
-                .unwrap(),
-            &format!("pod {index}"),
-        );
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (index, pod) in pods.into_iter().enumerate() {
+        ok(pod.wait_with_output().unwrap(), &format!("pod {index}"));
     }
     let merge = &jobs[1]
         .spec
@@ -647,6 +673,7 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
         .map(|a| local(a.clone()))
         .collect();
     assert_eq!(args[0], "merge");
+    assert_eq!(args[args.len() - 3..], ["--wait", "600", "--force"]);
     ok(bin().args(&args).output().unwrap(), "merge pod");
     let merged = read_jsonl(&dir.join("results/llmreplay/merged/requests.jsonl"));
     assert_eq!(
@@ -676,6 +703,63 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
         ]),
         "/inputs",
     );
+    // No inputs volume: a trace path the pods cannot see is refused.
+    refused(
+        bin().args([
+            "k8s-job",
+            "--shards",
+            "2",
+            "--",
+            "--mock",
+            "--trace",
+            "/data/t.jsonl",
+        ]),
+        "no inputs volume",
+    );
+}
+
+/// deploy/kubernetes/indexed-job.yaml is what `k8s-job` prints for the README's example, and
+/// parses into Kubernetes' own Job type.
+#[test]
+fn the_checked_in_manifest_is_what_k8s_job_prints() {
+    use k8s_openapi::api::batch::v1::Job;
+    use serde::Deserialize;
+    let out = ok(
+        bin()
+            .args([
+                "k8s-job",
+                "--shards",
+                "4",
+                "--image",
+                "registry.example/llmreplay:0.1.0",
+            ])
+            .args(["--inputs-claim", "llmreplay-inputs", "--"])
+            .args([
+                "--trace",
+                "/inputs/trace.jsonl",
+                "--tokenizer",
+                "/inputs/Qwen3-8B",
+            ])
+            .args(["--endpoint", "http://vllm.inference:8000"])
+            .output()
+            .unwrap(),
+        "k8s-job",
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/indexed-job.yaml");
+    let checked_in = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        printed,
+        checked_in,
+        "regenerate {} with the command above",
+        file.display()
+    );
+    let jobs: Vec<Job> = serde_yaml::Deserializer::from_str(&checked_in)
+        .map(|doc| Job::deserialize(doc).unwrap())
+        .collect();
+    assert_eq!(jobs.len(), 2);
+    let merge = jobs[1].spec.as_ref().unwrap();
+    assert_eq!(merge.active_deadline_seconds, Some(7200 + 900));
 }
 
 /// Lost records are refused, not summarised: a shard with a line deleted or emptied stops
