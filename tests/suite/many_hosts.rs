@@ -108,6 +108,9 @@ fn three_shards_started_together_merge_into_the_single_run() {
             replay_against(&mock, &trace, out)
                 .args(options)
                 .args(["--shard", &format!("{i}/3"), "--start-at", &at.to_string()])
+                // Heartbeats with a fixed instant: no barrier, the same instant kept.
+                .arg("--rendezvous")
+                .arg(dir.join("meet"))
                 .spawn()
                 .unwrap()
         })

@@ -16,6 +16,8 @@
 //!   directory); a mock line ending in `&` serves the
 //!   commands after it (their `127.0.0.1:PORT` is its address), any other gets one short
 //!   replay to show that it answers.
+//! - A path under `/shared/` is one scratch directory for every command (the hosts' shared
+//!   filesystem), so that shards run side by side meet there; `watch` runs after them.
 //! - `calibrate --seconds 5` runs 0.2 s per rate; `report run2` reads a second run of the
 //!   `run1` command; `report client.jsonl` reads a copy of run1's records.
 //!
@@ -89,6 +91,9 @@ fn words(line: &str) -> Vec<String> {
 struct Servers {
     mocks: HashMap<String, MockProcess>,
     cert: (PathBuf, PathBuf),
+    /// What `/shared/` stands for: one directory every command sees (the hosts' shared
+    /// filesystem).
+    shared: PathBuf,
 }
 
 impl Servers {
@@ -137,6 +142,13 @@ fn substitute(w: &[String], servers: &mut Servers, previous_replay: &[String]) -
             {
                 out.push(servers.substitute(w))
             }
+            w if w.starts_with("/shared/") => out.push(
+                servers
+                    .shared
+                    .join(&w["/shared/".len()..])
+                    .display()
+                    .to_string(),
+            ),
             w if w.starts_with("assets/") || w.starts_with("tests/") => {
                 out.push(format!("{REPO}/{w}"))
             }
@@ -278,7 +290,8 @@ fn run_job(cwd: &Path, hf: &Path, job: &Job) {
 /// directory of its own (the README's commands mostly wait on timestamps, so running them
 /// one after another takes minutes). A command stays in the chain it depends on: a `...`
 /// replay in its replay's chain, a command against a `&` mock in that mock's. `report` and
-/// `merge` read what earlier commands wrote: they wait for every chain before them and run in
+/// `merge` (and `watch`) read what earlier commands wrote: they wait for every chain before
+/// them and run in
 /// a directory that links every chain's outputs.
 enum Step {
     Chain(usize),
@@ -311,6 +324,7 @@ fn every_readme_command_runs_against_the_mock() {
     let mut servers = Servers {
         mocks: HashMap::new(),
         cert,
+        shared: cwd.join("shared"),
     };
     // Mocks a README line started with `&`, by the port the README gave them, and the chain
     // of the commands against each.
@@ -419,7 +433,7 @@ fn every_readme_command_runs_against_the_mock() {
             args,
             mock_check: None,
         };
-        if matches!(job.args[0].as_str(), "report" | "merge") {
+        if matches!(job.args[0].as_str(), "report" | "merge" | "watch") {
             steps.push(Step::AfterAll(job));
             continue;
         }
