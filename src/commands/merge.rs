@@ -165,6 +165,14 @@ fn wait_for_shards(dirs: &[PathBuf], wait: Duration) -> Result<()> {
         if pending.is_empty() {
             return Ok(());
         }
+        // A shard that failed before it wrote run.json: its heartbeat, and every other
+        // shard's, says the meeting is over; waiting longer would find nothing new.
+        if let Some(why) = meeting_over(dirs) {
+            return Err(Error::Run(format!(
+                "not finished: {} has no run.json, and every shard of the run has ended: {why}",
+                pending.join(", ")
+            )));
+        }
         if Instant::now() >= deadline {
             let why = match wait.is_zero() {
                 true => "(add --wait SECS to wait for shards still running)".to_string(),
@@ -313,6 +321,38 @@ fn last_beat(run: &Value) -> Option<(crate::rendezvous::Beat, f64)> {
         .into_iter()
         .nth(index)??;
     Some((beat, run["rendezvous"]["heartbeat_timeout_s"].as_f64()?))
+}
+
+/// When every shard of the run met in the `--rendezvous` directory some shard's run.json names
+/// has ended (done, failed, stopped or silent): why the ones that did not finish ended.
+fn meeting_over(dirs: &[PathBuf]) -> Option<String> {
+    let run = dirs.iter().find_map(|d| report::run_config(d))?;
+    let dir = Path::new(run["rendezvous"]["dir"].as_str()?);
+    let timeout = Duration::from_secs_f64(run["rendezvous"]["heartbeat_timeout_s"].as_f64()?);
+    let count = run["shard"]["count"].as_u64()? as u32;
+    let now = crate::sys::wall_start::unix_ns_now();
+    use crate::rendezvous::State;
+    let mut whys = Vec::new();
+    for (i, beat) in crate::rendezvous::beats(dir, count).into_iter().enumerate() {
+        let beat = beat?;
+        let lost = crate::rendezvous::lost_because(&beat, now, timeout);
+        match (beat.state, lost) {
+            (Some(State::Done), _) => {}
+            // The causes first: shards that failed or went silent, then those stopped for them.
+            (state, Some(why)) => whys.push((
+                state == Some(State::Stopped),
+                format!("shard {i}/{count} {why}"),
+            )),
+            (_, None) => return None, // still running
+        }
+    }
+    whys.sort_by_key(|(stopped, _)| *stopped);
+    Some(
+        whys.into_iter()
+            .map(|(_, w)| w)
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
 }
 
 /// Why a shard that wrote no end is gone (its heartbeat failed, stopped or went silent).

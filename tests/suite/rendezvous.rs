@@ -384,3 +384,48 @@ fn with_no_tmp_every_output_is_written_beside_the_results() {
         .collect();
     assert_eq!(left, ["run"], "{left:?}");
 }
+
+#[test]
+fn a_shard_that_fails_while_preparing_stops_the_run_and_merge_stops_waiting() {
+    let dir = temp_dir("rendezvous-failed");
+    let trace = plain_trace(&dir, 2000, 40);
+    let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
+    let rv = dir.join("meet");
+    let outs: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("shard-{i}"))).collect();
+    // A fixed instant (no barrier): shard 0 runs while shard 1 fails on its tokenizer.
+    let at = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 3000)
+        .to_string();
+    let first = shard_cmd(&mock, &trace, &outs[0], 0, 2, &rv)
+        .args(["--start-at", &at])
+        .spawn()
+        .unwrap();
+    let failed = replay_against(&mock, &trace, &outs[1])
+        .args(["--tokenizer", "/nonexistent/tokenizer.json"])
+        .args(["--shard", "1/2", "--start-at", &at, "--rendezvous"])
+        .arg(&rv)
+        .output()
+        .unwrap();
+    assert_ne!(failed.status.code(), Some(0));
+    assert_eq!(read_json(&rv.join("live").join("1"))["state"], "failed");
+    let out = wait(first, "shard 0");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("shard 1/2 failed: "), "{err}");
+    // merge does not wait out its --wait for a shard whose heartbeat says it failed.
+    let merged = bin()
+        .args(["merge", "--wait", "3600"])
+        .arg(dir.join("merged"))
+        .args(&outs)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&merged.stderr);
+    assert_eq!(merged.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("every shard of the run has ended: shard 1/2 failed: "),
+        "{err}"
+    );
+}
