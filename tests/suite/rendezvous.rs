@@ -41,6 +41,27 @@ fn wait(child: Child, what: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// `llmreplay merge OUT DIRS...` (with `extra` options first).
+fn merge(out: &Path, dirs: &[PathBuf], extra: &[&str]) -> Output {
+    bin()
+        .arg("merge")
+        .args(extra)
+        .arg(out)
+        .args(dirs)
+        .output()
+        .unwrap()
+}
+
+/// Asserts that a command ended with `code` and said each of `needles`; returns its stderr.
+fn ended_with(out: &Output, code: i32, needles: &[&str]) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in: {err}");
+    }
+    err
+}
+
 /// Polls until `ready()` (bounded).
 fn until(what: &str, ready: impl Fn() -> bool) {
     let end = Instant::now() + Duration::from_secs(180);
@@ -67,13 +88,41 @@ fn shard_cmd(
     cmd
 }
 
-#[test]
-fn three_shards_start_at_one_instant_after_the_slowest_is_ready() {
-    let dir = temp_dir("rendezvous-barrier");
-    let trace = plain_trace(&dir, 300, 5);
+/// A run's scratch directory, trace, mock, meeting directory and shard outputs.
+struct Setup {
+    dir: PathBuf,
+    trace: PathBuf,
+    mock: MockProcess,
+    rv: PathBuf,
+    outs: Vec<PathBuf>,
+}
+
+fn setup(name: &str, records: u64, every_ms: u64, shards: usize) -> Setup {
+    let dir = temp_dir(name);
+    let trace = plain_trace(&dir, records, every_ms);
     let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
     let rv = dir.join("meet");
-    let outs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("shard-{i}"))).collect();
+    let outs = (0..shards)
+        .map(|i| dir.join(format!("shard-{i}")))
+        .collect();
+    Setup {
+        dir,
+        trace,
+        mock,
+        rv,
+        outs,
+    }
+}
+
+#[test]
+fn three_shards_start_at_one_instant_after_the_slowest_is_ready() {
+    let Setup {
+        dir,
+        trace,
+        mock,
+        rv,
+        outs,
+    } = setup("rendezvous-barrier", 300, 5, 3);
     let mut children: Vec<Child> = (0..2)
         .map(|i| {
             shard_cmd(&mock, &trace, &outs[i], i, 3, &rv)
@@ -149,13 +198,14 @@ fn a_shard_never_ready_calls_the_run_off() {
         .args(["--ready-timeout", "0.5"])
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("shard 1/2 not ready within 0.5 s (--ready-timeout)"),
-        "{err}"
+    ended_with(
+        &out,
+        2,
+        &[
+            "shard 1/2 not ready within 0.5 s (--ready-timeout)",
+            "the run is off for every shard",
+        ],
     );
-    assert!(err.contains("the run is off for every shard"), "{err}");
     let beat = read_json(&rv.join("live").join("0"));
     assert_eq!(beat["state"], "failed", "{beat}");
     // Nothing was sent.
@@ -164,12 +214,14 @@ fn a_shard_never_ready_calls_the_run_off() {
 
 #[test]
 fn a_killed_shard_stops_the_others_and_merge_names_it() {
-    let dir = temp_dir("rendezvous-killed");
     // 2,000 records 40 ms apart: an 80-s schedule that no shard may finish.
-    let trace = plain_trace(&dir, 2000, 40);
-    let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
-    let rv = dir.join("meet");
-    let outs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("shard-{i}"))).collect();
+    let Setup {
+        dir,
+        trace,
+        mock,
+        rv,
+        outs,
+    } = setup("rendezvous-killed", 2000, 40, 3);
     let mut children: Vec<Option<Child>> = (0..3)
         .map(|i| {
             Some(
@@ -192,9 +244,7 @@ fn a_killed_shard_stops_the_others_and_merge_names_it() {
     killed.wait().unwrap();
     for i in [0, 2] {
         let out = wait(children[i].take().unwrap(), &format!("shard {i}"));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "shard {i}: {err}");
-        assert!(err.contains("shard 1/3 no heartbeat for"), "{err}");
+        ended_with(&out, 2, &["shard 1/3 no heartbeat for"]);
         let run = read_json(&outs[i].join("run.json"));
         assert_eq!(
             run["ended"]["how"], "stopped-by-shard-loss",
@@ -207,14 +257,8 @@ fn a_killed_shard_stops_the_others_and_merge_names_it() {
         assert!(sent * 2 < planned, "shard {i}: {sent} of {planned} sent");
     }
     let merged = dir.join("merged");
-    let out = bin()
-        .arg("merge")
-        .arg(&merged)
-        .args(&outs)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let out = merge(&merged, &outs, &[]);
+    ended_with(&out, 2, &[]);
     let table = std::fs::read_to_string(merged.join("shards.txt")).unwrap();
     let row = table.lines().find(|l| l.starts_with("1/3")).unwrap();
     assert!(row.ends_with("lost"), "{table}");
@@ -242,9 +286,7 @@ fn a_killed_shard_stops_the_others_and_merge_names_it() {
         .arg(&rv)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&watched.stderr);
-    assert_eq!(watched.status.code(), Some(2), "{text}");
-    assert!(text.contains("2 ended, 1 lost"), "{text}");
+    ended_with(&watched, 2, &["2 ended, 1 lost"]);
 }
 
 #[test]
@@ -306,12 +348,7 @@ fn a_shard_whose_target_dates_are_off_is_named_and_one_far_off_is_refused() {
         assert_eq!(c["method"], "http-date");
     }
     let merged = dir.join("merged");
-    let out = bin()
-        .arg("merge")
-        .arg(&merged)
-        .args(&outs)
-        .output()
-        .unwrap();
+    let out = merge(&merged, &outs, &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -331,12 +368,7 @@ fn a_shard_whose_target_dates_are_off_is_named_and_one_far_off_is_refused() {
     let far = shard(0, "3000", &dir.join("far"), &dir.join("meet-far"))
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&far.stderr);
-    assert_eq!(far.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("more than --max-clock-offset-ms 1000"),
-        "{err}"
-    );
+    ended_with(&far, 2, &["more than --max-clock-offset-ms 1000"]);
 }
 
 #[test]
@@ -387,11 +419,13 @@ fn with_no_tmp_every_output_is_written_beside_the_results() {
 
 #[test]
 fn a_shard_that_fails_while_preparing_stops_the_run_and_merge_stops_waiting() {
-    let dir = temp_dir("rendezvous-failed");
-    let trace = plain_trace(&dir, 2000, 40);
-    let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
-    let rv = dir.join("meet");
-    let outs: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("shard-{i}"))).collect();
+    let Setup {
+        dir,
+        trace,
+        mock,
+        rv,
+        outs,
+    } = setup("rendezvous-failed", 2000, 40, 2);
     // A fixed instant (no barrier): shard 0 runs while shard 1 fails on its tokenizer.
     let at = (std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -412,20 +446,12 @@ fn a_shard_that_fails_while_preparing_stops_the_run_and_merge_stops_waiting() {
     assert_ne!(failed.status.code(), Some(0));
     assert_eq!(read_json(&rv.join("live").join("1"))["state"], "failed");
     let out = wait(first, "shard 0");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("shard 1/2 failed: "), "{err}");
+    ended_with(&out, 2, &["shard 1/2 failed: "]);
     // merge does not wait out its --wait for a shard whose heartbeat says it failed.
-    let merged = bin()
-        .args(["merge", "--wait", "3600"])
-        .arg(dir.join("merged"))
-        .args(&outs)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&merged.stderr);
-    assert_eq!(merged.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("every shard of the run has ended: shard 1/2 failed: "),
-        "{err}"
+    let merged = merge(&dir.join("merged"), &outs, &["--wait", "3600"]);
+    ended_with(
+        &merged,
+        2,
+        &["every shard of the run has ended: shard 1/2 failed: "],
     );
 }
