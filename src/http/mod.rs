@@ -5,6 +5,7 @@
 pub mod blocking;
 pub mod chunked;
 pub mod date;
+pub mod date_check;
 pub mod endpoint;
 pub mod probe;
 pub mod response;

@@ -115,7 +115,7 @@ pub(super) fn check_clock(
         (Some(server), _) => crate::ntp::check(server).map_err(Error::Run)?,
         (None, Some(_)) => {
             let spec = &fleet.specs[0];
-            match crate::http::date::check(
+            match crate::http::date_check::check(
                 fleet.addrs[0],
                 fleet.tls[0].clone(),
                 &spec.endpoint.host_header(),
