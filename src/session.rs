@@ -24,6 +24,8 @@ pub struct SessionPlan {
     pub require_cache_report: bool,
     /// `--max-active-sessions`.
     pub max_active: Option<usize>,
+    /// `--measure-from`.
+    pub measure_from: MeasureFrom,
 }
 
 impl Default for SessionPlan {
@@ -32,8 +34,49 @@ impl Default for SessionPlan {
             carry_forward: true,
             require_cache_report: false,
             max_active: None,
+            measure_from: MeasureFrom::Start,
         }
     }
+}
+
+crate::choices! {
+    /// Where each conversation's measurement starts.
+    #[derive(Default)]
+    pub enum MeasureFrom {
+        /// Every turn is measured.
+        #[default]
+        Start = "start",
+        /// A turn drawn inside each conversation (from `--seed` and the conversation's id,
+        /// the same on every host): the turns before it run as an unmeasured warmup that
+        /// fills the caches, as AgentX measures agents from mid-trajectory.
+        Mid = "mid",
+    }
+}
+
+/// `--measure-from mid`: each conversation's first measured turn (0-based), by its root.
+pub type MeasureCuts = HashMap<String, u32>;
+
+/// `--measure-from mid`: one read of the trace; each conversation's first measured turn is
+/// drawn among its N turns (floor of N times a fraction from a hash of `seed` and its id:
+/// no state, so every shard and every `--loop` pass draws the same). By turn, not by time:
+/// a closed-loop trace (TraceLab) gives only a conversation's arrival.
+pub fn measure_cuts(mut reader: OrderedReader, seed: u64) -> Result<MeasureCuts> {
+    let mut tracker = SessionTracker::new(SessionMode::AfterParent, None, 1.0);
+    let mut turns: HashMap<String, u32> = HashMap::new();
+    while let Some((record, _)) = reader.next_record()? {
+        if let Some(link) = tracker.link(&record, 0) {
+            let n = turns.entry(link.root).or_insert(0);
+            *n = (*n).max(link.turn + 1);
+        }
+    }
+    Ok(turns
+        .into_iter()
+        .map(|(root, n)| {
+            let draw = crate::digest::fnv1a(format!("{seed}:{root}").as_bytes());
+            let fraction = (draw >> 11) as f64 / (1u64 << 53) as f64;
+            (root, (fraction * f64::from(n)) as u32)
+        })
+        .collect())
 }
 
 crate::choices! {
@@ -141,6 +184,8 @@ pub struct SessionTracker {
     sessions: HashMap<String, Seen>,
     /// Record indices of every conversation's last turn ([`last_turns`]).
     last_turns: Arc<HashSet<u64>>,
+    /// `--measure-from mid`: each conversation's first measured turn ([`measure_cuts`]).
+    cuts: Arc<MeasureCuts>,
 }
 
 impl SessionTracker {
@@ -161,6 +206,22 @@ impl SessionTracker {
     pub fn with_last_turns(mut self, last: Arc<HashSet<u64>>) -> SessionTracker {
         self.last_turns = last;
         self
+    }
+
+    /// `--measure-from mid`: the conversations' first measured turns.
+    pub fn with_measure_cuts(mut self, cuts: Arc<MeasureCuts>) -> SessionTracker {
+        self.cuts = cuts;
+        self
+    }
+
+    /// Whether a turn comes before its conversation's first measured turn: then it is warmup.
+    pub fn before_measure(&self, link: &SessionLink) -> bool {
+        let suffix = format!("/{}", self.pass);
+        let base = match self.pass {
+            0 => link.root.as_str(),
+            _ => link.root.strip_suffix(&suffix).unwrap_or(&link.root),
+        };
+        self.cuts.get(base).is_some_and(|&first| link.turn < first)
     }
 
     /// `--loop`: the next pass's conversations are new ones (their ids repeat, so they are

@@ -27,6 +27,14 @@ pub struct SessionArgs {
     #[arg(long, value_parser = crate::cli::choice::<CarryForward>(), default_value_t)]
     pub carry_forward: CarryForward,
 
+    /// `mid` measures each conversation from a turn drawn among its turns (from --seed and
+    /// its id: the same on every host); the turns before it run as an unmeasured warmup that
+    /// fills the caches, in no statistic (AgentX's rule for agentic traces). run.json's
+    /// `measure_from.from_turn` gives each conversation's first measured turn, and each
+    /// record's `warmup` says whether it was measured. Needs --session-mode after-parent.
+    #[arg(long, value_parser = crate::cli::choice::<crate::session::MeasureFrom>(), default_value_t)]
+    pub measure_from: crate::session::MeasureFrom,
+
     /// Before the run, send each endpoint the same prompt twice and stop (exit 2) unless the
     /// second answer reports cached prompt tokens (`usage.prompt_tokens_details
     /// .cached_tokens`): an hour-long cache experiment against a server started without

@@ -24,7 +24,7 @@ use crate::stats::{Distribution, Summary};
 
 /// run.json fields that make the schedule and the prompts: shards that differ in any of them
 /// are not shards of one run.
-const SAME_RUN: [&str; 23] = [
+const SAME_RUN: [&str; 24] = [
     "version",
     "trace_digest",
     "format",
@@ -48,6 +48,7 @@ const SAME_RUN: [&str; 23] = [
     "stream",
     "exact_output",
     "record_itl",
+    "measure_from",
 ];
 
 /// One shard, read back.

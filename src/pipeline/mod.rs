@@ -405,6 +405,11 @@ impl SharedReader {
             }
         };
         let link = self.sessions.link(&record, scheduled_ns);
+        // `--measure-from mid`: a turn before its conversation's first measured one is warmup.
+        let warmup = warmup
+            || link
+                .as_ref()
+                .is_some_and(|l| self.sessions.before_measure(l));
         self.handed_out += 1;
         Ok(Some(Planned {
             record,

@@ -79,11 +79,19 @@ pub(super) fn session_plan(
         }
         (n, _) => n,
     };
+    if a.measure_from == crate::session::MeasureFrom::Mid && mode == SessionMode::Timestamp {
+        return Err(Error::Usage(
+            "--measure-from mid draws an instant inside each conversation, whose turns run one \
+             after another: it needs --session-mode after-parent"
+                .into(),
+        ));
+    }
     Ok(SessionPlan {
         carry_forward: a.carry_forward == cli::sessions::CarryForward::On
             && mode == SessionMode::AfterParent,
         require_cache_report: a.require_cache_report,
         max_active,
+        measure_from: a.measure_from,
     })
 }
 

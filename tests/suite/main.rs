@@ -5,6 +5,7 @@
 
 mod common;
 
+mod agentic;
 mod anthropic;
 mod carry_forward;
 mod chat_templates;

@@ -337,6 +337,7 @@ fn start(
             )?)?),
             false => Arc::default(),
         };
+    let measure_cuts = measure_cuts(plan, trace)?;
     let passes = match plan.passes {
         1 => Passes::once(),
         n => {
@@ -360,7 +361,8 @@ fn start(
             plan.think_time_s.map(|s| (s * 1e9) as u64),
             plan.time_scale,
         )
-        .with_last_turns(last_turns),
+        .with_last_turns(last_turns)
+        .with_measure_cuts(Arc::clone(&measure_cuts)),
         Arc::clone(expected),
         Arc::clone(&builder),
         ToSenders {
@@ -450,6 +452,7 @@ fn start(
             common_start,
             clock_check: clock_check.as_ref(),
             tokenizer_analysis: &tokenizer_analysis,
+            measure_cuts: &measure_cuts,
         };
         let run = run_json::run_json(plan, &resolved);
         report::write_json(&out.dir.join("run.json"), &run)?;
@@ -467,6 +470,26 @@ fn start(
         scraper,
         _pinned: pinned,
     })
+}
+
+/// `--measure-from mid`: each conversation's measured-from instant (one more read of the
+/// trace); empty otherwise.
+fn measure_cuts(plan: &ReplayPlan, trace: &TraceInput) -> Result<Arc<crate::session::MeasureCuts>> {
+    if plan.sessions.measure_from != crate::session::MeasureFrom::Mid {
+        return Ok(Arc::default());
+    }
+    if trace.stats.turns_with_parent == 0 {
+        return Err(Error::Usage(format!(
+            "--measure-from mid draws an instant inside each conversation, but {} has none \
+             (no session_id, chat_id or parent chain)",
+            trace.file.shown().display()
+        )));
+    }
+    let reader = setup::replay_reader(&trace.file, trace.format, plan.read)?;
+    Ok(Arc::new(crate::session::measure_cuts(
+        reader,
+        plan.load.seed,
+    )?))
 }
 
 /// How each endpoint's bodies are written: its dialect, model and prompt synthesis.

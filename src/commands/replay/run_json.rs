@@ -21,6 +21,8 @@ pub struct Resolved<'a> {
     pub common_start: Option<crate::sys::wall_start::StartReport>,
     /// `--ntp`: the clock check before the start.
     pub clock_check: Option<&'a crate::ntp::ClockCheck>,
+    /// `--measure-from mid`: each conversation's first measured turn.
+    pub measure_cuts: &'a crate::session::MeasureCuts,
     /// Per synthesiser: the tokenizer files' digests, and whether the analysis was cached.
     pub tokenizer_analysis: &'a [Value],
 }
@@ -217,6 +219,21 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
             None if plan.hosts.shard.is_some() => json!({"checked": false,
                 "why": "no --ntp, and the target's Date header could not be read"}),
             None => json!({"checked": false, "why": "one host: its clock was not checked (--ntp)"}),
+        },
+    );
+    put(
+        "measure_from",
+        match plan.sessions.measure_from {
+            crate::session::MeasureFrom::Start => json!({"mode": "start"}),
+            crate::session::MeasureFrom::Mid => json!({
+                "mode": "mid",
+                "seed": plan.load.seed,
+                "conversations": r.measure_cuts.len(),
+                // Each conversation's first measured turn, numbered as records number them
+                // (from 1): the turns before it are warmup.
+                "from_turn": r.measure_cuts.iter().map(|(root, first)| (root, first + 1))
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            }),
         },
     );
     put(
