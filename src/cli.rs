@@ -37,6 +37,7 @@ mod hosts;
 mod mock;
 pub mod peers;
 mod replay;
+pub mod scenario;
 pub mod sessions;
 mod shared;
 pub use hosts::{K8sJobArgs, MergeArgs, ShardArgs, WatchArgs};
@@ -83,6 +84,11 @@ pub struct ParseExit {
 /// Parses a command line (the program name first).
 pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, ParseExit> {
     use clap::error::ErrorKind;
+    let args = scenario::expand(args).map_err(|m| ParseExit {
+        message: format!("error: {m}\n"),
+        code: 1,
+        to_stdout: false,
+    })?;
     let err = match Cli::try_parse_from(&args) {
         Ok(cli) => return Ok(cli),
         Err(e) => e,

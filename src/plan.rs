@@ -142,6 +142,9 @@ pub struct Header {
 /// Everything a replay needs, checked.
 #[derive(Clone, Debug)]
 pub struct ReplayPlan {
+    /// `--scenario`: what run.json states of the scenario followed (its options are in the
+    /// rest of the plan, added before parsing: [`crate::cli::scenario`]).
+    pub scenario: Option<Value>,
     pub trace: PathBuf,
     /// `--synthetic`: the generated load and its record count; `trace` is where it is written.
     pub synthetic: Option<(SyntheticSpec, u64)>,
@@ -397,7 +400,14 @@ impl ReplayPlan {
                     .map_or(0, |d| d.as_nanos())
             )),
         };
+        let scenario = a
+            .scenario
+            .as_deref()
+            .map(|n| cli::scenario::Scenario::named(n).map(|s| s.stamp()))
+            .transpose()
+            .map_err(Error::Usage)?;
         Ok(ReplayPlan {
+            scenario,
             trace,
             synthetic,
             format: if a.synthetic.is_some() {

@@ -72,6 +72,13 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub fresh_prompts: bool,
 
+    /// Follow a checked-in scenario (assets/scenarios/NAME.json): it fixes every option that
+    /// affects the numbers (format, session mode, carry-forward, session cap, measure-from,
+    /// fresh prompts, SLOs); an option it fixes is refused, and run.json states the scenario
+    /// followed. Scenarios: tracelab-agentic.
+    #[arg(long, value_name = "NAME")]
+    pub scenario: Option<String>,
+
     /// With --mock: give the mock a prefix cache of N blocks of the trace's block size
     /// (--block-size), reporting cached prompt tokens as vLLM does: try
     /// --require-cache-report, carry-forward and per-round hits without a server.

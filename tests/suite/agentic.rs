@@ -147,3 +147,54 @@ fn measure_from_mid_is_refused_where_it_cannot_hold() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("has none"), "{err}");
 }
+
+#[test]
+fn a_scenario_fixes_its_options_says_so_and_refuses_one_given_again() {
+    let dir = temp_dir("scenario");
+    let trace =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/formats/tracelab_sample.csv");
+    let replay = |out: &str, extra: &[&str]| {
+        common::replay_mock(&trace, &dir.join(out))
+            .args(["--tokenizer", path(&tokenizer("qwen3"))])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    ok(replay("followed", &["--scenario", "tracelab-agentic"]));
+    let run = read_json(&dir.join("followed/run.json"));
+    let scenario = &run["scenario"];
+    assert_eq!(scenario["name"], "tracelab-agentic");
+    assert_eq!(scenario["followed"], true);
+    let file: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/scenarios/tracelab-agentic.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(scenario["options"], file["options"]);
+    // Its options took effect.
+    assert_eq!(run["format"], "tracelab");
+    assert_eq!(run["measure_from"]["mode"], "mid");
+    // An option the scenario fixes is refused, whatever its value; so is an unknown name.
+    for (extra, said) in [
+        (
+            &["--carry-forward", "off"][..],
+            "--carry-forward: the scenario tracelab-agentic fixes it",
+        ),
+        (
+            &["--measure-from=mid"][..],
+            "--measure-from: the scenario tracelab-agentic fixes it",
+        ),
+    ] {
+        let mut args = vec!["--scenario", "tracelab-agentic"];
+        args.extend(extra);
+        let out = replay("refused", &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(said), "{err}");
+    }
+    let out = replay("unknown", &["--scenario", "agentx"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("there are: tracelab-agentic"));
+}

@@ -130,6 +130,17 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     if let (Some(shard), Some((shares, _))) = (plan.hosts.shard, &trace.shares) {
         line.push_str(&format!("; {}", shares.describe(shard)));
     }
+    if plan.sessions.measure_from == crate::session::MeasureFrom::Mid {
+        line.push_str(
+            "; each conversation is measured from a turn drawn inside it (--measure-from mid)",
+        );
+    }
+    if let Some(s) = &plan.scenario {
+        line.push_str(&format!(
+            "; following scenario {} (its options fixed: run.json `scenario`)",
+            s["name"].as_str().unwrap_or("?")
+        ));
+    }
     if plan.hosts.scrape_left_to_shard0 {
         line.push_str("; server metrics are scraped by shard 0 (--scrape-every-shard for all)");
     }

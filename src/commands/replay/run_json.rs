@@ -221,6 +221,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
             None => json!({"checked": false, "why": "one host: its clock was not checked (--ntp)"}),
         },
     );
+    put("scenario", json!(plan.scenario));
     put(
         "measure_from",
         match plan.sessions.measure_from {
