@@ -324,7 +324,7 @@ fn every_readme_command_runs_against_the_mock() {
     let mut servers = Servers {
         mocks: HashMap::new(),
         cert,
-        shared: cwd.join("shared"),
+        shared: cwd.join("hosts-shared-fs"),
     };
     // Mocks a README line started with `&`, by the port the README gave them, and the chain
     // of the commands against each.
