@@ -125,15 +125,11 @@ fn live_path(dir: &Path, i: u32) -> PathBuf {
     dir.join("live").join(i.to_string())
 }
 
-/// Writes `value` as JSON to `path` whole (a temporary name, renamed).
-fn write_whole(path: &Path, value: &impl Serialize) -> io::Result<()> {
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("note")
-    ));
-    let bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
-    fs::write(&tmp, bytes)?;
-    fs::rename(&tmp, path)
+/// Writes `value` as JSON to `path` whole ([`crate::report::write_atomic`]: a temporary name,
+/// renamed).
+fn write_whole(path: &Path, value: &impl Serialize) -> crate::error::Result<()> {
+    let bytes = serde_json::to_vec(value).expect("notes serialise");
+    crate::report::write_atomic(path, &bytes)
 }
 
 /// Reads `path` as JSON: None when absent; an error naming the file when unreadable.
@@ -147,11 +143,14 @@ fn read_note<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, Str
     }
 }
 
-/// Every shard's heartbeat in `dir` (None where there is none yet), for `count` shards.
+/// Shard `i`'s heartbeat in `dir`, None where there is none (yet) or it cannot be read.
+pub fn beat(dir: &Path, i: u32) -> Option<Beat> {
+    read_note(&live_path(dir, i)).ok().flatten()
+}
+
+/// Every shard's heartbeat in `dir`, for `count` shards.
 pub fn beats(dir: &Path, count: u32) -> Vec<Option<Beat>> {
-    (0..count)
-        .map(|i| read_note(&live_path(dir, i)).ok().flatten())
-        .collect()
+    (0..count).map(|i| beat(dir, i)).collect()
 }
 
 /// The shard count of the run met in `dir`, from the heartbeats there (`watch`, `merge`).
@@ -235,10 +234,6 @@ impl Rendezvous {
         &self.dir
     }
 
-    pub fn heartbeat_timeout(&self) -> Duration {
-        self.heartbeat_timeout
-    }
-
     /// What the next heartbeats say: the state and counts of `beat` (index, count and time are
     /// filled in when written).
     pub fn update(&self, beat: Beat) {
@@ -267,7 +262,7 @@ impl Rendezvous {
             host: crate::sys::hostname().unwrap_or_default(),
         };
         let own = ready_path(&self.dir, self.index);
-        write_whole(&own, &note).map_err(|e| format!("{}: {e}", own.display()))?;
+        write_whole(&own, &note).map_err(|e| e.to_string())?;
         self.update(Beat {
             state: Some(State::Ready),
             ..Beat::default()
@@ -325,24 +320,25 @@ impl Rendezvous {
         }
     }
 
-    /// The first other shard found lost, and why (`shard 2/3 ...`). A shard with no heartbeat
-    /// at all counts as lost once this one has waited the timeout since it joined.
-    pub fn lost_peer(&self) -> Option<String> {
+    /// The other shards found lost, each with why (`shard 2/3 ...`), in index order. A shard
+    /// with no heartbeat at all counts as lost once this one has waited the timeout since it
+    /// joined.
+    pub fn lost_peers(&self) -> Vec<(u32, String)> {
         let now = unix_ns_now();
-        for i in (0..self.count).filter(|&i| i != self.index) {
-            let why = match read_note::<Beat>(&live_path(&self.dir, i)) {
-                Ok(Some(b)) => lost_because(&b, now, self.heartbeat_timeout),
-                Ok(None) if self.joined.elapsed() > self.heartbeat_timeout => Some(format!(
-                    "never wrote a heartbeat in {} s",
-                    self.heartbeat_timeout.as_secs()
-                )),
-                _ => None,
-            };
-            if let Some(why) = why {
-                return Some(format!("shard {i}/{} {why}", self.count));
-            }
-        }
-        None
+        (0..self.count)
+            .filter(|&i| i != self.index)
+            .filter_map(|i| {
+                let why = match read_note::<Beat>(&live_path(&self.dir, i)) {
+                    Ok(Some(b)) => lost_because(&b, now, self.heartbeat_timeout),
+                    Ok(None) if self.joined.elapsed() > self.heartbeat_timeout => Some(format!(
+                        "never wrote a heartbeat in {} s",
+                        self.heartbeat_timeout.as_secs()
+                    )),
+                    _ => None,
+                };
+                why.map(|why| (i, format!("shard {i}/{} {why}", self.count)))
+            })
+            .collect()
     }
 
     /// The closing heartbeat, with the last counts: how this shard ended (`state` Done,
@@ -377,7 +373,7 @@ impl Drop for Rendezvous {
 }
 
 /// Writes the heartbeat `now` says, stamped with this host's clock.
-fn write_beat(path: &Path, now: &Mutex<Beat>) -> io::Result<()> {
+fn write_beat(path: &Path, now: &Mutex<Beat>) -> crate::error::Result<()> {
     let beat = Beat {
         unix_ns: unix_ns_now(),
         ..now.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -399,7 +395,7 @@ fn beat_until(path: &Path, now: &Mutex<Beat>, stop: &AtomicBool) {
         match write_beat(path, now) {
             Ok(()) => said = false,
             Err(e) if !said => {
-                eprintln!("warning: heartbeat {}: {e}", path.display());
+                eprintln!("warning: heartbeat: {e}");
                 said = true;
             }
             Err(_) => {}
@@ -470,7 +466,7 @@ mod tests {
         let d = dir("lost");
         let mut a = Rendezvous::join(&d, 0, 2, Duration::from_secs(3)).unwrap();
         let mut b = Rendezvous::join(&d, 1, 2, Duration::from_secs(3)).unwrap();
-        assert_eq!(a.lost_peer(), None);
+        assert_eq!(a.lost_peers(), []);
         // A failure before the start ends the barrier for the others.
         b.end(State::Failed, "no tokenizer");
         let e = a
@@ -480,9 +476,10 @@ mod tests {
             e.contains("shard 1/2 failed before the start: no tokenizer"),
             "{e}"
         );
-        assert!(a.lost_peer().unwrap().contains("failed: no tokenizer"));
+        assert_eq!(a.lost_peers().len(), 1);
+        assert!(a.lost_peers()[0].1.contains("failed: no tokenizer"));
         b.end(State::Done, "completed");
-        assert_eq!(a.lost_peer(), None);
+        assert_eq!(a.lost_peers(), []);
         // Silent: a heartbeat written 4 s ago (by its clock) with a 3-s timeout.
         let old = Beat {
             index: 1,
@@ -492,9 +489,31 @@ mod tests {
             ..Beat::default()
         };
         write_whole(&live_path(&d, 1), &old).unwrap();
-        let why = a.lost_peer().unwrap();
+        let why = a.lost_peers().remove(0).1;
         assert!(why.starts_with("shard 1/2 no heartbeat for 4."), "{why}");
         assert_eq!(count_in(&d), Some(2));
+        let _ = fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn every_lost_shard_is_named_not_only_the_first() {
+        let d = dir("lost-all");
+        let a = Rendezvous::join(&d, 0, 3, Duration::from_secs(3)).unwrap();
+        let mut others: Vec<Rendezvous> = (1..3)
+            .map(|i| Rendezvous::join(&d, i, 3, Duration::from_secs(3)).unwrap())
+            .collect();
+        others[1].end(State::Failed, "out of memory");
+        assert_eq!(
+            a.lost_peers().iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            [2]
+        );
+        others[0].end(State::Stopped, "stopped by a signal");
+        let lost = a.lost_peers();
+        assert_eq!(lost.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1, 2]);
+        assert!(
+            lost[0].1.starts_with("shard 1/3 stopped by a signal"),
+            "{lost:?}"
+        );
         let _ = fs::remove_dir_all(d);
     }
 }

@@ -215,11 +215,19 @@ impl SessionTracker {
     }
 
     /// Whether a turn comes before its conversation's first measured turn: then it is warmup.
+    /// Nothing is looked up (or built) without `--measure-from mid`: this runs for every turn.
     pub fn before_measure(&self, link: &SessionLink) -> bool {
-        let suffix = format!("/{}", self.pass);
+        if self.cuts.is_empty() {
+            return false;
+        }
+        // A later `--loop` pass names its conversations `root/pass` ([`Self::root_name`]).
         let base = match self.pass {
             0 => link.root.as_str(),
-            _ => link.root.strip_suffix(&suffix).unwrap_or(&link.root),
+            p => link
+                .root
+                .strip_suffix(p.to_string().as_str())
+                .and_then(|r| r.strip_suffix('/'))
+                .unwrap_or(&link.root),
         };
         self.cuts.get(base).is_some_and(|&first| link.turn < first)
     }

@@ -280,6 +280,8 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
     let drift = Distribution::of(&mut drifts, &[]);
     let run = &s.run;
     let check = &run["clock_check"]["start"];
+    // A shard that wrote no end: why it is gone, from its last heartbeat.
+    let gone = lost(run);
     let row = ShardRow {
         shard: format!("{}/{}", s.index, run["shard"]["count"]),
         dir: s.dir.display().to_string(),
@@ -288,17 +290,13 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
         failed,
         ended: run["ended"]["how"]
             .as_str()
-            .unwrap_or(if lost(run).is_some() {
-                "lost"
-            } else {
-                "unknown"
-            })
+            .unwrap_or(if gone.is_some() { "lost" } else { "unknown" })
             .to_string(),
         ended_at: last_beat(run).map(|(b, _)| crate::sys::wall_start::rfc3339_utc(b.unix_ns)),
         why: match run["ended"]["how"].as_str() {
             Some("completed") => None,
             Some(_) => run["ended"]["detail"].as_str().map(String::from),
-            None => lost(run),
+            None => gone,
         },
         start_skew_ms: None,
         clock_offset_ms: check["offset_ms"].as_f64(),
@@ -316,11 +314,7 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
 /// its run.json names.
 fn last_beat(run: &Value) -> Option<(crate::rendezvous::Beat, f64)> {
     let dir = Path::new(run["rendezvous"]["dir"].as_str()?);
-    let index = run["shard"]["index"].as_u64()? as usize;
-    let count = run["shard"]["count"].as_u64()? as u32;
-    let beat = crate::rendezvous::beats(dir, count)
-        .into_iter()
-        .nth(index)??;
+    let beat = crate::rendezvous::beat(dir, run["shard"]["index"].as_u64()? as u32)?;
     Some((beat, run["rendezvous"]["heartbeat_timeout_s"].as_f64()?))
 }
 

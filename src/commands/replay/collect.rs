@@ -61,7 +61,7 @@ pub(super) fn collect(
         .max_error_rate
         .map(|limit| ErrorRateJudge::new(limit, trace.preview.skipped_by_offset));
     let mut stopped_early = None;
-    let mut lost_said: Vec<String> = Vec::new();
+    let mut lost_said: Vec<u32> = Vec::new();
     let mut beat_at = std::time::Instant::now();
     loop {
         if !stopped && signals_received() > 0 {
@@ -144,26 +144,29 @@ pub(super) fn collect(
         {
             beat_at = std::time::Instant::now();
             rv.update(beat(&live, stages));
-            match (rv.lost_peer(), on_loss) {
-                (Some(why), Some(OnShardLoss::Stop)) if shard_lost.is_none() && !stopped => {
-                    live.finish();
-                    eprintln!(
-                        "{}; this shard stops: nothing new is sent, requests in flight drain \
-                         (--on-shard-loss continue carries on)",
-                        crate::printable::printable(&why)
-                    );
-                    stages.stop.request(stages.clock.now_ns());
-                    shard_lost = Some(why);
+            for (shard, why) in rv.lost_peers() {
+                match on_loss {
+                    Some(OnShardLoss::Stop) if shard_lost.is_none() && !stopped => {
+                        live.finish();
+                        eprintln!(
+                            "{}; this shard stops: nothing new is sent, requests in flight \
+                             drain (--on-shard-loss continue carries on)",
+                            crate::printable::printable(&why)
+                        );
+                        stages.stop.request(stages.clock.now_ns());
+                        shard_lost = Some(why);
+                    }
+                    // Said once a shard: its reason (a silence) grows with every look.
+                    Some(OnShardLoss::Continue) if !lost_said.contains(&shard) => {
+                        eprintln!(
+                            "warning: {}; this shard carries on (--on-shard-loss continue): \
+                             the merged run lacks that shard's share",
+                            crate::printable::printable(&why)
+                        );
+                        lost_said.push(shard);
+                    }
+                    _ => {}
                 }
-                (Some(why), Some(OnShardLoss::Continue)) if !lost_said.contains(&why) => {
-                    eprintln!(
-                        "warning: {}; this shard carries on (--on-shard-loss continue): the \
-                         merged run lacks that shard's share",
-                        crate::printable::printable(&why)
-                    );
-                    lost_said.push(why);
-                }
-                _ => {}
             }
         }
         if !stopped && shard_lost.is_none() {
