@@ -14,7 +14,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::trace::{OrderedReader, TraceRecord};
+use crate::trace::{DagIds, OrderedReader, TraceRecord};
 
 /// Conversation options.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,9 +46,10 @@ crate::choices! {
         /// Every turn is measured.
         #[default]
         Start = "start",
-        /// A turn drawn inside each conversation (from `--seed` and the conversation's id,
-        /// the same on every host): the turns before it run as an unmeasured warmup that
-        /// fills the caches, as AgentX measures agents from mid-trajectory.
+        /// A turn drawn inside each conversation, between a quarter and three quarters of
+        /// its turns (from `--seed` and the conversation's id, the same on every host): the
+        /// turns before it run as an unmeasured warmup that fills the caches, as AgentX
+        /// measures agents from mid-trajectory.
         Mid = "mid",
     }
 }
@@ -56,8 +57,16 @@ crate::choices! {
 /// `--measure-from mid`: each conversation's first measured turn (0-based), by its root.
 pub type MeasureCuts = HashMap<String, u32>;
 
+/// Where `--measure-from mid` draws a conversation's first measured turn: within this share
+/// of its turns (AgentX's `trajectory-start` ratios).
+const MID_FROM: f64 = 0.25;
+const MID_TO: f64 = 0.75;
+/// The random stream of those draws ("mid").
+const MID_STREAM: u64 = 0x6d_6964;
+
 /// `--measure-from mid`: one read of the trace; each conversation's first measured turn is
-/// drawn among its N turns (floor of N times a fraction from a hash of `seed` and its id:
+/// drawn among its N turns (floor of N times a fraction in [`MID_FROM`], [`MID_TO`]) from a
+/// hash of `seed` and its id:
 /// no state, so every shard and every `--loop` pass draws the same). By turn, not by time:
 /// a closed-loop trace (TraceLab) gives only a conversation's arrival.
 pub fn measure_cuts(mut reader: OrderedReader, seed: u64) -> Result<MeasureCuts> {
@@ -72,9 +81,13 @@ pub fn measure_cuts(mut reader: OrderedReader, seed: u64) -> Result<MeasureCuts>
     Ok(turns
         .into_iter()
         .map(|(root, n)| {
-            let draw = crate::digest::fnv1a(format!("{seed}:{root}").as_bytes());
-            let fraction = (draw >> 11) as f64 / (1u64 << 53) as f64;
-            (root, (fraction * f64::from(n)) as u32)
+            // The id's hash, mixed (FNV's high bits barely move between ids that differ at
+            // the end, as `s1` and `s2` do), then a uniform fraction.
+            let id = crate::digest::fnv1a(root.as_bytes());
+            let fraction = crate::rng::SplitMix64::new(seed, MID_STREAM, id).open01();
+            // AgentX's trajectory start: between a quarter and three quarters of the way in.
+            let at = MID_FROM + (MID_TO - MID_FROM) * fraction;
+            (root, (at * f64::from(n)) as u32)
         })
         .collect())
 }
@@ -100,6 +113,13 @@ pub struct SessionLink {
     pub turn: u32,
     /// The record this turn answers (None for a root).
     pub parent_index: Option<u64>,
+    /// More records it waits for: a join of sub-agents (empty in a chain).
+    pub joins: Vec<u64>,
+    /// Its agent in a task graph (a sub-agent's name; None in a plain conversation).
+    pub branch: Option<String>,
+    /// Its children that carry its prompt and answer forward (1 in a chain; more where
+    /// forked branches all continue it).
+    pub heirs: u32,
     /// Wait after the parent's end, ns of run time.
     pub think_ns: u64,
     /// The tokens of its prompt that production's server held when it came: its parent's
@@ -182,6 +202,8 @@ pub struct SessionTracker {
     pass: u64,
     chats: HashMap<i64, Seen>,
     sessions: HashMap<String, Seen>,
+    /// Turns seen of each task graph.
+    task_turns: HashMap<String, u32>,
     /// Record indices of every conversation's last turn ([`last_turns`]).
     last_turns: Arc<HashSet<u64>>,
     /// `--measure-from mid`: each conversation's first measured turn ([`measure_cuts`]).
@@ -237,6 +259,7 @@ impl SessionTracker {
     pub fn new_pass(&mut self) {
         self.chats.clear();
         self.sessions.clear();
+        self.task_turns.clear();
         self.pass += 1;
     }
 
@@ -254,6 +277,9 @@ impl SessionTracker {
             return None;
         }
         let ids = &record.ids;
+        if let (Some(dag), Some(task)) = (&ids.dag, &ids.session_id) {
+            return Some(self.dag_link(record, dag, task));
+        }
         if let Some(chat) = ids.chat_id {
             let parent = ids
                 .parent_chat_id
@@ -295,6 +321,35 @@ impl SessionTracker {
         Some(self.finish(record, root, turn, parent, scheduled_ns, delay_ns))
     }
 
+    /// A turn of a task graph: its loader gave every link (the task is the conversation, so
+    /// all its agents run on one sender, which sees every end it waits for).
+    fn dag_link(&mut self, record: &TraceRecord, dag: &DagIds, task: &str) -> SessionLink {
+        let mut parents = dag
+            .parents_back
+            .iter()
+            .filter_map(|back| record.index.checked_sub(*back));
+        let parent_index = parents.next();
+        // Its number in the task, in trace order (a loader writes a task's turns together).
+        let root = self.root_name(task);
+        let turn = self.task_turns.entry(root.clone()).or_insert(0);
+        *turn += 1;
+        let turn = *turn - 1;
+        SessionLink {
+            root,
+            turn,
+            parent_index,
+            joins: parents.collect(),
+            branch: Some(dag.branch.clone()),
+            heirs: dag.heirs,
+            think_ns: self
+                .think_override_ns
+                .unwrap_or_else(|| self.run_ns(dag.wait_ms)),
+            planned_prefix: record.ids.prefix_tokens,
+            keeps_parent: dag.keeps_parent,
+            last: self.last_turns.contains(&record.index),
+        }
+    }
+
     /// Trace ms as run ns (`--time-scale` divides them, as it does gaps).
     fn run_ns(&self, ms: f64) -> u64 {
         (ms * 1e6 / self.time_scale) as u64
@@ -329,6 +384,9 @@ impl SessionTracker {
                 .or(parent.as_ref().and_then(|p| p.wait_after_ns))
                 .unwrap_or(gap),
             parent_index: parent.map(|p| p.index),
+            joins: Vec::new(),
+            branch: None,
+            heirs: 1,
             last: self.last_turns.contains(&record.index),
         }
     }

@@ -27,8 +27,9 @@ pub struct SessionArgs {
     #[arg(long, value_parser = crate::cli::choice::<CarryForward>(), default_value_t)]
     pub carry_forward: CarryForward,
 
-    /// `mid` measures each conversation from a turn drawn among its turns (from --seed and
-    /// its id: the same on every host); the turns before it run as an unmeasured warmup that
+    /// `mid` measures each conversation from a turn drawn between a quarter and three
+    /// quarters of its turns, as AgentX draws its trajectory start (from --seed and its id:
+    /// the same on every host); the turns before it run as an unmeasured warmup that
     /// fills the caches, in no statistic (AgentX's rule for agentic traces). run.json's
     /// `measure_from.from_turn` gives each conversation's first measured turn, and each
     /// record's `warmup` says whether it was measured. Needs --session-mode after-parent.

@@ -17,6 +17,8 @@ type Present<T> = Option<Option<T>>;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Line<'a> {
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<Cow<'a, str>>,
     pub cached_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub carried_tokens: Option<u64>,
@@ -97,6 +99,8 @@ pub struct Line<'a> {
     pub ttft_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait_for: Vec<u64>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub warmup: bool,
 }
@@ -120,6 +124,7 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
         let planned_share = planned.map(|t| t.planned_hit_share(r.input_tokens));
         let observed_share = planned.map(|_| r.observed_hit_share());
         Line {
+            branch: turn.and_then(|t| t.branch.as_deref()).map(Cow::Borrowed),
             cached_tokens: r.cached_tokens,
             carried_tokens: turn.and_then(|t| t.carried_tokens),
             carry_note: turn.and_then(|t| t.carry_note.as_deref().map(Cow::Borrowed)),
@@ -176,6 +181,7 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
             ttft_ms: r.ttft_ms(),
             ttfo_ms: r.reasoning_tokens.map(|_| r.ttfo_ms()),
             turn: turn.map(|t| t.turn),
+            wait_for: turn.map(|t| t.joins.clone()).unwrap_or_default(),
             warmup: r.warmup,
         }
     }
@@ -221,6 +227,8 @@ impl From<Line<'_>> for RequestRecord {
                 root: session_id.unwrap_or_default(),
                 turn,
                 parent_index: l.parent_index.flatten(),
+                joins: l.wait_for,
+                branch: l.branch.map(Cow::into_owned),
                 released_ns: l.released_ms.flatten().map(ns),
                 delay_ns: l.session_delay_ms.map_or(0, ns),
                 parent_failed: l.parent_failed.unwrap_or(false),
@@ -273,6 +281,8 @@ mod tests {
                 root: "s1".into(),
                 turn: 2,
                 parent_index: Some(3),
+                joins: vec![1, 2],
+                branch: Some("s1::sa:a".into()),
                 released_ns: None,
                 delay_ns: 250_000,
                 parent_failed: true,

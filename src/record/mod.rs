@@ -180,6 +180,10 @@ pub struct TurnRecord {
     /// Its number in the conversation, counted from 1 as traces count it (Bailian's `turn`).
     pub turn: u32,
     pub parent_index: Option<u64>,
+    /// More turns it waited for (a join of sub-agents; empty in a chain).
+    pub joins: Vec<u64>,
+    /// Its agent in a task graph (None in a plain conversation).
+    pub branch: Option<String>,
     /// When the parent's end released it (run ns).
     pub released_ns: Option<u64>,
     /// Its send deadline minus its trace time: the wait the parent's end added.

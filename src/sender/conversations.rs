@@ -28,8 +28,9 @@ pub struct Conversations {
     parked_len: usize,
     /// Turns recorded on this sender (any may be a parent of a later one).
     ended: HashMap<u64, Ended>,
-    /// Carry-forward: ended turns' prompts and answers, until a child takes them.
-    histories: HashMap<u64, History>,
+    /// Carry-forward: ended turns' prompts and answers, and how many children are still to
+    /// take them.
+    histories: HashMap<u64, (History, u32)>,
     /// Their order of arrival, oldest first, and their bytes.
     history_order: VecDeque<u64>,
     history_bytes: usize,
@@ -39,57 +40,83 @@ pub struct Conversations {
 
 impl Conversations {
     /// A request entering the deadline heap: returned when it may be scheduled (no parent,
-    /// or its parent ended: the deadline then moves to the release time), or kept.
+    /// or every turn it waits for ended: the deadline then moves to the release time), or
+    /// kept.
     pub fn admit(&mut self, mut req: PreparedRequest) -> Option<PreparedRequest> {
-        let Some(parent) = req.session.as_ref().and_then(|t| t.link.parent_index) else {
+        let Some(turn) = req.session.as_ref() else {
             return Some(req);
         };
-        match self.ended.get(&parent) {
-            Some(&e) => {
-                release(&mut req, e);
-                self.carry_into(&mut req, parent);
-                Some(req)
-            }
-            None => {
-                self.parked.entry(parent).or_default().push(req);
-                self.parked_len += 1;
-                None
-            }
+        let Some(parent) = turn.link.parent_index else {
+            return Some(req);
+        };
+        // A join waits under the first of its turns not yet ended.
+        if let Some(pending) = std::iter::once(parent)
+            .chain(turn.link.joins.iter().copied())
+            .find(|p| !self.ended.contains_key(p))
+        {
+            self.parked.entry(pending).or_default().push(req);
+            self.parked_len += 1;
+            return None;
         }
+        let e = self.latest_end(&req);
+        release(&mut req, e);
+        self.carry_into(&mut req, parent);
+        Some(req)
     }
 
-    /// A turn's record is in (end in run ns), with what its children carry forward: its
-    /// waiting children, released.
+    /// The last to end of the turns a released request waited for (failed if any failed).
+    fn latest_end(&self, req: &PreparedRequest) -> Ended {
+        let link = req.session.as_ref().map(|t| &t.link);
+        let waited = link
+            .and_then(|l| l.parent_index)
+            .into_iter()
+            .chain(link.into_iter().flat_map(|l| l.joins.iter().copied()));
+        waited
+            .filter_map(|p| self.ended.get(&p))
+            .fold(None::<Ended>, |acc, e| {
+                Some(Ended {
+                    end_ns: acc.map_or(e.end_ns, |a| a.end_ns.max(e.end_ns)),
+                    failed: acc.is_some_and(|a| a.failed) || e.failed,
+                })
+            })
+            .unwrap_or(Ended {
+                end_ns: 0,
+                failed: true,
+            })
+    }
+
+    /// A turn's record is in (end in run ns), with what its children carry forward (for as
+    /// many of them as continue it): its waiting children, released (a join's once the last
+    /// turn it waits for is in).
     pub fn ended(
         &mut self,
         index: u64,
         end_ns: u64,
         failed: bool,
         history: Option<History>,
+        heirs: u32,
     ) -> Vec<PreparedRequest> {
-        let e = Ended { end_ns, failed };
-        self.ended.insert(index, e);
-        if let Some(h) = history.filter(|_| !failed) {
-            self.keep_history(index, h);
+        self.ended.insert(index, Ended { end_ns, failed });
+        if let Some(h) = history.filter(|_| !failed && heirs > 0) {
+            self.keep_history(index, h, heirs);
         }
-        let mut children = self.parked.remove(&index).unwrap_or_default();
-        self.parked_len -= children.len();
-        for child in &mut children {
-            release(child, e);
-            self.carry_into(child, index);
-        }
-        children
+        let waiting = self.parked.remove(&index).unwrap_or_default();
+        self.parked_len -= waiting.len();
+        waiting
+            .into_iter()
+            .filter_map(|child| self.admit(child))
+            .collect()
     }
 
-    fn keep_history(&mut self, index: u64, h: History) {
+    fn keep_history(&mut self, index: u64, h: History, heirs: u32) {
         self.history_bytes += h.bytes();
-        self.histories.insert(index, h);
+        self.histories.insert(index, (h, heirs));
         self.history_order.push_back(index);
         while self.history_bytes > HISTORY_BUDGET {
             let Some(oldest) = self.history_order.pop_front() else {
                 break;
             };
-            if let Some(h) = self.histories.remove(&oldest) {
+            if let Some((h, _)) = self.histories.remove(&oldest) {
                 self.history_bytes -= h.bytes();
             }
         }
@@ -102,13 +129,24 @@ impl Conversations {
         else {
             return;
         };
-        // One child takes the history (a conversation's turns form a chain); its own,
-        // longer one follows.
-        let history = self.histories.remove(&parent);
-        if let Some(h) = &history {
-            self.history_bytes -= h.bytes();
-        }
+        // Each heir takes the history once (one in a chain; each forked branch in a graph);
+        // the last one frees it. A turn that does not continue its parent takes nothing.
+        let history = match self.histories.get_mut(&parent) {
+            Some(_) if !turn.link.keeps_parent => None,
+            Some((h, heirs)) if *heirs > 1 => {
+                *heirs -= 1;
+                Some(h.clone())
+            }
+            Some(_) => self.histories.remove(&parent).map(|(h, _)| {
+                self.history_bytes -= h.bytes();
+                h
+            }),
+            None => None,
+        };
         let outcome = match &history {
+            _ if !turn.link.keeps_parent && turn.link.branch.is_some() => Err(
+                "its trace prompt does not begin with its parent's prompt and answer (a sub-agent's own context, or a compacted one)",
+            ),
             _ if !turn.link.keeps_parent => {
                 Err("the trace's prefix keeps less than the parent's prompt and answer")
             }
@@ -185,6 +223,9 @@ mod tests {
                 root: "r".into(),
                 turn: u32::from(parent.is_some()),
                 parent_index: parent,
+                joins: Vec::new(),
+                branch: None,
+                heirs: 1,
                 think_ns: think,
                 planned_prefix: None,
                 keeps_parent: true,
@@ -203,7 +244,7 @@ mod tests {
         assert!(c.admit(turn(1, Some(0), 100, 100)).is_none(), "parked");
         assert!(c.waiting() && c.parked_len() == 1);
         // The parent ended at 500: the child leaves at 500 + 100, not at its trace time.
-        let released = c.ended(0, 500, false, None);
+        let released = c.ended(0, 500, false, None, 1);
         assert_eq!(released.len(), 1);
         assert_eq!(released[0].scheduled_ns, 600);
         assert_eq!(c.parked_len(), 0);
@@ -215,13 +256,13 @@ mod tests {
         assert!(!c.waiting());
         // A turn whose parent already ended (and failed) is released on arrival; a late
         // parent end does not hold back a child whose own time is later.
-        c.ended(1, 700, true, None);
+        c.ended(1, 700, true, None, 1);
         let r = c.admit(turn(2, Some(1), 10_000, 5)).unwrap();
         assert_eq!(r.scheduled_ns, 10_000);
         assert!(r.session.as_ref().unwrap().parent_failed);
         // A parent dropped at a session bound never ends: a turn after it, even one that
         // comes later, is due past any bound (and so dropped too).
-        c.ended(5, u64::MAX, true, None);
+        c.ended(5, u64::MAX, true, None, 1);
         assert_eq!(
             c.admit(turn(6, Some(5), 10, 5)).unwrap().scheduled_ns,
             u64::MAX
@@ -231,5 +272,29 @@ mod tests {
         let o = c.orphans(900);
         assert_eq!((o.len(), o[0].scheduled_ns), (1, 900));
         assert!(o[0].session.as_ref().unwrap().parent_failed);
+    }
+
+    #[test]
+    fn a_join_waits_for_every_branch_and_leaves_after_the_last() {
+        let mut c = Conversations::default();
+        let mut join = turn(3, Some(0), 0, 10);
+        join.session.as_mut().unwrap().link.joins = vec![1, 2];
+        assert!(c.admit(join).is_none());
+        assert!(
+            c.ended(1, 900, false, None, 1).is_empty(),
+            "0 and 2 still run"
+        );
+        assert!(c.ended(0, 400, false, None, 1).is_empty(), "2 still runs");
+        let released = c.ended(2, 700, true, None, 1);
+        assert_eq!(released.len(), 1);
+        // The latest end of the three (900), then the wait; a failed branch marks it.
+        assert_eq!(released[0].scheduled_ns, 910);
+        let t = released[0].session.as_ref().unwrap();
+        assert_eq!((t.released_ns, t.parent_failed), (Some(900), true));
+        assert_eq!(c.parked_len(), 0);
+        // Every branch already over: released on arrival.
+        let mut late = turn(4, Some(0), 0, 0);
+        late.session.as_mut().unwrap().link.joins = vec![1];
+        assert_eq!(c.admit(late).unwrap().scheduled_ns, 900);
     }
 }

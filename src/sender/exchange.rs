@@ -278,6 +278,8 @@ impl Exchange {
                 root: t.link.root,
                 turn: t.link.turn + 1,
                 parent_index: t.link.parent_index,
+                joins: t.link.joins,
+                branch: t.link.branch,
                 released_ns: t.released_ns,
                 delay_ns: self.req.scheduled_ns.saturating_sub(t.trace_scheduled_ns),
                 parent_failed: t.parent_failed,

@@ -34,7 +34,7 @@ impl SenderLoop {
             self.active.gone(&turn.link.root);
         }
         self.turns_cut += 1;
-        let children = self.conversations.ended(req.index, u64::MAX, true, None);
+        let children = self.conversations.ended(req.index, u64::MAX, true, None, 0);
         self.cfg.buffers.give(req.bytes);
         children
     }
@@ -75,6 +75,7 @@ impl SenderLoop {
                 ex.answer.take().unwrap_or_default(),
             )
         });
+        let heirs = ex.req.session.as_ref().map_or(0, |t| t.link.heirs);
         let mut record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
         if let Some(e) = &mut record.error {
             let clean =
@@ -97,9 +98,9 @@ impl SenderLoop {
                 self.cfg.buffers.give(bytes);
                 h
             });
-            let children = self
-                .conversations
-                .ended(record.index, end, !record.ok(), history);
+            let children =
+                self.conversations
+                    .ended(record.index, end, !record.ok(), history, heirs);
             self.give_spent();
             if self.cancel_at.is_none() {
                 for child in children {

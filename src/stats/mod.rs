@@ -14,6 +14,7 @@ mod gaps;
 pub mod latency;
 mod reasoning;
 mod sessions;
+mod tasks;
 pub mod verdict;
 
 use breakdown::EndpointBuilder;
@@ -24,6 +25,7 @@ pub use gaps::Gaps;
 use latency::{Samples, LATENCIES};
 use sessions::SessionBuilder;
 pub use sessions::{Round, SessionSummary};
+pub use tasks::TaskSummary;
 pub use verdict::{Bounds, Verdict};
 
 /// Percentiles every distribution reports; `--percentiles` adds more.
@@ -203,7 +205,8 @@ impl SummaryBuilder {
         if let Some(q) = r.queue_ns {
             self.queue_ms.push(q as f64 / 1e6);
         }
-        self.sessions.add(r);
+        let good = r.ok() && self.slo.as_ref().is_none_or(|slo| slo.met_by(r));
+        self.sessions.add(r, good);
         let block = self.block;
         let mine = self.per_endpoint.entry(r.endpoint.clone()).or_default();
         mine.total += 1;

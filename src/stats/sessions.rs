@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
+use super::tasks::{TaskBuilder, TaskSummary};
 use super::Distribution;
 use crate::record::{share, RequestRecord};
 
@@ -74,12 +75,14 @@ pub(super) struct SessionBuilder {
     session_wait_ms: Vec<f64>,
     /// Every turn's (send, end, output tokens), for the steady state.
     ends: Vec<(u64, u64, u64)>,
+    tasks: TaskBuilder,
 }
 
 impl SessionBuilder {
-    /// A measured record (warmups are not).
-    pub(super) fn add(&mut self, r: &RequestRecord) {
+    /// A measured record (warmups are not); `good`: it succeeded within the SLOs.
+    pub(super) fn add(&mut self, r: &RequestRecord, good: bool) {
         let Some(t) = &r.session else { return };
+        self.tasks.add(r, good);
         let c = self.conversations.entry(t.root.clone()).or_default();
         c.turns += 1;
         c.ok += u64::from(r.ok());
@@ -154,6 +157,7 @@ impl SessionBuilder {
             session_latency: Distribution::of(&mut latency, percentiles),
             rounds_per_session: Distribution::of(&mut rounds, percentiles),
             rounds: self.rounds.into_values().collect(),
+            tasks: self.tasks.finish(percentiles),
         })
     }
 }
@@ -240,6 +244,8 @@ pub struct SessionSummary {
     pub rounds_per_session: Option<Distribution>,
     /// Per turn number: planned against observed prefix-cache hits.
     pub rounds: Vec<Round>,
+    /// Task graphs (sub-agents and joins), where the trace has them.
+    pub tasks: Option<TaskSummary>,
 }
 
 impl SessionSummary {
@@ -265,6 +271,7 @@ impl SessionSummary {
             "session_latency_ms": dist(&self.session_latency),
             "rounds_per_session": dist(&self.rounds_per_session),
             "rounds": self.rounds.iter().map(Round::to_json).collect::<Vec<_>>(),
+            "tasks": self.tasks.as_ref().map(TaskSummary::to_json),
         })
     }
 
@@ -337,6 +344,7 @@ impl SessionSummary {
                 out.push((label.into(), d.p50_p99()));
             }
         }
+        out.extend(self.tasks.iter().flat_map(TaskSummary::lines));
         for r in &self.rounds {
             let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
             out.push((

@@ -10,6 +10,7 @@ mod parse;
 mod reader;
 mod source;
 mod tracelab;
+mod weka;
 
 pub use order::{OrderStats, OrderedReader, WINDOW as ORDER_WINDOW};
 pub use parse::parse_record;
@@ -38,6 +39,9 @@ crate::choices! {
         /// TraceLab coding-agent sessions (CSV): session_id (or id), round_idx, prefix_len,
         /// input_len, output_len, tool_wait_after_ms[, arrival_time in ms]; closed-loop rounds.
         Tracelab = "tracelab",
+        /// WEKA / AgentX agentic coding sessions (JSON, one object a session): calls with
+        /// 64-token hash ids, sub-agents that fork and join, tool waits; closed-loop.
+        Weka = "weka",
     }
 }
 
@@ -47,6 +51,7 @@ impl Format {
         match self {
             Format::Bailian => 16,
             Format::Tracelab => tracelab::BLOCK_TOKENS as u32,
+            Format::Weka => weka::BLOCK_TOKENS,
             Format::Mooncake | Format::Auto | Format::Azure | Format::Burstgpt => 512,
         }
     }
@@ -100,6 +105,26 @@ pub struct TraceIds {
     /// TraceLab's `tool_wait_after_ms`: the wait after this turn's answer before its
     /// session's next turn (ms).
     pub wait_after_ms: Option<f64>,
+    /// A turn of an agentic task graph (sub-agents, joins): its links, as its loader made
+    /// them. `session_id` is then the task.
+    pub dag: Option<Box<DagIds>>,
+}
+
+/// A turn's place in a task graph ([`crate::session`] links it from these alone).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DagIds {
+    /// The agent (branch) the turn belongs to: the task's own, or a sub-agent's.
+    pub branch: String,
+    /// The turns it waits for, as record counts back from it (a distance, so the links hold
+    /// in every `--loop` pass). The first is the turn whose context it continues; more are
+    /// a join. Empty for the task's first turn.
+    pub parents_back: Vec<u64>,
+    /// The wait after the last of its parents ends (a tool's run, a user's think time), ms.
+    pub wait_ms: f64,
+    /// Its prompt begins with its first parent's whole prompt and answer.
+    pub keeps_parent: bool,
+    /// Turns that continue this one's context (children that carry its answer).
+    pub heirs: u32,
 }
 
 /// One request of the trace.

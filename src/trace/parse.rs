@@ -166,6 +166,7 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
             delay_ms: rec.delay,
             prefix_tokens: None,
             wait_after_ms: None,
+            dag: None,
         },
         extra: rec.extra,
     })

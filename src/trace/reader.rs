@@ -1,10 +1,11 @@
 //! Streaming line reader over a (possibly gzip-compressed) JSONL trace.
 
-use std::io::{BufRead, Read};
+use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use super::csv::{self, Columns};
 use super::source::{TraceFile, MAX_LINE_BYTES};
+use super::weka::Weka;
 use super::{parse_record, Format, TraceRecord};
 use crate::error::{Error, Result};
 
@@ -48,6 +49,8 @@ pub struct TraceReader {
     skipped: Skipped,
     /// A CSV trace's columns, from its header.
     columns: Option<Columns>,
+    /// A trace of JSON documents, each expanded into many records (WEKA sessions).
+    documents: Option<Weka>,
 }
 
 impl TraceReader {
@@ -64,7 +67,12 @@ impl TraceReader {
             index: 0,
             skipped: Skipped::default(),
             columns: None,
+            documents: None,
         };
+        if format == Format::Weka {
+            let input = std::mem::replace(&mut reader.input, Box::new(io::empty()));
+            reader.documents = Some(Weka::new(input, path));
+        }
         if format.is_csv() {
             let header = reader.next_line()?.ok_or_else(|| Error::Trace {
                 file: path.to_path_buf(),
@@ -157,6 +165,12 @@ impl TraceReader {
             if self.options.max_records.is_some_and(|m| self.index >= m) {
                 return Ok(None);
             }
+            if let Some(documents) = &mut self.documents {
+                let record =
+                    documents.next(self.index, self.options.skip_invalid, &mut self.skipped)?;
+                self.index += u64::from(record.is_some());
+                return Ok(record);
+            }
             let raw = match self.next_line() {
                 Ok(Some(raw)) => raw,
                 Ok(None) => return Ok(None),
@@ -231,7 +245,14 @@ pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> R
             csv::Columns::from_header(&line, near, path)?;
             return Ok(near);
         }
+        // A pretty-printed document opens with a lone brace: of ours, only WEKA sessions.
+        if line.bytes.trim_ascii() == b"{" {
+            return Ok(Format::Weka);
+        }
         match serde_json::from_slice::<serde_json::Value>(&line.bytes) {
+            Ok(serde_json::Value::Object(record)) if record.contains_key("requests") => {
+                return Ok(Format::Weka);
+            }
             Ok(serde_json::Value::Object(record)) => {
                 let is_bailian =
                     record.contains_key("chat_id") || record.contains_key("parent_chat_id");

@@ -75,9 +75,11 @@ fn measure_from_mid_measures_each_conversation_from_its_drawn_turn_only() {
         .iter()
         .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
         .collect();
-    // Each first measured turn is one of its conversation's 6 (records number them from 1).
+    // Each first measured turn lies between a quarter and three quarters of its
+    // conversation's 6 (records number them from 1): turns 2 to 5.
     assert_eq!(from.len(), 40);
-    assert!(from.values().all(|&t| (1..=6).contains(&t)), "{from:?}");
+    assert!(from.values().all(|&t| (2..=5).contains(&t)), "{from:?}");
+    assert!((2..=5).all(|t| from.values().any(|&f| f == t)), "{from:?}");
     // Exactly the turns from their conversation's drawn one on are measured.
     let records = read_jsonl(&out.join("requests.jsonl"));
     assert_eq!(records.len(), 240);

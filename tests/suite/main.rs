@@ -37,6 +37,7 @@ mod secrets;
 mod server_metrics;
 mod sessions;
 mod sweep;
+mod task_graphs;
 mod timeouts;
 mod timing_log;
 mod tls;

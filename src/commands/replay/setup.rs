@@ -106,9 +106,17 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         plan.strict,
     )?;
     let block_size = stats.block_size;
-    if format == Format::Tracelab && block_size != format.default_block_size() {
+    if matches!(format, Format::Tracelab | Format::Weka)
+        && block_size != format.default_block_size()
+    {
+        let why = match format {
+            Format::Tracelab => {
+                "a TraceLab trace has no hash ids; llmreplay makes its own, one per"
+            }
+            _ => "a WEKA session's hash ids stand for blocks of",
+        };
         return Err(Error::Usage(format!(
-            "--block-size {block_size}: a TraceLab trace has no hash ids; llmreplay makes its own, one per {} tokens (leave --block-size out; --server-block-size sets the server's cache block)",
+            "--block-size {block_size}: {why} {} tokens (leave --block-size out; --server-block-size sets the server's cache block)",
             format.default_block_size()
         )));
     }

@@ -35,7 +35,7 @@ enum Kind {
 
 /// Every field of a record (CONTRACT §5) but the per-chunk arrays, in reading order: the
 /// request, its timing, its tokens, its conversation. `error` is split in two.
-const COLUMNS: [(&str, Kind, f64); 44] = [
+const COLUMNS: [(&str, Kind, f64); 46] = [
     ("index", Kind::Int, 8.0),
     ("warmup", Kind::Bool, 8.0),
     ("endpoint", Kind::Text, 26.0),
@@ -65,10 +65,12 @@ const COLUMNS: [(&str, Kind, f64); 44] = [
     ("reasoning_tokens", Kind::Int, 10.0),
     ("tool_calls", Kind::Int, 8.0),
     ("session_id", Kind::Text, 14.0),
+    ("branch", Kind::Text, 16.0),
     ("chat_id", Kind::Int, 10.0),
     ("parent_chat_id", Kind::Int, 10.0),
     ("turn", Kind::Int, 6.0),
     ("parent_index", Kind::Int, 10.0),
+    ("wait_for", Kind::Text, 10.0),
     ("released_ms", Kind::Ms, 13.0),
     ("session_delay_ms", Kind::Ms, 12.0),
     ("session_wait_ms", Kind::Ms, 12.0),
@@ -233,11 +235,14 @@ mod tests {
                 delay_ms: None,
                 prefix_tokens: None,
                 wait_after_ms: None,
+                dag: None,
             },
             session: Some(TurnRecord {
                 root: "s".into(),
                 turn: 1,
                 parent_index: Some(2),
+                joins: vec![1],
+                branch: Some("s::sa:1".into()),
                 released_ns: Some(1),
                 delay_ns: 0,
                 parent_failed: false,
