@@ -21,6 +21,8 @@
 use std::io::Write;
 use std::ops::Range;
 
+pub mod messages;
+
 /// How the prompt sits in a body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
@@ -28,6 +30,8 @@ pub enum Shape {
     Completion,
     /// A `messages` array.
     Chat,
+    /// A `messages` array recorded in the trace, threaded live ([`messages`]).
+    Messages,
 }
 
 /// Where a synthetic prompt lies in a request's payload (byte ranges of the payload, after
@@ -45,6 +49,9 @@ pub struct CarrySlot {
     /// Chat: what the template adds around an answer and the next user message beyond their
     /// texts (the generation prompt, the end of turn, the next role). 0 for a completion.
     pub turn_overhead: u64,
+    /// Messages, once threaded: the turn's own messages as the trace recorded them (what a
+    /// child's recorded messages begin with). None: they are `content`.
+    pub recorded: Option<Vec<u8>>,
 }
 
 /// A finished turn as its children need it.
@@ -53,8 +60,11 @@ pub struct History {
     pub shape: Shape,
     /// Its prompt region as sent.
     pub prompt: Vec<u8>,
+    /// Messages: its own messages as recorded.
+    pub own: Vec<u8>,
     pub content_tokens: u64,
-    /// Its answer, JSON-escaped as the server sent it.
+    /// Its answer, JSON-escaped as the server sent it (Messages: the whole assistant
+    /// message, its tool calls in it).
     pub answer: Vec<u8>,
     /// Tokens of the answer's text (its reasoning, not pasted, left out).
     pub answer_tokens: u64,
@@ -90,6 +100,7 @@ pub fn locate(payload: &[u8], content_tokens: u64, turn_overhead: u64) -> Option
             content: start..end,
             content_tokens,
             turn_overhead,
+            recorded: None,
         });
     }
     let start = COMPLETION_KEYS.iter().find_map(|k| find(k))?;
@@ -100,6 +111,7 @@ pub fn locate(payload: &[u8], content_tokens: u64, turn_overhead: u64) -> Option
         content: start..end,
         content_tokens,
         turn_overhead: 0,
+        recorded: None,
     })
 }
 
@@ -109,9 +121,15 @@ fn body_start(payload: &[u8]) -> Option<usize> {
 
 /// The history a finished turn leaves: its prompt region, and its answer.
 pub fn history(payload: &[u8], slot: &CarrySlot, answer: Vec<u8>, answer_tokens: u64) -> History {
+    let own = match (slot.shape, &slot.recorded) {
+        (Shape::Messages, Some(recorded)) => recorded.clone(),
+        (Shape::Messages, None) => payload[slot.content.clone()].to_vec(),
+        _ => Vec::new(),
+    };
     History {
         shape: slot.shape,
         prompt: payload[slot.prompt.clone()].to_vec(),
+        own,
         content_tokens: slot.content_tokens,
         answer,
         answer_tokens,
@@ -122,17 +140,33 @@ pub fn history(payload: &[u8], slot: &CarrySlot, answer: Vec<u8>, answer_tokens:
 /// Why a turn was sent as built rather than with its parent's history.
 pub type NotCarried = &'static str;
 
+/// A turn rebuilt around its parent's history: its payload, its slot, the tokens carried,
+/// and a note where part of the recorded form had to stay.
+pub type Spliced = (Vec<u8>, CarrySlot, u64, Option<NotCarried>);
+
 /// Rebuilds `payload` (record `index`'s head and body) with the parent's prompt and answer in
-/// front of the turn's own tokens past them; returns the new payload, its slot, and the
-/// history's tokens.
+/// front of the turn's own tokens past them (a `messages` turn: in front of its own
+/// messages, [`messages::thread`]).
 pub fn splice(
     index: u64,
     payload: &[u8],
     slot: &CarrySlot,
     parent: &History,
-) -> Result<(Vec<u8>, CarrySlot, u64), NotCarried> {
+) -> Result<Spliced, NotCarried> {
     if parent.shape != slot.shape {
         return Err("the parent was sent in another dialect");
+    }
+    if slot.shape == Shape::Messages {
+        let own = &payload[slot.content.clone()];
+        let (inside, note) = messages::thread(own, parent)?;
+        let (out, range) = rebuild(index, payload, slot.prompt.clone(), &inside)?;
+        let slot = CarrySlot {
+            prompt: range.clone(),
+            content: range,
+            recorded: Some(slot.recorded.clone().unwrap_or_else(|| own.to_vec())),
+            ..slot.clone()
+        };
+        return Ok((out, slot, parent.answer_tokens, note));
     }
     if parent.tool_calls > 0 {
         return Err("the parent's answer called tools, and a synthetic turn has no tool result to follow them");
@@ -154,7 +188,7 @@ pub fn splice(
             out.extend_from_slice(&parent.answer);
             prompt_start
         }
-        Shape::Chat => {
+        Shape::Chat | Shape::Messages => {
             out.extend_from_slice(b",{\"role\":\"assistant\",\"content\":\"");
             out.extend_from_slice(&parent.answer);
             out.extend_from_slice(b"\"},{\"role\":\"user\",\"content\":\"");
@@ -168,23 +202,50 @@ pub fn splice(
     }
     let prompt_end = out.len();
     out.extend_from_slice(&payload[slot.prompt.end..]);
-    let mut head = Vec::with_capacity(80 + out.len());
-    write!(
-        head,
-        "X-Llmreplay-Index: {index}\r\nContent-Length: {}\r\n\r\n",
-        out.len()
-    )
-    .expect("a Vec takes any write");
-    let shift = head.len();
-    head.extend_from_slice(&out);
+    let (head, shift) = frame(index, &out);
     let slot = CarrySlot {
         shape: slot.shape,
         prompt: shift + prompt_start..shift + prompt_end,
         content: shift + content_start..shift + content_end,
         content_tokens: slot.content_tokens,
         turn_overhead: slot.turn_overhead,
+        recorded: None,
     };
-    Ok((head, slot, history))
+    Ok((head, slot, history, None))
+}
+
+/// The payload of record `index` for `body`: its head's last lines, then the body; and where
+/// the body starts.
+fn frame(index: u64, body: &[u8]) -> (Vec<u8>, usize) {
+    let mut head = Vec::with_capacity(80 + body.len());
+    write!(
+        head,
+        "X-Llmreplay-Index: {index}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .expect("a Vec takes any write");
+    let shift = head.len();
+    head.extend_from_slice(body);
+    (head, shift)
+}
+
+/// `payload`'s body with `range` (of the payload) replaced by `inside`: the new payload, and
+/// where `inside` lies in it.
+fn rebuild(
+    index: u64,
+    payload: &[u8],
+    range: Range<usize>,
+    inside: &[u8],
+) -> Result<(Vec<u8>, Range<usize>), NotCarried> {
+    let body = body_start(payload).ok_or("no body")?;
+    let mut out = Vec::with_capacity(payload.len() + inside.len());
+    out.extend_from_slice(&payload[body..range.start]);
+    let start = out.len();
+    out.extend_from_slice(inside);
+    let end = out.len();
+    out.extend_from_slice(&payload[range.end..]);
+    let (framed, shift) = frame(index, &out);
+    Ok((framed, shift + start..shift + end))
 }
 
 /// The byte where synthetic token `n` starts (each starts with a space); the end for `n`
@@ -236,7 +297,7 @@ mod tests {
             r#"{"model":"m","prompt":" p q r s t u v w","max_tokens":1}"#,
         );
         let slot = locate(&child, 8, 0).unwrap();
-        let (spliced, new_slot, tokens) = splice(1, &child, &slot, &history).unwrap();
+        let (spliced, new_slot, tokens, _) = splice(1, &child, &slot, &history).unwrap();
         assert_eq!(tokens, 5);
         let v = body(&spliced);
         assert_eq!(v["prompt"], " a b c x\"y u v w");
@@ -273,7 +334,7 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":" c d e f g h i j"}],"stream":true}"#,
         );
         let cslot = locate(&child, 8, 3).unwrap();
-        let (spliced, s1, t1) = splice(1, &child, &cslot, &h0).unwrap();
+        let (spliced, s1, t1, _) = splice(1, &child, &cslot, &h0).unwrap();
         assert_eq!(t1, 2 + 1 + 3);
         let v = body(&spliced);
         assert_eq!(
@@ -292,7 +353,7 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":" k l m n o p q r s t u v w"}]}"#,
         );
         let gslot = locate(&grandchild, 13, 3).unwrap();
-        let (g, _, t2) = splice(2, &grandchild, &gslot, &h1).unwrap();
+        let (g, _, t2, _) = splice(2, &grandchild, &gslot, &h1).unwrap();
         assert_eq!(t2, 8 + 1 + 3);
         let v = body(&g);
         assert_eq!(v["messages"].as_array().unwrap().len(), 5);

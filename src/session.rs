@@ -117,6 +117,8 @@ pub struct SessionLink {
     pub joins: Vec<u64>,
     /// Its agent in a task graph (a sub-agent's name; None in a plain conversation).
     pub branch: Option<String>,
+    /// A sub-agent's first turn: a context of its own, nothing to carry.
+    pub fresh: bool,
     /// Its children that carry its prompt and answer forward (1 in a chain; more where
     /// forked branches all continue it).
     pub heirs: u32,
@@ -341,6 +343,7 @@ impl SessionTracker {
             joins: parents.collect(),
             branch: Some(dag.branch.clone()),
             heirs: dag.heirs,
+            fresh: dag.fresh,
             think_ns: self
                 .think_override_ns
                 .unwrap_or_else(|| self.run_ns(dag.wait_ms)),
@@ -387,6 +390,7 @@ impl SessionTracker {
             joins: Vec::new(),
             branch: None,
             heirs: 1,
+            fresh: false,
             last: self.last_turns.contains(&record.index),
         }
     }

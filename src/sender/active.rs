@@ -213,6 +213,7 @@ mod tests {
                 joins: Vec::new(),
                 branch: None,
                 heirs: 1,
+                fresh: false,
                 think_ns: 0,
                 planned_prefix: None,
                 keeps_parent: true,

@@ -129,6 +129,9 @@ impl Conversations {
         else {
             return;
         };
+        if turn.link.fresh {
+            return;
+        }
         // Each heir takes the history once (one in a chain; each forked branch in a graph);
         // the last one frees it. A turn that does not continue its parent takes nothing.
         let history = match self.histories.get_mut(&parent) {
@@ -145,7 +148,7 @@ impl Conversations {
         };
         let outcome = match &history {
             _ if !turn.link.keeps_parent && turn.link.branch.is_some() => Err(
-                "its trace prompt does not begin with its parent's prompt and answer (a sub-agent's own context, or a compacted one)",
+                "its trace prompt does not begin with its parent's prompt and answer (a compacted context)",
             ),
             _ if !turn.link.keeps_parent => {
                 Err("the trace's prefix keeps less than the parent's prompt and answer")
@@ -155,9 +158,10 @@ impl Conversations {
             Some(h) => carry::splice(req.index, &req.bytes[req.start..], slot, h),
         };
         match outcome {
-            Ok((bytes, new_slot, tokens)) => {
+            Ok((bytes, new_slot, tokens, note)) => {
                 *slot = new_slot;
                 turn.carried_tokens = Some(tokens);
+                turn.not_carried = note;
                 self.spent.push(std::mem::replace(&mut req.bytes, bytes));
                 req.start = 0;
             }
@@ -226,6 +230,7 @@ mod tests {
                 joins: Vec::new(),
                 branch: None,
                 heirs: 1,
+                fresh: false,
                 think_ns: think,
                 planned_prefix: None,
                 keeps_parent: true,

@@ -1,6 +1,8 @@
 //! One request on the wire: what has been written, and everything measured about its response.
 
 use crate::api::{excerpt, Api, EventScanner, StreamEvent, EXCERPT};
+use crate::carry::messages::LiveCalls;
+use crate::carry::Shape;
 use crate::http::response::{ResponseHead, ResponseParser, ResponseSink, Step};
 use crate::http::sse::SseScanner;
 use crate::pipeline::PreparedRequest;
@@ -46,6 +48,8 @@ pub struct Exchange {
     chunk_tokens: Option<Vec<u32>>,
     /// A turn whose children carry its answer forward: the answer, JSON-escaped as sent.
     pub answer: Option<Vec<u8>>,
+    /// A recorded-messages turn threaded live: its tool calls, from their deltas.
+    pub live_calls: Option<LiveCalls>,
     /// Since when it waits for a connection (due with none idle), then how long it waited.
     pub waiting_since: Option<u64>,
     connection_wait_ns: Option<u64>,
@@ -55,6 +59,11 @@ impl Exchange {
     pub fn new(req: PreparedRequest, record_itl: bool) -> Self {
         Exchange {
             answer: req.carry.as_ref().map(|_| Vec::new()),
+            live_calls: req
+                .carry
+                .as_ref()
+                .filter(|c| c.shape == Shape::Messages)
+                .map(|_| LiveCalls::default()),
             req,
             written: 0,
             sent_ns: None,
@@ -195,6 +204,9 @@ impl Exchange {
             if full.answered {
                 self.first_answer_ns = Some(now);
             }
+            if let Some(calls) = &mut self.live_calls {
+                calls.feed_body(body);
+            }
             if let (Some(answer), Some(text)) = (&mut self.answer, &full.answer) {
                 let quoted = serde_json::to_vec(text).unwrap_or_default();
                 answer.extend_from_slice(&quoted[1..quoted.len() - 1]);
@@ -331,6 +343,14 @@ impl ResponseSink for Feed<'_> {
                 let event = scanner.scan(payload);
                 if let (true, Some(answer)) = (event.content, &mut ex.answer) {
                     answer.extend_from_slice(scanner.answer_text(payload).unwrap_or_default());
+                }
+                if let Some(calls) = &mut ex.live_calls {
+                    if event.tool_calls > 0
+                        || (event.content
+                            && memchr::memmem::find(payload, b"\"tool_calls\"").is_some())
+                    {
+                        calls.feed_event(payload);
+                    }
                 }
                 ex.on_event(event, *now, gaps)
             }) {

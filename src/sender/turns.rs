@@ -68,12 +68,13 @@ impl SenderLoop {
         // A turn whose children carry its prompt and answer forward kept its bytes.
         let carried = ex.req.carry.take().map(|slot| {
             let bytes = std::mem::take(&mut ex.req.bytes);
-            (
-                slot,
-                bytes,
-                ex.req.start,
-                ex.answer.take().unwrap_or_default(),
-            )
+            let text = ex.answer.take().unwrap_or_default();
+            // A recorded-messages turn leaves its whole assistant message, calls and all.
+            let answer = match &ex.live_calls {
+                Some(calls) => calls.assistant_message(&text),
+                None => text,
+            };
+            (slot, bytes, ex.req.start, answer)
         });
         let heirs = ex.req.session.as_ref().map_or(0, |t| t.link.heirs);
         let mut record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);

@@ -4,6 +4,7 @@
 //! Every parse error names the file, the 1-based line and the field.
 
 mod csv;
+mod dag;
 pub mod inspect;
 mod order;
 mod parse;
@@ -42,6 +43,9 @@ crate::choices! {
         /// WEKA / AgentX agentic coding sessions (JSON, one object a session): calls with
         /// 64-token hash ids, sub-agents that fork and join, tool waits; closed-loop.
         Weka = "weka",
+        /// DAG conversations (AIPerf's dag_jsonl: `session_id`, `turns` of `messages`,
+        /// `forks`, `spawns`, `delay`): sub-agents that fork, spawn and join; closed-loop.
+        Dag = "dag",
     }
 }
 
@@ -52,7 +56,7 @@ impl Format {
             Format::Bailian => 16,
             Format::Tracelab => tracelab::BLOCK_TOKENS as u32,
             Format::Weka => weka::BLOCK_TOKENS,
-            Format::Mooncake | Format::Auto | Format::Azure | Format::Burstgpt => 512,
+            Format::Mooncake | Format::Auto | Format::Azure | Format::Burstgpt | Format::Dag => 512,
         }
     }
 
@@ -123,6 +127,9 @@ pub struct DagIds {
     pub wait_ms: f64,
     /// Its prompt begins with its first parent's whole prompt and answer.
     pub keeps_parent: bool,
+    /// It starts an agent's context of its own (a spawned sub-agent's first turn): nothing
+    /// is carried into it, and nothing needs saying.
+    pub fresh: bool,
     /// Turns that continue this one's context (children that carry its answer).
     pub heirs: u32,
 }

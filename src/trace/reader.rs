@@ -4,6 +4,7 @@ use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use super::csv::{self, Columns};
+use super::dag::Dag;
 use super::source::{TraceFile, MAX_LINE_BYTES};
 use super::weka::Weka;
 use super::{parse_record, Format, TraceRecord};
@@ -37,7 +38,13 @@ pub struct Skipped {
     pub first: Option<String>,
 }
 
-/// Reads a trace line by line; never holds more than one line in memory.
+enum Documents {
+    Weka(Weka),
+    Dag(Dag),
+}
+
+/// Reads a trace line by line; never holds more than one line in memory (but for a DAG
+/// file, read whole to resolve its links).
 pub struct TraceReader {
     path: PathBuf,
     format: Format,
@@ -49,8 +56,9 @@ pub struct TraceReader {
     skipped: Skipped,
     /// A CSV trace's columns, from its header.
     columns: Option<Columns>,
-    /// A trace of JSON documents, each expanded into many records (WEKA sessions).
-    documents: Option<Weka>,
+    /// A trace read as documents that expand into many records each (WEKA sessions, DAG
+    /// conversations).
+    documents: Option<Documents>,
 }
 
 impl TraceReader {
@@ -69,9 +77,12 @@ impl TraceReader {
             columns: None,
             documents: None,
         };
-        if format == Format::Weka {
+        if matches!(format, Format::Weka | Format::Dag) {
             let input = std::mem::replace(&mut reader.input, Box::new(io::empty()));
-            reader.documents = Some(Weka::new(input, path));
+            reader.documents = Some(match format {
+                Format::Weka => Documents::Weka(Weka::new(input, path)),
+                _ => Documents::Dag(Dag::new(input, path)),
+            });
         }
         if format.is_csv() {
             let header = reader.next_line()?.ok_or_else(|| Error::Trace {
@@ -166,8 +177,13 @@ impl TraceReader {
                 return Ok(None);
             }
             if let Some(documents) = &mut self.documents {
-                let record =
-                    documents.next(self.index, self.options.skip_invalid, &mut self.skipped)?;
+                let record = match documents {
+                    Documents::Weka(w) => {
+                        w.next(self.index, self.options.skip_invalid, &mut self.skipped)?
+                    }
+                    // A graph is read whole: one bad line leaves its links unknown.
+                    Documents::Dag(d) => d.next(self.index)?,
+                };
                 self.index += u64::from(record.is_some());
                 return Ok(record);
             }
@@ -252,6 +268,9 @@ pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> R
         match serde_json::from_slice::<serde_json::Value>(&line.bytes) {
             Ok(serde_json::Value::Object(record)) if record.contains_key("requests") => {
                 return Ok(Format::Weka);
+            }
+            Ok(serde_json::Value::Object(record)) if record.contains_key("turns") => {
+                return Ok(Format::Dag);
             }
             Ok(serde_json::Value::Object(record)) => {
                 let is_bailian =

@@ -84,6 +84,8 @@ struct Node<'a> {
     /// Positions of the nodes it waits for; the first is the one it continues.
     parents: Vec<usize>,
     keeps_parent: bool,
+    /// A sub-agent's first call.
+    fresh: bool,
     heirs: u32,
 }
 
@@ -246,6 +248,7 @@ impl Weka {
                         wait_ms: wait_s * 1000.0,
                         keeps_parent: n.keeps_parent,
                         heirs: n.heirs,
+                        fresh: n.fresh,
                     })),
                     ..TraceIds::default()
                 },
@@ -293,6 +296,7 @@ fn walk<'a>(
                     branch: branch.to_string(),
                     parents,
                     keeps_parent,
+                    fresh: prev.is_none() && anchor.is_some(),
                     heirs: 0,
                 });
                 prev = Some(nodes.len() - 1);

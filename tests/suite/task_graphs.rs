@@ -8,11 +8,11 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common;
 use common::{read_jsonl, temp_dir};
-use llmreplay::mock::{MockConfig, MockServer};
+use llmreplay::mock::{MockConfig, MockServer, StreamFixture};
 
 fn sample() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agentic/weka_sample.json")
@@ -193,4 +193,201 @@ fn tasks_under_a_cap_and_in_loops_keep_their_graphs() {
     }
     assert_eq!(summary["sessions"]["tasks"]["tasks"], 4);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `messages` session against a mock that answers every request with vLLM's streamed tool
+/// call: the bodies the mock received, and the records.
+fn threaded(dir: &Path, name: &str, extra: &[&str]) -> (Vec<Value>, Vec<Value>) {
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let user = json!({"role": "user", "content": "Weather in Paris?"});
+    let lines = [
+        // Whole form: each turn's messages hold the conversation as recorded.
+        json!({"timestamp": 0, "session_id": "s", "output_length": 28, "tools": tools,
+               "messages": [user]}),
+        json!({"timestamp": 10, "session_id": "s", "output_length": 28, "tools": tools,
+               "messages": [user,
+                 {"role": "assistant", "content": null, "tool_calls": [{"id": "rec_1",
+                   "type": "function", "function": {"name": "get_weather",
+                   "arguments": "{\"city\": \"Lyon\"}"}}]},
+                 {"role": "tool", "tool_call_id": "rec_1", "content": "18C"},
+                 {"role": "user", "content": "And tomorrow?"}]}),
+        // Delta form: only what is new.
+        json!({"timestamp": 20, "session_id": "s", "output_length": 28, "tools": tools,
+               "messages": [{"role": "tool", "tool_call_id": "rec_2", "content": "20C"}]}),
+    ];
+    let trace = dir.join(format!("{name}.jsonl"));
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&trace, text.join("\n")).unwrap();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/streams/vllm-tool-calls.sse");
+    let cfg = MockConfig {
+        replay_stream: Some(std::sync::Arc::new(
+            StreamFixture::load(&fixture, 1_000_000, 100_000).unwrap(),
+        )),
+        keep_bodies: 10,
+        ..MockConfig::default()
+    };
+    let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let out = dir.join(name);
+    let endpoint = format!("http://{}", mock.addr());
+    let args: Vec<String> = [
+        "--trace",
+        trace.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--api",
+        "openai-chat",
+        "--model",
+        "m",
+        "--endpoint",
+        &endpoint,
+        "--time-scale",
+        "10",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
+    common::replay_in_process(&args);
+    let stats = mock.stop().unwrap();
+    let bodies = stats
+        .bodies
+        .iter()
+        .map(|(_, b)| serde_json::from_str(b).unwrap())
+        .collect();
+    (bodies, read_jsonl(&out.join("requests.jsonl")))
+}
+
+#[test]
+fn a_streamed_tool_call_is_threaded_into_the_next_turn_and_its_result_follows_it() {
+    let dir = temp_dir("threaded");
+    let (bodies, rows) = threaded(&dir, "live", &[]);
+    assert_eq!(bodies.len(), 3);
+    assert!(rows.iter().all(|r| r["status"] == 200), "{rows:?}");
+    // vLLM's stream called get_weather with these arguments, under this id.
+    let live = json!({"role": "assistant", "content": null, "tool_calls": [{
+        "id": "chatcmpl-tool-5c1b", "type": "function", "function": {
+        "name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]});
+    let second = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(second.len(), 4, "{second:?}");
+    assert_eq!(second[0]["content"], "Weather in Paris?");
+    assert_eq!(second[1], live, "the live answer, not the recorded one");
+    assert_eq!(
+        second[2],
+        json!({"role": "tool", "tool_call_id": "chatcmpl-tool-5c1b", "content": "18C"})
+    );
+    assert_eq!(second[3]["content"], "And tomorrow?");
+    assert!(bodies[1]["tools"].is_array(), "the tools stay");
+    // The delta turn: everything sent before, the live answer again, then its tool result.
+    let third = bodies[2]["messages"].as_array().unwrap();
+    assert_eq!(third[..4], second[..]);
+    assert_eq!(third[4], live);
+    assert_eq!(third[5]["tool_call_id"], "chatcmpl-tool-5c1b");
+    assert_eq!(third[5]["content"], "20C");
+    // The records say what was carried: the answers' tokens (vLLM's count).
+    let by_turn = |t: u64| rows.iter().find(|r| r["turn"] == t).unwrap();
+    assert_eq!(by_turn(2)["carried_tokens"], 28, "{}", by_turn(2));
+    assert_eq!(by_turn(3)["carried_tokens"], 28);
+    assert!(by_turn(2).get("carry_note").is_none());
+
+    // --carry-forward off: every turn is sent as recorded.
+    let (recorded, _) = threaded(&dir, "recorded", &["--carry-forward", "off"]);
+    assert_eq!(recorded[1]["messages"][1]["tool_calls"][0]["id"], "rec_1");
+    assert_eq!(recorded[2]["messages"].as_array().unwrap().len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dag_conversations_fork_with_their_history_spawn_fresh_and_join() {
+    let dir = temp_dir("dag");
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agentic/dag_sample.jsonl");
+    let cfg = MockConfig {
+        ttft_ns: 1_000_000,
+        itl_ns: 100_000,
+        keep_bodies: 20,
+        ..MockConfig::default()
+    };
+    let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let out = dir.join("dag");
+    let endpoint = format!("http://{}", mock.addr());
+    let args: Vec<String> = [
+        "--trace",
+        trace.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--api",
+        "openai-chat",
+        "--model",
+        "m",
+        "--endpoint",
+        &endpoint,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    common::replay_in_process(&args);
+    let bodies: Vec<Value> = mock
+        .stop()
+        .unwrap()
+        .bodies
+        .iter()
+        .map(|(_, b)| serde_json::from_str(b).unwrap())
+        .collect();
+    let rows = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!((rows.len(), bodies.len()), (10, 10));
+    assert!(rows.iter().all(|r| r["status"] == 200), "{rows:?}");
+    check_order(&rows);
+    // Each body by the text of its last message (all differ in the sample).
+    let sent = |last: &str| -> Vec<Value> {
+        let b = bodies
+            .iter()
+            .find(|b| b["messages"].as_array().unwrap().last().unwrap()["content"] == last)
+            .unwrap_or_else(|| panic!("no body ends with {last:?}"));
+        b["messages"].as_array().unwrap().clone()
+    };
+    let first = sent("Fix the failing test in parser.rs and explain the cause.");
+    assert_eq!(first.len(), 2);
+    // A turn continues its conversation: what it sent, the live answer, then its own.
+    let second = sent("While the explorers run, list what you already know.");
+    assert_eq!(second[..2], first[..]);
+    assert_eq!(second[2]["role"], "assistant");
+    assert_eq!(second.len(), 4);
+    let fix = sent("The explorers are back: write the fix.");
+    assert_eq!(fix[..4], second[..]);
+    // The fork carries the planner's whole history and its answer to the fix.
+    let review = sent("Review the fix above for regressions.");
+    assert_eq!(review[..fix.len()], fix[..]);
+    assert_eq!(review[fix.len()]["role"], "assistant");
+    assert_eq!(review.len(), fix.len() + 2);
+    // A spawned explorer starts from its own messages only, and threads its own turns.
+    assert_eq!(sent("Which test fails, and on what input?").len(), 2);
+    let src = sent("Read that function and report its edge cases.");
+    assert_eq!(
+        (src.len(), src[0]["content"].as_str()),
+        (4, Some("You explore source files."))
+    );
+    // The fix waited for both explorers: its record names their last turns.
+    let by_branch = |b: &str| -> Vec<&Value> { rows.iter().filter(|r| r["branch"] == b).collect() };
+    let fix_row = by_branch("plan")
+        .into_iter()
+        .find(|r| r["wait_for"].as_array().is_some_and(|w| w.len() == 2))
+        .expect("a join");
+    let last = |b: &str| by_branch(b).iter().map(|r| index(r)).max().unwrap();
+    let mut joined: Vec<u64> = waited_for(fix_row)[1..].to_vec();
+    joined.sort();
+    let mut expected = vec![last("explore-src"), last("explore-tests")];
+    expected.sort();
+    assert_eq!(joined, expected);
+    let t = &read_json_file(&out.join("summary.json"))["sessions"]["tasks"];
+    assert_eq!(
+        (t["tasks"].as_u64(), t["agents_per_task"]["max"].as_f64()),
+        (Some(2), Some(4.0)),
+        "{t}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn read_json_file(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }

@@ -140,6 +140,12 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         (Format::Auto, Format::Tracelab) => {
             ", by auto: a CSV header with session_id, round_idx, prefix_len, input_len, output_len, tool_wait_after_ms"
         }
+        (Format::Auto, Format::Weka) => {
+            ", by auto: the first object has `requests`: WEKA sessions, each a task graph run closed-loop"
+        }
+        (Format::Auto, Format::Dag) => {
+            ", by auto: the first line has `turns`: DAG conversations, each task run closed-loop"
+        }
         (Format::Auto, _) => ", by auto: the first record has no chat_id; timestamps in ms",
         _ => "",
     };
