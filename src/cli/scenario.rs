@@ -10,10 +10,20 @@ use std::ffi::OsString;
 use serde::Deserialize;
 
 /// The scenarios shipped, by name: one per public agentic trace whose format is read.
-const SCENARIOS: [(&str, &str); 1] = [(
-    "tracelab-agentic",
-    include_str!("../../assets/scenarios/tracelab-agentic.json"),
-)];
+const SCENARIOS: [(&str, &str); 3] = [
+    (
+        "tracelab-agentic",
+        include_str!("../../assets/scenarios/tracelab-agentic.json"),
+    ),
+    (
+        "weka-agentx",
+        include_str!("../../assets/scenarios/weka-agentx.json"),
+    ),
+    (
+        "mooncake-toolagent",
+        include_str!("../../assets/scenarios/mooncake-toolagent.json"),
+    ),
+];
 
 /// A scenario file.
 #[derive(Clone, Debug, Deserialize)]
@@ -139,7 +149,10 @@ mod tests {
             "{e}"
         );
         let e = expand(line(&["llmreplay", "replay", "--scenario=x"])).unwrap_err();
-        assert!(e.contains("there are: tracelab-agentic"), "{e}");
+        assert!(
+            e.contains("there are: tracelab-agentic, weka-agentx, mooncake-toolagent"),
+            "{e}"
+        );
         let ok = expand(line(&[
             "llmreplay",
             "replay",

@@ -3,6 +3,7 @@
 //! A trace is turned into [`TraceRecord`]s, one per non-blank line, numbered from 0 (`index`).
 //! Every parse error names the file, the 1-based line and the field.
 
+mod atif;
 mod csv;
 mod dag;
 pub mod inspect;
@@ -46,6 +47,9 @@ crate::choices! {
         /// DAG conversations (AIPerf's dag_jsonl: `session_id`, `turns` of `messages`,
         /// `forks`, `spawns`, `delay`): sub-agents that fork, spawn and join; closed-loop.
         Dag = "dag",
+        /// ATIF trajectories (v1.0 to v1.7: `steps` of user, agent and system, tool calls,
+        /// observations, embedded sub-agent trajectories): each model call a turn.
+        Atif = "atif",
     }
 }
 
@@ -56,7 +60,12 @@ impl Format {
             Format::Bailian => 16,
             Format::Tracelab => tracelab::BLOCK_TOKENS as u32,
             Format::Weka => weka::BLOCK_TOKENS,
-            Format::Mooncake | Format::Auto | Format::Azure | Format::Burstgpt | Format::Dag => 512,
+            Format::Mooncake
+            | Format::Auto
+            | Format::Azure
+            | Format::Burstgpt
+            | Format::Dag
+            | Format::Atif => 512,
         }
     }
 

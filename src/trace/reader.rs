@@ -3,6 +3,7 @@
 use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 
+use super::atif::Atif;
 use super::csv::{self, Columns};
 use super::dag::Dag;
 use super::source::{TraceFile, MAX_LINE_BYTES};
@@ -41,6 +42,7 @@ pub struct Skipped {
 enum Documents {
     Weka(Weka),
     Dag(Dag),
+    Atif(Atif),
 }
 
 /// Reads a trace line by line; never holds more than one line in memory (but for a DAG
@@ -77,10 +79,11 @@ impl TraceReader {
             columns: None,
             documents: None,
         };
-        if matches!(format, Format::Weka | Format::Dag) {
+        if matches!(format, Format::Weka | Format::Dag | Format::Atif) {
             let input = std::mem::replace(&mut reader.input, Box::new(io::empty()));
             reader.documents = Some(match format {
                 Format::Weka => Documents::Weka(Weka::new(input, path)),
+                Format::Atif => Documents::Atif(Atif::new(input, path)),
                 _ => Documents::Dag(Dag::new(input, path)),
             });
         }
@@ -183,6 +186,7 @@ impl TraceReader {
                     }
                     // A graph is read whole: one bad line leaves its links unknown.
                     Documents::Dag(d) => d.next(self.index)?,
+                    Documents::Atif(a) => a.next(self.index)?,
                 };
                 self.index += u64::from(record.is_some());
                 return Ok(record);
@@ -227,6 +231,18 @@ impl Iterator for TraceReader {
     }
 }
 
+/// The document format a line of a pretty-printed JSON document names by its key.
+fn document_key(line: &[u8]) -> Option<Format> {
+    let has = |key: &[u8]| memchr::memmem::find(line, key).is_some();
+    if has(b"\"requests\"") || has(b"\"block_size\"") || has(b"\"hash_id_scope\"") {
+        Some(Format::Weka)
+    } else if has(b"\"steps\"") || has(b"\"ATIF-v") {
+        Some(Format::Atif)
+    } else {
+        None
+    }
+}
+
 /// Resolves `Format::Auto` from the first record of the file (with `skip_invalid`, the first
 /// line that is a JSON object or a CSV header).
 pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> Result<Format> {
@@ -261,13 +277,27 @@ pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> R
             csv::Columns::from_header(&line, near, path)?;
             return Ok(near);
         }
-        // A pretty-printed document opens with a lone brace: of ours, only WEKA sessions.
+        // A pretty-printed document opens with a lone brace: its first keys say which.
         if line.bytes.trim_ascii() == b"{" {
-            return Ok(Format::Weka);
+            for _ in 0..64 {
+                let Some(next) = reader.next_line()? else {
+                    break;
+                };
+                if let Some(format) = document_key(&next.bytes) {
+                    return Ok(format);
+                }
+            }
+            return Err(Error::Usage(format!(
+                "{}: a JSON document whose first lines name neither `requests` (WEKA) nor `steps` (ATIF): give --format",
+                path.display()
+            )));
         }
         match serde_json::from_slice::<serde_json::Value>(&line.bytes) {
             Ok(serde_json::Value::Object(record)) if record.contains_key("requests") => {
                 return Ok(Format::Weka);
+            }
+            Ok(serde_json::Value::Object(record)) if record.contains_key("steps") => {
+                return Ok(Format::Atif);
             }
             Ok(serde_json::Value::Object(record)) if record.contains_key("turns") => {
                 return Ok(Format::Dag);

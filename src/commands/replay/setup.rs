@@ -143,6 +143,9 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         (Format::Auto, Format::Weka) => {
             ", by auto: the first object has `requests`: WEKA sessions, each a task graph run closed-loop"
         }
+        (Format::Auto, Format::Atif) => {
+            ", by auto: the first object has `steps`: ATIF trajectories, each model call a turn, run closed-loop"
+        }
         (Format::Auto, Format::Dag) => {
             ", by auto: the first line has `turns`: DAG conversations, each task run closed-loop"
         }
