@@ -8,6 +8,7 @@ mod csv;
 mod dag;
 pub mod inspect;
 mod order;
+mod otel;
 mod parse;
 mod reader;
 mod source;
@@ -50,6 +51,9 @@ crate::choices! {
         /// ATIF trajectories (v1.0 to v1.7: `steps` of user, agent and system, tool calls,
         /// observations, embedded sub-agent trajectories): each model call a turn.
         Atif = "atif",
+        /// OpenTelemetry agent traces (OTLP JSON, GenAI conventions): model-call spans are
+        /// turns, `invoke_agent` spans agents, the time between them waits.
+        Otel = "otel",
     }
 }
 
@@ -60,6 +64,7 @@ impl Format {
             Format::Bailian => 16,
             Format::Tracelab => tracelab::BLOCK_TOKENS as u32,
             Format::Weka => weka::BLOCK_TOKENS,
+            Format::Otel => otel::BLOCK_TOKENS as u32,
             Format::Mooncake
             | Format::Auto
             | Format::Azure

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use super::atif::Atif;
 use super::csv::{self, Columns};
 use super::dag::Dag;
+use super::otel::Otel;
 use super::source::{TraceFile, MAX_LINE_BYTES};
 use super::weka::Weka;
 use super::{parse_record, Format, TraceRecord};
@@ -43,6 +44,7 @@ enum Documents {
     Weka(Weka),
     Dag(Dag),
     Atif(Atif),
+    Otel(Otel),
 }
 
 /// Reads a trace line by line; never holds more than one line in memory (but for a DAG
@@ -79,11 +81,15 @@ impl TraceReader {
             columns: None,
             documents: None,
         };
-        if matches!(format, Format::Weka | Format::Dag | Format::Atif) {
+        if matches!(
+            format,
+            Format::Weka | Format::Dag | Format::Atif | Format::Otel
+        ) {
             let input = std::mem::replace(&mut reader.input, Box::new(io::empty()));
             reader.documents = Some(match format {
                 Format::Weka => Documents::Weka(Weka::new(input, path)),
                 Format::Atif => Documents::Atif(Atif::new(input, path)),
+                Format::Otel => Documents::Otel(Otel::new(input, path)),
                 _ => Documents::Dag(Dag::new(input, path)),
             });
         }
@@ -187,6 +193,7 @@ impl TraceReader {
                     // A graph is read whole: one bad line leaves its links unknown.
                     Documents::Dag(d) => d.next(self.index)?,
                     Documents::Atif(a) => a.next(self.index)?,
+                    Documents::Otel(o) => o.next(self.index)?,
                 };
                 self.index += u64::from(record.is_some());
                 return Ok(record);
@@ -238,6 +245,8 @@ fn document_key(line: &[u8]) -> Option<Format> {
         Some(Format::Weka)
     } else if has(b"\"steps\"") || has(b"\"ATIF-v") {
         Some(Format::Atif)
+    } else if has(b"\"resourceSpans\"") {
+        Some(Format::Otel)
     } else {
         None
     }
@@ -288,7 +297,7 @@ pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> R
                 }
             }
             return Err(Error::Usage(format!(
-                "{}: a JSON document whose first lines name neither `requests` (WEKA) nor `steps` (ATIF): give --format",
+                "{}: a JSON document whose first lines name neither `requests` (WEKA), `steps` (ATIF) nor `resourceSpans` (OpenTelemetry): give --format",
                 path.display()
             )));
         }
@@ -298,6 +307,9 @@ pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> R
             }
             Ok(serde_json::Value::Object(record)) if record.contains_key("steps") => {
                 return Ok(Format::Atif);
+            }
+            Ok(serde_json::Value::Object(record)) if record.contains_key("resourceSpans") => {
+                return Ok(Format::Otel);
             }
             Ok(serde_json::Value::Object(record)) if record.contains_key("turns") => {
                 return Ok(Format::Dag);

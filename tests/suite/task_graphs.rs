@@ -20,6 +20,16 @@ fn sample() -> PathBuf {
 
 /// Replays `trace` against a mock with a 16-token prefix cache: the records and summary.
 fn replay(dir: &Path, name: &str, trace: &Path, extra: &[&str]) -> (Vec<Value>, Value, String) {
+    replay_with(dir, name, trace, "openai-completions", extra)
+}
+
+fn replay_with(
+    dir: &Path,
+    name: &str,
+    trace: &Path,
+    api: &str,
+    extra: &[&str],
+) -> (Vec<Value>, Value, String) {
     let cfg = MockConfig {
         ttft_ns: 2_000_000,
         itl_ns: 100_000,
@@ -38,7 +48,7 @@ fn replay(dir: &Path, name: &str, trace: &Path, extra: &[&str]) -> (Vec<Value>, 
         "--tokenizer",
         tokenizer.to_str().unwrap(),
         "--api",
-        "openai-completions",
+        api,
         "--model",
         "m",
         "--endpoint",
@@ -390,4 +400,42 @@ fn dag_conversations_fork_with_their_history_spawn_fresh_and_join() {
 
 fn read_json_file(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn every_agentic_format_sample_runs_as_its_graph_says() {
+    let dir = temp_dir("agentic-formats");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agentic");
+    // (sample, API, turns, tasks, joins)
+    let samples = [
+        ("weka_sample.json", "openai-completions", 12, 2, 1),
+        ("otel_sample.json", "openai-completions", 4, 1, 1),
+        ("dag_sample.jsonl", "openai-chat", 10, 2, 1),
+        ("atif_sample.json", "openai-chat", 4, 1, 1),
+    ];
+    for (file, api, turns, tasks, joins) in samples {
+        let (rows, summary, table) = replay_with(&dir, file, &data.join(file), api, &[]);
+        assert_eq!(rows.len(), turns, "{file}: {table}");
+        assert!(rows.iter().all(|r| r["status"] == 200), "{file}: {table}");
+        // Every turn after all it waits for, and its recorded wait after the last of them.
+        check_order(&rows);
+        let joined = rows.iter().filter(|r| r.get("wait_for").is_some()).count();
+        assert_eq!(joined, joins, "{file}");
+        // Where the prompt is built from hash ids, each branch hits what it planned.
+        for r in &rows {
+            if let (Some(planned), "openai-completions") = (r["planned_cached_tokens"].as_u64(), api) {
+                assert_eq!(r["cached_tokens"].as_u64(), Some(planned), "{file}: {r}");
+            }
+        }
+        assert_eq!(summary["sessions"]["tasks"]["tasks"], tasks, "{file}");
+        // A sub-agent: a turn whose parent is another agent's.
+        let by: HashMap<u64, &Value> = rows.iter().map(|r| (index(r), r)).collect();
+        let spawned = rows.iter().filter(|r| {
+            r["parent_index"]
+                .as_u64()
+                .is_some_and(|p| by[&p]["branch"] != r["branch"])
+        });
+        assert!(spawned.count() >= 1, "{file}: no sub-agent");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

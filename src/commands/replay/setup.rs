@@ -106,12 +106,15 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         plan.strict,
     )?;
     let block_size = stats.block_size;
-    if matches!(format, Format::Tracelab | Format::Weka)
+    if matches!(format, Format::Tracelab | Format::Weka | Format::Otel)
         && block_size != format.default_block_size()
     {
         let why = match format {
             Format::Tracelab => {
                 "a TraceLab trace has no hash ids; llmreplay makes its own, one per"
+            }
+            Format::Otel => {
+                "an OpenTelemetry trace has no hash ids; llmreplay makes its own, one per"
             }
             _ => "a WEKA session's hash ids stand for blocks of",
         };
@@ -145,6 +148,9 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         }
         (Format::Auto, Format::Atif) => {
             ", by auto: the first object has `steps`: ATIF trajectories, each model call a turn, run closed-loop"
+        }
+        (Format::Auto, Format::Otel) => {
+            ", by auto: the first object has `resourceSpans`: OpenTelemetry traces, each a task run closed-loop"
         }
         (Format::Auto, Format::Dag) => {
             ", by auto: the first line has `turns`: DAG conversations, each task run closed-loop"
