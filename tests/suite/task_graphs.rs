@@ -423,7 +423,9 @@ fn every_agentic_format_sample_runs_as_its_graph_says() {
         assert_eq!(joined, joins, "{file}");
         // Where the prompt is built from hash ids, each branch hits what it planned.
         for r in &rows {
-            if let (Some(planned), "openai-completions") = (r["planned_cached_tokens"].as_u64(), api) {
+            if let (Some(planned), "openai-completions") =
+                (r["planned_cached_tokens"].as_u64(), api)
+            {
                 assert_eq!(r["cached_tokens"].as_u64(), Some(planned), "{file}: {r}");
             }
         }
