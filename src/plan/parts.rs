@@ -207,9 +207,9 @@ pub fn render_options(a: &cli::ResultArgs) -> Result<RenderOptions> {
     Ok(RenderOptions {
         slo: crate::stats::Slo::parse(&a.goodput).map_err(Error::Usage)?,
         percentiles: a.percentiles.clone(),
-        bounds: match a.bound.is_empty() {
-            true => None,
-            false => Some(crate::stats::Bounds::parse(&a.bound).map_err(Error::Usage)?),
+        bounds: {
+            crate::stats::Bounds::parse(&a.bound).map_err(Error::Usage)?;
+            a.bound.clone()
         },
     })
 }

@@ -116,8 +116,9 @@ pub fn write_summary(dir: &Path, summary: &Summary) -> Result<()> {
 pub struct RenderOptions {
     pub slo: Option<Slo>,
     pub percentiles: Vec<f64>,
-    /// `--bound`: the verdict's bounds; None keeps the run's own (run.json), else defaults.
-    pub bounds: Option<Bounds>,
+    /// `--bound NAME=VALUE` (checked): each replaces that bound of the run's own (run.json)
+    /// or of the defaults; the others stay.
+    pub bounds: Vec<String>,
 }
 
 /// A finished run, read back from its files.
@@ -272,11 +273,10 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
         sessions.turns_cut = schedule("turns_cut");
         sessions.dropped = schedule("sessions_dropped");
     }
-    let bounds = match (&opts.bounds, &config) {
-        (Some(b), _) => b.clone(),
-        (None, Some(c)) => Bounds::from_json(&c["verdict_bounds"]),
-        (None, None) => Bounds::default(),
-    };
+    let own = config
+        .as_ref()
+        .map_or_else(Bounds::default, |c| Bounds::from_json(&c["verdict_bounds"]));
+    let bounds = own.with(&opts.bounds).map_err(Error::Usage)?;
     run.summary.verdict = Some(verdict::judge(&run.summary, config.as_ref(), &bounds));
     write_summary(dir, &run.summary)?;
     let title = format!("llmreplay report: {}", run_title(dir, config.as_ref()));

@@ -79,9 +79,14 @@ impl Default for Bounds {
 }
 
 impl Bounds {
-    /// `--bound NAME=VALUE`, each a known name and a non-negative number.
+    /// `--bound NAME=VALUE`, each a known name and a non-negative number, over the defaults.
     pub fn parse(specs: &[String]) -> Result<Bounds, String> {
-        let mut bounds = Bounds::default();
+        Bounds::default().with(specs)
+    }
+
+    /// These bounds with `--bound NAME=VALUE` specs applied: the others stay as they are.
+    pub fn with(self, specs: &[String]) -> Result<Bounds, String> {
+        let mut bounds = self;
         for spec in specs {
             let names = || BOUNDS.map(|b| b.name).join(", ");
             let (name, value) = spec

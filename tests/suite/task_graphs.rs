@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::common;
-use common::{read_jsonl, temp_dir};
-use llmreplay::mock::{MockConfig, MockServer, StreamFixture};
+use common::{path, read_json, read_jsonl, temp_dir};
+use llmreplay::mock::{MockConfig, StreamFixture};
 
 fn sample() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agentic/weka_sample.json")
@@ -36,38 +36,27 @@ fn replay_with(
         prefix_cache: Some((100_000, 16)),
         ..MockConfig::default()
     };
-    let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
     let out = dir.join(name);
     let tokenizer = common::tokenizer("qwen3");
-    let endpoint = format!("http://{}", mock.addr());
-    let args: Vec<String> = [
-        "--trace",
-        trace.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-        "--tokenizer",
-        tokenizer.to_str().unwrap(),
-        "--api",
-        api,
-        "--model",
-        "m",
-        "--endpoint",
-        &endpoint,
-        "--server-block-size",
-        "16",
-        "--time-scale",
-        "10",
-    ]
-    .iter()
-    .chain(extra)
-    .map(|s| s.to_string())
-    .collect();
-    common::replay_in_process(&args);
-    mock.stop().unwrap();
-    let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let mut args = vec!["--tokenizer", path(&tokenizer), "--api", api];
+    args.extend(["--server-block-size", "16", "--time-scale", "10"]);
+    args.extend(extra);
+    common::replay_against_mock(cfg, trace, &out, &args);
     let table = std::fs::read_to_string(out.join("summary.txt")).unwrap();
-    (read_jsonl(&out.join("requests.jsonl")), summary, table)
+    (
+        read_jsonl(&out.join("requests.jsonl")),
+        read_json(&out.join("summary.json")),
+        table,
+    )
+}
+
+/// The bodies a mock kept (`keep_bodies`), in arrival order.
+fn bodies(stats: &llmreplay::mock::MockStats) -> Vec<Value> {
+    stats
+        .bodies
+        .iter()
+        .map(|(_, b)| serde_json::from_str(b).unwrap())
+        .collect()
 }
 
 fn ms(r: &Value, key: &str) -> f64 {
@@ -238,35 +227,11 @@ fn threaded(dir: &Path, name: &str, extra: &[&str]) -> (Vec<Value>, Vec<Value>) 
         keep_bodies: 10,
         ..MockConfig::default()
     };
-    let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
     let out = dir.join(name);
-    let endpoint = format!("http://{}", mock.addr());
-    let args: Vec<String> = [
-        "--trace",
-        trace.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-        "--api",
-        "openai-chat",
-        "--model",
-        "m",
-        "--endpoint",
-        &endpoint,
-        "--time-scale",
-        "10",
-    ]
-    .iter()
-    .chain(extra)
-    .map(|s| s.to_string())
-    .collect();
-    common::replay_in_process(&args);
-    let stats = mock.stop().unwrap();
-    let bodies = stats
-        .bodies
-        .iter()
-        .map(|(_, b)| serde_json::from_str(b).unwrap())
-        .collect();
-    (bodies, read_jsonl(&out.join("requests.jsonl")))
+    let mut args = vec!["--api", "openai-chat", "--time-scale", "10"];
+    args.extend(extra);
+    let stats = common::replay_against_mock(cfg, &trace, &out, &args);
+    (bodies(&stats), read_jsonl(&out.join("requests.jsonl")))
 }
 
 #[test]
@@ -318,32 +283,9 @@ fn dag_conversations_fork_with_their_history_spawn_fresh_and_join() {
         keep_bodies: 20,
         ..MockConfig::default()
     };
-    let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
     let out = dir.join("dag");
-    let endpoint = format!("http://{}", mock.addr());
-    let args: Vec<String> = [
-        "--trace",
-        trace.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-        "--api",
-        "openai-chat",
-        "--model",
-        "m",
-        "--endpoint",
-        &endpoint,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    common::replay_in_process(&args);
-    let bodies: Vec<Value> = mock
-        .stop()
-        .unwrap()
-        .bodies
-        .iter()
-        .map(|(_, b)| serde_json::from_str(b).unwrap())
-        .collect();
+    let stats = common::replay_against_mock(cfg, &trace, &out, &["--api", "openai-chat"]);
+    let bodies = bodies(&stats);
     let rows = read_jsonl(&out.join("requests.jsonl"));
     assert_eq!((rows.len(), bodies.len()), (10, 10));
     assert!(rows.iter().all(|r| r["status"] == 200), "{rows:?}");
@@ -389,17 +331,13 @@ fn dag_conversations_fork_with_their_history_spawn_fresh_and_join() {
     let mut expected = vec![last("explore-src"), last("explore-tests")];
     expected.sort();
     assert_eq!(joined, expected);
-    let t = &read_json_file(&out.join("summary.json"))["sessions"]["tasks"];
+    let t = &read_json(&out.join("summary.json"))["sessions"]["tasks"];
     assert_eq!(
         (t["tasks"].as_u64(), t["agents_per_task"]["max"].as_f64()),
         (Some(2), Some(4.0)),
         "{t}"
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn read_json_file(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::common;
 use common::{read_jsonl, temp_dir};
-use llmreplay::mock::{MockConfig, MockServer};
+use llmreplay::mock::MockConfig;
 
 const OUTPUT: u64 = 16;
 
@@ -58,32 +58,12 @@ fn replay_at(
         prefix_cache: Some((100_000, 16)),
         ..MockConfig::default()
     };
-    let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
     let out = dir.join(name);
     let tokenizer = common::tokenizer("qwen3");
-    let endpoint = format!("http://{}", mock.addr());
-    let args: Vec<String> = [
-        "--trace",
-        file.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-        "--tokenizer",
-        tokenizer.to_str().unwrap(),
-        "--api",
-        "openai-completions",
-        "--model",
-        "m",
-        "--endpoint",
-        &endpoint,
-        "--server-block-size",
-        "16",
-    ]
-    .iter()
-    .chain(extra)
-    .map(|s| s.to_string())
-    .collect();
-    common::replay_in_process(&args);
-    mock.stop().unwrap();
+    let mut args = vec!["--tokenizer", common::path(&tokenizer)];
+    args.extend(["--api", "openai-completions", "--server-block-size", "16"]);
+    args.extend(extra);
+    common::replay_against_mock(cfg, &file, &out, &args);
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let table = std::fs::read_to_string(out.join("summary.txt")).unwrap();

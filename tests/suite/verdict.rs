@@ -245,6 +245,13 @@ fn every_bound_is_documented_with_its_default() {
     }
     assert!(llmreplay::stats::Bounds::parse(&["drift-p99-ms=x".into()]).is_err());
     assert!(llmreplay::stats::Bounds::parse(&["nope=1".into()]).is_err());
+    // A bound given to `report` replaces that one of the run's own, not the others: a run
+    // judged with relaxed timing bounds is not judged again by the defaults.
+    let own = llmreplay::stats::Bounds::parse(&["late-share=1".into()]).unwrap();
+    let again = own.clone().with(&["tail-samples=7".into()]).unwrap();
+    assert_eq!(again.get("late-share"), 1.0);
+    assert_eq!(again.get("tail-samples"), 7.0);
+    assert_ne!(own.get("tail-samples"), 7.0);
 }
 
 /// `--fresh-prompts` on shards needs the salt they share: refused without `--start-at`.

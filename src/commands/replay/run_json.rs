@@ -248,7 +248,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
         }))),
     );
     // What `report DIR` judges the run by again, unless given other --bound values.
-    let bounds = plan.render.bounds.clone().unwrap_or_default();
+    let bounds = crate::stats::Bounds::parse(&plan.render.bounds).unwrap_or_default();
     put("verdict_bounds", bounds.to_json());
     Value::Object(m)
 }

@@ -118,6 +118,33 @@ pub fn replay_in_process(args: &[String]) -> llmreplay::commands::replay::RunOut
     llmreplay::commands::replay::run(&replay_plan(args)).unwrap()
 }
 
+/// A replay of `trace` into `out` (model `m`) against an in-process mock started with `cfg`
+/// on port 0, with `args` added: what the mock saw.
+pub fn replay_against_mock(
+    cfg: llmreplay::mock::MockConfig,
+    trace: &Path,
+    out: &Path,
+    args: &[&str],
+) -> llmreplay::mock::MockStats {
+    let mock = llmreplay::mock::MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let endpoint = format!("http://{}", mock.addr());
+    let mut line: Vec<String> = [
+        "--trace",
+        path(trace),
+        "--output",
+        path(out),
+        "--model",
+        "m",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    line.extend(["--endpoint".to_string(), endpoint]);
+    line.extend(args.iter().map(|s| s.to_string()));
+    replay_in_process(&line);
+    mock.stop().unwrap()
+}
+
 /// A fresh, empty scratch directory, never another call's (tests of one binary run side by
 /// side, and a test may ask for the same name again).
 pub fn temp_dir(name: &str) -> PathBuf {
