@@ -115,6 +115,9 @@ pub struct Rendezvous {
     /// What the next heartbeat says (state and counts), shared with the beating thread.
     now: Arc<Mutex<Beat>>,
     beating: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    /// Its readiness, once written: a shard becomes ready once (a second wait reads the
+    /// same instant, or shards that read the first would compute another start).
+    ready_written: bool,
 }
 
 fn ready_path(dir: &Path, i: u32) -> PathBuf {
@@ -227,6 +230,7 @@ impl Rendezvous {
             joined: Instant::now(),
             now,
             beating: Some((stop, thread)),
+            ready_written: false,
         })
     }
 
@@ -262,7 +266,10 @@ impl Rendezvous {
             host: crate::sys::hostname().unwrap_or_default(),
         };
         let own = ready_path(&self.dir, self.index);
-        write_whole(&own, &note).map_err(|e| e.to_string())?;
+        if !self.ready_written {
+            write_whole(&own, &note).map_err(|e| e.to_string())?;
+            self.ready_written = true;
+        }
         self.update(Beat {
             state: Some(State::Ready),
             ..Beat::default()

@@ -12,8 +12,9 @@ use crate::trace::Format;
 
 #[derive(Debug, Args, Clone)]
 pub struct ReplayArgs {
-    /// JSONL trace to replay (`.gz` is decompressed on the fly), or a CSV trace (Azure,
-    /// BurstGPT).
+    /// Trace to replay (gzip and zstd are decompressed on the fly): JSONL (Mooncake,
+    /// Bailian, DAG), CSV (Azure, BurstGPT, TraceLab), or JSON documents (WEKA sessions, ATIF
+    /// trajectories, OpenTelemetry exports); see --format.
     #[arg(
         long,
         visible_alias = "dataset-path",

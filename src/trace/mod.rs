@@ -26,7 +26,9 @@ crate::choices! {
     /// The trace formats llmreplay understands (CONTRACT §3).
     #[derive(Default)]
     pub enum Format {
-        /// Decide from the first record: `chat_id` means bailian, anything else mooncake.
+        /// Decide from the first record: a CSV header names its format; a JSON object with
+        /// `requests` is weka, `turns` dag, `steps` atif, `resourceSpans` otel, `chat_id`
+        /// bailian, anything else mooncake.
         #[default]
         Auto = "auto",
         /// Mooncake FAST'25 / AIPerf `mooncake_trace`: timestamps in ms, 512-token blocks.
