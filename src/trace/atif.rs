@@ -118,16 +118,9 @@ impl Atif {
     /// The next model call as record `index`; `Ok(None)` at the end.
     pub fn next(&mut self, index: u64) -> Result<Option<TraceRecord>> {
         while self.queue.is_empty() {
-            let t = match self.docs.next() {
-                None => return Ok(None),
-                Some(Err(e)) => {
-                    return Err(Error::Trace {
-                        file: self.path.clone(),
-                        line: e.line() as u64,
-                        message: format!("not an ATIF trajectory: {e}"),
-                    })
-                }
-                Some(Ok(t)) => t,
+            let Some(t) = super::next_document(&mut self.docs, &self.path, "an ATIF trajectory")?
+            else {
+                return Ok(None);
             };
             self.read += 1;
             let fail = |message: String| Error::Trace {

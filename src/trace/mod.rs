@@ -22,6 +22,22 @@ pub use source::{TraceFile, MAX_LINE_BYTES};
 
 use serde_json::{Map, Value};
 
+/// The next JSON document of a stream of them (one after another, one a line or each
+/// pretty-printed); a broken one is an error naming the file and its line, as `what`.
+fn next_document<R: std::io::Read, T: serde::de::DeserializeOwned>(
+    docs: &mut serde_json::StreamDeserializer<'static, serde_json::de::IoRead<R>, T>,
+    path: &std::path::Path,
+    what: &str,
+) -> crate::error::Result<Option<T>> {
+    docs.next()
+        .transpose()
+        .map_err(|e| crate::error::Error::Trace {
+            file: path.to_path_buf(),
+            line: e.line() as u64,
+            message: format!("not {what}: {e}"),
+        })
+}
+
 crate::choices! {
     /// The trace formats llmreplay understands (CONTRACT §3).
     #[derive(Default)]
@@ -74,6 +90,15 @@ impl Format {
             | Format::Dag
             | Format::Atif => 512,
         }
+    }
+
+    /// A format whose records are agents' turns linked into task graphs: they carry no
+    /// arrival times of their own (each leaves after what it waits for).
+    pub fn is_task_graph(self) -> bool {
+        matches!(
+            self,
+            Format::Weka | Format::Dag | Format::Atif | Format::Otel
+        )
     }
 
     /// A CSV format (a header line, then one record a line).

@@ -66,11 +66,12 @@ impl Otel {
                 message,
             };
             let mut traces: BTreeMap<String, Vec<Span>> = BTreeMap::new();
-            let docs = serde_json::Deserializer::from_reader(input).into_iter::<Value>();
-            for (i, doc) in docs.enumerate() {
-                let n = i as u64 + 1;
-                let doc = doc
-                    .map_err(|e| fail(e.line() as u64, format!("not an OTLP JSON export: {e}")))?;
+            let mut docs = serde_json::Deserializer::from_reader(input).into_iter::<Value>();
+            let mut n = 0;
+            while let Some(doc) =
+                super::next_document(&mut docs, &self.path, "an OTLP JSON export")?
+            {
+                n += 1;
                 spans(&doc, &mut traces).map_err(|m| fail(n, format!("export {n}: {m}")))?;
             }
             let mut next_block = 0;

@@ -122,17 +122,11 @@ impl Weka {
         skipped: &mut Skipped,
     ) -> Result<Option<TraceRecord>> {
         while self.queue.is_empty() {
-            let session = match self.sessions.next() {
-                None => return Ok(None),
-                Some(Err(e)) => {
-                    // A broken document cannot be skipped: where the next one starts is lost.
-                    return Err(Error::Trace {
-                        file: self.path.clone(),
-                        line: e.line() as u64,
-                        message: format!("not a WEKA session: {e}"),
-                    });
-                }
-                Some(Ok(s)) => s,
+            // A broken document cannot be skipped: where the next one starts is lost.
+            let Some(session) =
+                super::next_document(&mut self.sessions, &self.path, "a WEKA session")?
+            else {
+                return Ok(None);
             };
             self.read += 1;
             match self.expand(&session, index) {

@@ -379,3 +379,27 @@ fn every_agentic_format_sample_runs_as_its_graph_says() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_task_graph_in_timestamp_mode_is_refused_not_sent_all_at_once() {
+    let dir = temp_dir("graph-timestamp");
+    let out = common::bin()
+        .args(["replay", "--mock", "--trace", path(&sample())])
+        .args(["--tokenizer", path(&common::tokenizer("qwen3"))])
+        .args([
+            "--session-mode",
+            "timestamp",
+            "--output",
+            path(&dir.join("r")),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--session-mode timestamp: a weka trace's turns have no arrival times"),
+        "{err}"
+    );
+    assert!(!dir.join("r").join("requests.jsonl").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -123,6 +123,12 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
             format.default_block_size()
         )));
     }
+    if format.is_task_graph() && plan.session_mode == crate::session::SessionMode::Timestamp {
+        return Err(Error::Usage(format!(
+            "--session-mode timestamp: a {} trace's turns have no arrival times of their own (each leaves after the turns it waits for, which timestamp mode ignores): use after-parent",
+            format.name()
+        )));
+    }
     if stats.records == 0 {
         return Err(Error::Trace {
             file: plan.trace.clone(),
