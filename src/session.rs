@@ -136,6 +136,13 @@ pub struct SessionLink {
 }
 
 impl SessionLink {
+    /// Every turn it waits for: its parent, then the branches it joins.
+    pub fn waited_for(&self) -> impl Iterator<Item = u64> + '_ {
+        self.parent_index
+            .into_iter()
+            .chain(self.joins.iter().copied())
+    }
+
     /// Which of `n` senders runs this conversation (all its turns on one).
     pub fn sender(&self, n: usize) -> usize {
         let mut h = std::collections::hash_map::DefaultHasher::new();

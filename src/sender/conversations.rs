@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::carry::{self, History};
 use crate::pipeline::PreparedRequest;
+use crate::session::SessionLink;
 
 /// Bytes of histories a sender keeps for turns still to come; past it the oldest go (their
 /// children are sent as built, and say so).
@@ -50,10 +51,8 @@ impl Conversations {
             return Some(req);
         };
         // A join waits under the first of its turns not yet ended.
-        if let Some(pending) = std::iter::once(parent)
-            .chain(turn.link.joins.iter().copied())
-            .find(|p| !self.ended.contains_key(p))
-        {
+        let pending = turn.link.waited_for().find(|p| !self.ended.contains_key(p));
+        if let Some(pending) = pending {
             self.parked.entry(pending).or_default().push(req);
             self.parked_len += 1;
             return None;
@@ -67,22 +66,20 @@ impl Conversations {
     /// The last to end of the turns a released request waited for (failed if any failed).
     fn latest_end(&self, req: &PreparedRequest) -> Ended {
         let link = req.session.as_ref().map(|t| &t.link);
-        let waited = link
-            .and_then(|l| l.parent_index)
+        let ends = link
             .into_iter()
-            .chain(link.into_iter().flat_map(|l| l.joins.iter().copied()));
-        waited
-            .filter_map(|p| self.ended.get(&p))
-            .fold(None::<Ended>, |acc, e| {
-                Some(Ended {
-                    end_ns: acc.map_or(e.end_ns, |a| a.end_ns.max(e.end_ns)),
-                    failed: acc.is_some_and(|a| a.failed) || e.failed,
-                })
-            })
-            .unwrap_or(Ended {
+            .flat_map(SessionLink::waited_for)
+            .filter_map(|p| self.ended.get(&p));
+        ends.fold(
+            Ended {
                 end_ns: 0,
-                failed: true,
-            })
+                failed: false,
+            },
+            |a, e| Ended {
+                end_ns: a.end_ns.max(e.end_ns),
+                failed: a.failed || e.failed,
+            },
+        )
     }
 
     /// A turn's record is in (end in run ns), with what its children carry forward (for as
@@ -217,7 +214,6 @@ fn release(req: &mut PreparedRequest, parent: Ended) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::SessionLink;
 
     fn turn(index: u64, parent: Option<u64>, at: u64, think: u64) -> PreparedRequest {
         PreparedRequest::turn_for_test(

@@ -26,7 +26,7 @@ use serde_json::de::IoRead;
 use serde_json::{json, Value};
 
 use super::parse::MAX_LENGTH;
-use super::{DagIds, Input, TraceIds, TraceRecord};
+use super::{DagIds, Input, TraceRecord};
 use crate::error::{Error, Result};
 
 #[derive(Deserialize)]
@@ -210,29 +210,26 @@ fn agent(
                         .into_iter()
                         .chain(joins.drain(..))
                         .collect();
+                    // The agent's previous call is continued by this one.
+                    if let Some(d) = prev.and_then(|p| calls[p].record.ids.dag.as_mut()) {
+                        d.heirs += 1;
+                    }
                     calls.push(Call {
-                        record: TraceRecord {
-                            index: 0,
+                        record: TraceRecord::task_turn(
                             line,
-                            timestamp_ms: Some(0.0),
-                            input: Input::Messages {
+                            task,
+                            Input::Messages {
                                 messages: messages.clone(),
                                 tools: tools.clone(),
                             },
-                            output_length: out,
-                            ids: TraceIds {
-                                session_id: Some(task.to_string()),
-                                dag: Some(Box::new(DagIds {
-                                    branch: branch.to_string(),
-                                    wait_ms,
-                                    keeps_parent: prev.is_some(),
-                                    heirs: 1,
-                                    ..DagIds::default()
-                                })),
-                                ..TraceIds::default()
+                            out,
+                            DagIds {
+                                branch: branch.to_string(),
+                                wait_ms,
+                                keeps_parent: prev.is_some(),
+                                ..DagIds::default()
                             },
-                            extra: None,
-                        },
+                        ),
                         waits,
                         fresh: prev.is_none() && spawner.is_some(),
                     });
@@ -366,6 +363,9 @@ mod tests {
         // The sub-agent starts fresh after the call that delegated to it, and is joined.
         assert_eq!((dag(1).parents_back.clone(), dag(1).fresh), (vec![1], true));
         assert_eq!(dag(3).parents_back, [3, 1]);
+        // Each call is continued by its agent's next one: its history is kept for one heir.
+        let heirs: Vec<u32> = (0..r.len()).map(|i| dag(i).heirs).collect();
+        assert_eq!(heirs, [1, 1, 0, 0]);
         // The main agent's second call: its first answer (a tool call) and both results.
         let m = messages(3);
         assert_eq!(m[2]["role"], "assistant");

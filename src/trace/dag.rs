@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::parse::MAX_LENGTH;
-use super::{DagIds, Input, TraceIds, TraceRecord};
+use super::{DagIds, Input, TraceRecord};
 use crate::error::{Error, Result};
 
 #[derive(Deserialize)]
@@ -329,29 +329,25 @@ fn place<'a>(
         if turn.messages.is_empty() || !turn.messages.iter().all(|m| m["role"].is_string()) {
             return Err((r.line, format!("conversation {id:?} turn {k}: field `messages`: a non-empty array of objects with a string `role`")));
         }
-        out.push(TraceRecord {
-            index: 0,
-            line: r.line,
-            timestamp_ms: Some(0.0),
-            input: Input::Messages {
+        let mut record = TraceRecord::task_turn(
+            r.line,
+            task,
+            Input::Messages {
                 messages: turn.messages.clone(),
                 tools: turn.tools.clone(),
             },
-            output_length: length,
-            ids: TraceIds {
-                session_id: Some(task.to_string()),
-                dag: Some(Box::new(DagIds {
-                    branch: id.to_string(),
-                    parents_back: waits.iter().map(|&w| (here - w) as u64).collect(),
-                    wait_ms: turn.delay.max(0.0),
-                    keeps_parent: k > 0 || keeps,
-                    fresh: k == 0 && parent.is_some() && !keeps,
-                    heirs: 0,
-                })),
-                ..TraceIds::default()
+            length,
+            DagIds {
+                branch: id.to_string(),
+                parents_back: waits.iter().map(|&w| (here - w) as u64).collect(),
+                wait_ms: turn.delay.max(0.0),
+                keeps_parent: k > 0 || keeps,
+                fresh: k == 0 && parent.is_some() && !keeps,
+                heirs: 0,
             },
-            extra: turn.extra.clone(),
-        });
+        );
+        record.extra = turn.extra.clone();
+        out.push(record);
         // Its heirs: the turn after it, and the conversations forked from it.
         let mut heirs = u32::from(k + 1 < r.c.turns.len());
         placed.get_mut(id).expect("inserted above").push(here);

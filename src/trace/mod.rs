@@ -208,6 +208,30 @@ impl TraceRecord {
         }
     }
 
+    /// A turn of a task graph read from line `line` (numbered later): every task arrives at
+    /// 0, and its links say when the turn leaves.
+    pub fn task_turn(
+        line: u64,
+        task: &str,
+        input: Input,
+        output_length: Option<u64>,
+        dag: DagIds,
+    ) -> TraceRecord {
+        TraceRecord {
+            index: 0,
+            line,
+            timestamp_ms: Some(0.0),
+            input,
+            output_length,
+            ids: TraceIds {
+                session_id: Some(task.to_string()),
+                dag: Some(Box::new(dag)),
+                ..TraceIds::default()
+            },
+            extra: None,
+        }
+    }
+
     /// Record `index` at `index` ms with one 16-token block, for unit tests of what is
     /// decided from ids.
     #[cfg(test)]

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::parse::MAX_LENGTH;
-use super::{DagIds, Input, TraceIds, TraceRecord};
+use super::{DagIds, Input, TraceRecord};
 use crate::error::{Error, Result};
 
 /// Tokens a made-up hash id stands for.
@@ -236,33 +236,28 @@ fn task(
                 d.heirs += 1;
             }
         }
-        out.push(TraceRecord {
-            index: 0,
-            line: 1,
-            timestamp_ms: Some(0.0),
-            input: Input::Synthetic {
+        let mut record = TraceRecord::task_turn(
+            1,
+            trace,
+            Input::Synthetic {
                 input_length: input,
                 hash_ids: ids.clone(),
             },
-            output_length: Some(output),
-            ids: TraceIds {
-                session_id: Some(trace.to_string()),
-                prefix_tokens: prev.map(|p| match keeps {
-                    true => calls[p].input.unwrap_or(0) + calls[p].output.unwrap_or(0),
-                    false => 0,
-                }),
-                dag: Some(Box::new(DagIds {
-                    branch: agent_name(agent),
-                    parents_back: waits.iter().map(|&w| (i - w) as u64).collect(),
-                    wait_ms: wait_ns as f64 / 1e6,
-                    keeps_parent: keeps,
-                    fresh: prev.is_none() && spawner.is_some(),
-                    heirs: 0,
-                })),
-                ..TraceIds::default()
+            Some(output),
+            DagIds {
+                branch: agent_name(agent),
+                parents_back: waits.iter().map(|&w| (i - w) as u64).collect(),
+                wait_ms: wait_ns as f64 / 1e6,
+                keeps_parent: keeps,
+                fresh: prev.is_none() && spawner.is_some(),
+                heirs: 0,
             },
-            extra: None,
+        );
+        record.ids.prefix_tokens = prev.map(|p| match keeps {
+            true => calls[p].input.unwrap_or(0) + calls[p].output.unwrap_or(0),
+            false => 0,
         });
+        out.push(record);
         blocks.push(ids);
         done.entry(key).or_default().push(i);
     }

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde_json::de::IoRead;
 
 use super::parse::MAX_LENGTH;
-use super::{DagIds, Input, Skipped, TraceIds, TraceRecord};
+use super::{DagIds, Input, Skipped, TraceRecord};
 use crate::error::{Error, Result};
 
 /// The block size the corpus uses, and the only one read (`--block-size` does not apply).
@@ -224,30 +224,26 @@ impl Weka {
                 }
                 .min(c.input)
             });
-            records.push(TraceRecord {
-                index: base + i as u64,
-                line: self.read,
-                timestamp_ms: Some(0.0),
-                input: Input::Synthetic {
+            let mut record = TraceRecord::task_turn(
+                self.read,
+                &s.id,
+                Input::Synthetic {
                     input_length: c.input,
                     hash_ids,
                 },
-                output_length: Some(c.out),
-                ids: TraceIds {
-                    session_id: Some(s.id.clone()),
-                    prefix_tokens: prefix,
-                    dag: Some(Box::new(DagIds {
-                        branch: n.branch.clone(),
-                        parents_back: n.parents.iter().map(|&p| (i - p) as u64).collect(),
-                        wait_ms: wait_s * 1000.0,
-                        keeps_parent: n.keeps_parent,
-                        heirs: n.heirs,
-                        fresh: n.fresh,
-                    })),
-                    ..TraceIds::default()
+                Some(c.out),
+                DagIds {
+                    branch: n.branch.clone(),
+                    parents_back: n.parents.iter().map(|&p| (i - p) as u64).collect(),
+                    wait_ms: wait_s * 1000.0,
+                    keeps_parent: n.keeps_parent,
+                    heirs: n.heirs,
+                    fresh: n.fresh,
                 },
-                extra: None,
-            });
+            );
+            record.index = base + i as u64;
+            record.ids.prefix_tokens = prefix;
+            records.push(record);
         }
         self.queue.extend(records);
         Ok(())
