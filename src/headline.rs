@@ -152,6 +152,12 @@ pub const FIGURES: &[Figure] = &[
         value: |s| Some(s.failed as f64),
     },
     Figure {
+        key: "requests_resent",
+        label: "Resent on a fresh connection",
+        decimals: 0,
+        value: |s| (s.resent > 0).then_some(s.resent as f64),
+    },
+    Figure {
         key: "duration_s",
         label: "Benchmark duration (s)",
         decimals: 2,

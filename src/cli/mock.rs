@@ -109,7 +109,9 @@ pub struct MockArgs {
     /// Inject a fault into this share of requests (repeatable): `refuse` (close on accept),
     /// `reset-mid-stream`, `status:CODE` (e.g. status:503:0.05, vLLM-shaped error body),
     /// `stall` (stop mid-stream), `slow-head` (head 300 ms late), `malformed-sse`,
-    /// `truncated-chunk`, `close-after-response` (no keep-alive), `huge-head`.
+    /// `truncated-chunk`, `close-after-response` (no keep-alive), `huge-head`, `drop-reused`
+    /// (close a keep-alive connection unanswered when its next request arrives, as
+    /// llama-server may do to a request sent right after an answer).
     #[arg(long = "fault", value_name = "KIND:RATE")]
     pub faults: Vec<String>,
 

@@ -27,6 +27,10 @@ pub enum FaultKind {
     CloseAfterResponse,
     /// A response head larger than any client should accept.
     HugeHead,
+    /// Close a keep-alive connection that already answered a request when the next one
+    /// arrives, without a byte of answer (llama.cpp's server does so to a request sent right
+    /// after the previous answer's end). A connection's first request is never dropped.
+    DropReused,
 }
 
 /// How late a `slow-head` response starts.
@@ -45,12 +49,14 @@ impl FaultKind {
             "truncated-chunk" => FaultKind::TruncatedChunk,
             "close-after-response" => FaultKind::CloseAfterResponse,
             "huge-head" => FaultKind::HugeHead,
+            "drop-reused" => FaultKind::DropReused,
             other => match other.strip_prefix("status:").map(str::parse::<u16>) {
                 Some(Ok(code)) if (400..600).contains(&code) => FaultKind::Status(code),
                 _ => {
                     return Err(format!(
                         "unknown fault {other:?}: refuse, reset-mid-stream, status:CODE (400-599), stall, \
-                         slow-head, malformed-sse, truncated-chunk, close-after-response, huge-head"
+                         slow-head, malformed-sse, truncated-chunk, close-after-response, huge-head, \
+                         drop-reused"
                     ))
                 }
             },
@@ -68,6 +74,7 @@ impl FaultKind {
             FaultKind::TruncatedChunk => "truncated-chunk".into(),
             FaultKind::CloseAfterResponse => "close-after-response".into(),
             FaultKind::HugeHead => "huge-head".into(),
+            FaultKind::DropReused => "drop-reused".into(),
         }
     }
 }

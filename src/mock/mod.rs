@@ -149,6 +149,8 @@ struct Conn {
     /// pipelining).
     generation: Option<Generation>,
     close_after: bool,
+    /// Requests it has taken.
+    requests: u64,
     /// The fault injected into the request being answered.
     fault: Option<FaultKind>,
     /// A response head held back until the first events (`slow-head`).
@@ -386,6 +388,7 @@ impl MockLoop {
                             written: 0,
                             generation: None,
                             close_after: false,
+                            requests: 0,
                             fault: None,
                             head_pending: None,
                             handshake_counted: false,

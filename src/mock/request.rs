@@ -61,6 +61,18 @@ impl MockLoop {
         if conn.input.len() < head_len + length {
             return false; // body still arriving
         }
+        let fault = cfg
+            .faults
+            .for_request(index.unwrap_or(id))
+            .filter(|&f| f != FaultKind::DropReused || conn.requests > 0);
+        if fault == Some(FaultKind::DropReused) {
+            // Closed unread and unanswered: the flush after this closes it.
+            conn.input.clear();
+            conn.close_after = true;
+            self.log_fault(index, FaultKind::DropReused);
+            return false;
+        }
+        conn.requests += 1;
         // Only now: a close flagged while the body was still arriving would end the
         // connection before the request is answered.
         conn.close_after |= wants_close;
@@ -191,7 +203,6 @@ impl MockLoop {
                 chunks_tokens: Vec::with_capacity(generation_state.chunks(&cfg) as usize + 1),
             }));
         }
-        let fault = cfg.faults.for_request(index.unwrap_or(id));
         conn.fault = fault;
         let mut head: Vec<u8> = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n".to_vec();
         // A recorded stream's counts are the recording's, not the mock's estimate.
@@ -226,7 +237,7 @@ impl MockLoop {
             Some(FaultKind::Stall | FaultKind::ResetMidStream | FaultKind::TruncatedChunk) => {
                 generation_state.stop_at = generation_state.tokens / 2;
             }
-            Some(FaultKind::MalformedSse | FaultKind::Refuse) | None => {}
+            Some(FaultKind::MalformedSse | FaultKind::Refuse | FaultKind::DropReused) | None => {}
         }
         head.extend_from_slice(b"\r\n");
         if generation_state.stream {

@@ -77,6 +77,8 @@ pub struct Line<'a> {
     pub reasoning_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_ms: Present<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resent_ms: Option<f64>,
     /// Required: a line without it is refused.
     pub scheduled_ms: f64,
     pub sent_ms: Option<f64>,
@@ -165,6 +167,7 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
             queue_ms: r.queue_ns.map(ms),
             reasoning_tokens: r.reasoning_tokens,
             released_ms: turn.map(|t| t.released_ns.map(ms)),
+            resent_ms: r.resent_ns.map(ms),
             scheduled_ms: ms(r.scheduled_ns),
             sent_ms: r.sent_ns.map(ms),
             session_delay_ms: turn.map(|t| ms(t.delay_ns)),
@@ -222,6 +225,7 @@ impl From<Line<'_>> for RequestRecord {
             },
             queue_ns: l.queue_ms.map(ns),
             connection_wait_ns: l.connection_wait_ms.map(ns),
+            resent_ns: l.resent_ms.map(ns),
             warmup: l.warmup,
             session: l.turn.map(|turn| TurnRecord {
                 root: session_id.unwrap_or_default(),
@@ -294,6 +298,7 @@ mod tests {
             }),
             queue_ns: Some(42),
             connection_wait_ns: Some(7_000),
+            resent_ns: Some(9_000),
             warmup: true,
         }
     }
@@ -324,6 +329,7 @@ mod tests {
             "warmup",
             "queue_ms",
             "connection_wait_ms",
+            "resent_ms",
             "session_id",
             "chunk_times_ms",
         ] {

@@ -160,6 +160,9 @@ pub struct RequestRecord {
     /// Due with no idle connection to its endpoint: how long it waited for one (part of its
     /// drift). None: it went on a connection at once.
     pub connection_wait_ns: Option<u64>,
+    /// Sent again, at this time, on a fresh connection: the keep-alive connection it went on
+    /// first closed before a byte of answer. Its times still count from the first send.
+    pub resent_ns: Option<u64>,
     /// For an answer that reasoned, when its first answer token (not reasoning) arrived
     /// (`first_token_ns` is the first of any kind).
     pub first_answer_ns: Option<u64>,

@@ -150,8 +150,9 @@ impl Conn {
                     left = left.saturating_sub(n);
                     if ex.written == total {
                         // The bytes are no longer needed while the response streams
-                        // (but for a turn whose prompt its children carry forward).
-                        if ex.req.carry.is_none() {
+                        // (but for a turn whose prompt its children carry forward, and a
+                        // request that may yet be resent).
+                        if ex.req.carry.is_none() && !ex.resendable {
                             w.spent = Some(std::mem::take(&mut ex.req.bytes));
                             ex.req.start = 0;
                         }

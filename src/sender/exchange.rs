@@ -53,6 +53,12 @@ pub struct Exchange {
     /// Since when it waits for a connection (due with none idle), then how long it waited.
     pub waiting_since: Option<u64>,
     connection_wait_ns: Option<u64>,
+    /// It went on a keep-alive connection that had answered before and has heard nothing
+    /// back yet: if that connection closes now, the request is sent again on a fresh one
+    /// (once), so it keeps its bytes until the answer starts.
+    pub resendable: bool,
+    /// When it was sent again on a fresh connection.
+    pub resent_ns: Option<u64>,
 }
 
 impl Exchange {
@@ -90,7 +96,29 @@ impl Exchange {
             chunk_tokens: record_itl.then(Vec::new),
             waiting_since: None,
             connection_wait_ns: None,
+            resendable: false,
+            resent_ns: None,
         }
+    }
+
+    /// Its answer started: it can no longer be resent, and the bytes kept for that (unless
+    /// its children carry them) are given back once all of them are written.
+    pub fn answer_started(&mut self, head_len: usize) -> Option<Vec<u8>> {
+        if !std::mem::take(&mut self.resendable) || self.req.carry.is_some() {
+            return None;
+        }
+        (self.written == head_len + self.req.payload().len()).then(|| {
+            self.req.start = 0;
+            std::mem::take(&mut self.req.bytes)
+        })
+    }
+
+    /// Makes it ready to go again on a fresh connection at `now`, its old one having closed
+    /// before a byte of answer: it keeps its send time (the user's request left then).
+    pub fn resend(&mut self, now: u64) {
+        self.resendable = false;
+        self.resent_ns = Some(now);
+        self.written = 0;
     }
 
     /// It goes on a connection at `now`: if it waited for one, for how long.
@@ -285,6 +313,7 @@ impl Exchange {
             chunk_tokens: self.chunk_tokens,
             queue_ns: self.req.queue_ns,
             connection_wait_ns: self.connection_wait_ns,
+            resent_ns: rel(self.resent_ns),
             warmup: self.req.warmup,
             session: self.req.session.map(|t| TurnRecord {
                 root: t.link.root,

@@ -114,6 +114,16 @@ impl Pool {
         }
     }
 
+    /// The waiting request a connection takes: the first in line on a fresh connection; on
+    /// a reused one, the first that is not being resent (those go on fresh ones only).
+    pub fn next_waiting(&mut self, fresh: bool) -> Option<Exchange> {
+        let at = match fresh {
+            true => 0,
+            false => self.waiting.iter().position(|ex| ex.resent_ns.is_none())?,
+        };
+        self.waiting.remove(at)
+    }
+
     /// The connection in `slot` closed (it may have been idle).
     pub fn forget(&mut self, slot: usize) {
         if let Some(at) = self.idle.iter().position(|i| i.slot == slot) {

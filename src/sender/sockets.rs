@@ -19,11 +19,12 @@ impl SenderLoop {
         if ex.waiting_since.is_some() {
             ex.connection_found(self.clock.now_ns());
         }
-        self.slots[slot]
+        let conn = self.slots[slot]
             .conn
             .as_mut()
-            .expect("idle slot has a connection")
-            .begin(ex);
+            .expect("idle slot has a connection");
+        ex.resendable = conn.used && ex.resent_ns.is_none();
+        conn.begin(ex);
         self.in_flight += 1;
         // Only the start now: the rest waits until every request due at this moment has
         // started, so a burst of large prompts does not delay the last one's first byte.
@@ -83,7 +84,7 @@ impl SenderLoop {
             let seq = conn.seq;
             let pool = &mut self.pools[target];
             pool.connected();
-            match pool.waiting.pop_front() {
+            match pool.next_waiting(true) {
                 Some(ex) => self.start(slot, ex),
                 None => {
                     let now = self.clock.now_ns();
@@ -137,6 +138,12 @@ impl SenderLoop {
                 self.close(slot);
                 break;
             };
+            if ex.resendable {
+                let head = self.cfg.targets[conn.target].request_head.len();
+                if let Some(bytes) = ex.answer_started(head) {
+                    self.cfg.buffers.give(bytes);
+                }
+            }
             ex.last_byte_ns = Some(now);
             let mut feed = Feed {
                 ex,
@@ -203,7 +210,7 @@ impl SenderLoop {
             self.top_up(target);
             return;
         }
-        match self.pools[target].waiting.pop_front() {
+        match self.pools[target].next_waiting(false) {
             Some(next) => self.start(slot, next),
             None => {
                 let conn = self.slots[slot].conn.as_mut().expect("live slot");
@@ -219,6 +226,17 @@ impl SenderLoop {
         };
         let target = conn.target;
         if let Some(mut ex) = conn.exchange.take() {
+            if kind == ErrorKind::Reset && ex.resendable {
+                // A keep-alive connection the server closed as the request went out (it
+                // read none of it): the request goes again, once, on a fresh connection.
+                self.in_flight -= 1;
+                self.close(slot);
+                ex.resend(self.clock.now_ns());
+                self.pools[target].waiting.push_front(ex);
+                self.pools[target].connecting += 1;
+                self.connector.request(target);
+                return;
+            }
             ex.fail(kind, message);
             ex.end_ns = Some(self.clock.now_ns());
             self.in_flight -= 1;

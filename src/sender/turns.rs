@@ -76,6 +76,10 @@ impl SenderLoop {
             };
             (slot, bytes, ex.req.start, answer)
         });
+        // A request kept its bytes to be resent, and failed before its answer started.
+        if carried.is_none() && ex.req.bytes.capacity() > 0 {
+            self.cfg.buffers.give(std::mem::take(&mut ex.req.bytes));
+        }
         let heirs = ex.req.session.as_ref().map_or(0, |t| t.link.heirs);
         let mut record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
         if let Some(e) = &mut record.error {

@@ -158,6 +158,7 @@ pub struct SummaryBuilder {
     per_endpoint: BTreeMap<String, EndpointBuilder>,
     sessions: SessionBuilder,
     warmup: u64,
+    resent: u64,
     queue_ms: Vec<f64>,
     prefix: PrefixHits,
     /// The trace's block size, for the block-weighted prefix-cache shares (0: unknown).
@@ -202,6 +203,7 @@ impl SummaryBuilder {
             return;
         }
         self.total += 1;
+        self.resent += u64::from(r.resent_ns.is_some());
         if let Some(q) = r.queue_ns {
             self.queue_ms.push(q as f64 / 1e6);
         }
@@ -301,6 +303,7 @@ impl SummaryBuilder {
             output_length_match: self.output_length_match,
             percentiles: percentile_list(percentiles),
             warmup_requests: self.warmup,
+            resent: self.resent,
             queue: Distribution::of(&mut self.queue_ms, percentiles),
             prefix: self.prefix,
             reasoning: self.reasoning,
@@ -374,6 +377,9 @@ pub struct Summary {
     pub sessions: Option<SessionSummary>,
     /// `--warmup-requests` records, left out of everything else.
     pub warmup_requests: u64,
+    /// Requests sent again on a fresh connection, their keep-alive one having closed before
+    /// a byte of answer (each record says so in `resent_ms`).
+    pub resent: u64,
     /// Closed loop: each request's wait for a free slot.
     pub queue: Option<Distribution>,
     /// Prefix-cache hits, reported and predicted.
@@ -431,7 +437,7 @@ impl Summary {
         let mut m = Map::new();
         m.insert(
             "requests".into(),
-            json!({"total": self.total, "ok": self.ok, "failed": self.failed, "by_error_kind": self.by_error_kind, "first_error_by_kind": self.first_error_by_kind}),
+            json!({"total": self.total, "ok": self.ok, "failed": self.failed, "resent": self.resent, "by_error_kind": self.by_error_kind, "first_error_by_kind": self.first_error_by_kind}),
         );
         m.insert("duration_s".into(), json!(self.duration_s));
         m.insert("input_tokens".into(), json!(self.input_tokens));

@@ -98,3 +98,63 @@ fn the_mock_survives_a_client_leaving_with_hundreds_of_queued_connections() {
     let answer = ask(&mut fresh);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
 }
+
+/// llama-server may close a keep-alive connection, unread, when a request follows the
+/// previous answer at once. The mock does that to every request on a reused connection
+/// (`drop-reused`): each such request is sent again, once, on a fresh connection, and its
+/// record says when. Nothing fails, and the resent records are exactly the mock's drops.
+#[test]
+fn a_request_a_reused_connection_drops_unanswered_is_resent_on_a_fresh_one() {
+    let dir = temp_dir("drop-reused");
+    let trace = dir.join("t.jsonl");
+    let lines: Vec<String> = (0..20)
+        .map(|i| {
+            json!({"timestamp": i * 30, "text_input": "a b c", "output_length": 3}).to_string()
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let log = dir.join("faults.jsonl");
+    let mock = MockProcess::start(&[
+        "--ttft-ms",
+        "2",
+        "--fault",
+        "drop-reused:1",
+        "--fault-log",
+        log.to_str().unwrap(),
+    ]);
+    let out = dir.join("run");
+    let status = replay_against(&mock, &trace, &out).status().unwrap();
+    drop(mock);
+    assert!(status.success());
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    assert_eq!(records.len(), 20);
+    assert!(records.iter().all(|r| r["status"] == 200), "{records:?}");
+    let mut dropped: Vec<u64> = read_jsonl(&log)
+        .iter()
+        .map(|f| {
+            assert_eq!(f["fault"], "drop-reused");
+            f["index"].as_u64().unwrap()
+        })
+        .collect();
+    dropped.sort();
+    let mut resent: Vec<u64> = records
+        .iter()
+        .filter(|r| r.get("resent_ms").is_some())
+        .map(|r| r["index"].as_u64().unwrap())
+        .collect();
+    resent.sort();
+    assert!(!dropped.is_empty(), "connections were reused");
+    // Each drop was resent once: on a fresh connection, which the mock answers.
+    assert_eq!(resent, dropped);
+    for r in records.iter().filter(|r| r.get("resent_ms").is_some()) {
+        assert!(r["resent_ms"].as_f64() >= r["sent_ms"].as_f64(), "{r}");
+        assert!(
+            r["first_token_ms"].as_f64() > r["resent_ms"].as_f64(),
+            "{r}"
+        );
+    }
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["requests"]["resent"], dropped.len() as u64);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -340,6 +340,64 @@ fn dag_conversations_fork_with_their_history_spawn_fresh_and_join() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A turn released with no wait goes out right after its parent's answer, on the same
+/// keep-alive connection: llama-server closes some of those unread. With the mock doing so to
+/// every reused connection (`drop-reused`), each dropped turn is resent on a fresh
+/// connection: the DAG runs as without the fault, in the same order, with the same messages.
+#[test]
+fn task_graph_turns_a_reused_connection_drops_are_resent_and_keep_their_history() {
+    let dir = temp_dir("dag-resent");
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agentic/dag_sample.jsonl");
+    let run = |name: &str, faults: &[String]| {
+        let log = dir.join(format!("{name}.faults"));
+        let cfg = MockConfig {
+            ttft_ns: 1_000_000,
+            itl_ns: 100_000,
+            keep_bodies: 20,
+            faults: llmreplay::mock::FaultPlan::parse(faults, 1).unwrap(),
+            fault_log: Some(log.clone()),
+            ..MockConfig::default()
+        };
+        let out = dir.join(name);
+        let stats = common::replay_against_mock(cfg, &trace, &out, &["--api", "openai-chat"]);
+        let rows = read_jsonl(&out.join("requests.jsonl"));
+        assert!(rows.iter().all(|r| r["status"] == 200), "{name}: {rows:?}");
+        check_order(&rows);
+        // Each body's shape: its messages' roles, and its own last message.
+        let mut shapes: Vec<String> = bodies(&stats)
+            .iter()
+            .map(|b| {
+                let m = b["messages"].as_array().unwrap();
+                let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+                format!("{roles:?} {}", m.last().unwrap()["content"])
+            })
+            .collect();
+        shapes.sort();
+        let dropped: Vec<u64> = match log.exists() {
+            true => read_jsonl(&log)
+                .iter()
+                .map(|f| f["index"].as_u64().unwrap())
+                .collect(),
+            false => Vec::new(),
+        };
+        (rows, shapes, dropped)
+    };
+    let (_, clean, none) = run("clean", &[]);
+    assert!(none.is_empty());
+    let (rows, shapes, mut dropped) = run("dropped", &["drop-reused:1".to_string()]);
+    assert_eq!(shapes, clean, "the same messages, history and all");
+    let mut resent: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.get("resent_ms").is_some())
+        .map(index)
+        .collect();
+    resent.sort();
+    dropped.sort();
+    assert!(!dropped.is_empty(), "turns went on reused connections");
+    assert_eq!(resent, dropped);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn every_agentic_format_sample_runs_as_its_graph_says() {
     let dir = temp_dir("agentic-formats");

@@ -35,7 +35,7 @@ enum Kind {
 
 /// Every field of a record (CONTRACT §5) but the per-chunk arrays, in reading order: the
 /// request, its timing, its tokens, its conversation. `error` is split in two.
-const COLUMNS: [(&str, Kind, f64); 46] = [
+const COLUMNS: [(&str, Kind, f64); 47] = [
     ("index", Kind::Int, 8.0),
     ("warmup", Kind::Bool, 8.0),
     ("endpoint", Kind::Text, 26.0),
@@ -47,6 +47,7 @@ const COLUMNS: [(&str, Kind, f64); 46] = [
     ("drift_ms", Kind::Ms, 10.0),
     ("queue_ms", Kind::Ms, 10.0),
     ("connection_wait_ms", Kind::Ms, 12.0),
+    ("resent_ms", Kind::Ms, 11.0),
     ("first_token_ms", Kind::Ms, 14.0),
     ("end_ms", Kind::Ms, 13.0),
     ("ttft_ms", Kind::Ms, 10.0),
@@ -254,6 +255,7 @@ mod tests {
             }),
             queue_ns: Some(1),
             connection_wait_ns: Some(2),
+            resent_ns: Some(3),
             warmup: true,
         };
         let json = record.to_json();
