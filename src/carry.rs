@@ -30,8 +30,9 @@ pub enum Shape {
     Completion,
     /// A `messages` array.
     Chat,
-    /// A `messages` array recorded in the trace, threaded live ([`messages`]).
-    Messages,
+    /// A `messages` array recorded in the trace, threaded live ([`messages`]) in the
+    /// dialect's form.
+    Messages(messages::Form),
 }
 
 /// Where a synthetic prompt lies in a request's payload (byte ranges of the payload, after
@@ -122,8 +123,8 @@ fn body_start(payload: &[u8]) -> Option<usize> {
 /// The history a finished turn leaves: its prompt region, and its answer.
 pub fn history(payload: &[u8], slot: &CarrySlot, answer: Vec<u8>, answer_tokens: u64) -> History {
     let own = match (slot.shape, &slot.recorded) {
-        (Shape::Messages, Some(recorded)) => recorded.clone(),
-        (Shape::Messages, None) => payload[slot.content.clone()].to_vec(),
+        (Shape::Messages(_), Some(recorded)) => recorded.clone(),
+        (Shape::Messages(_), None) => payload[slot.content.clone()].to_vec(),
         _ => Vec::new(),
     };
     History {
@@ -156,9 +157,9 @@ pub fn splice(
     if parent.shape != slot.shape {
         return Err("the parent was sent in another dialect");
     }
-    if slot.shape == Shape::Messages {
+    if let Shape::Messages(form) = slot.shape {
         let own = &payload[slot.content.clone()];
-        let (inside, note) = messages::thread(own, parent)?;
+        let (inside, note) = messages::thread(own, parent, form)?;
         let (out, range) = rebuild(index, payload, slot.prompt.clone(), &inside)?;
         let slot = CarrySlot {
             prompt: range.clone(),
@@ -188,7 +189,7 @@ pub fn splice(
             out.extend_from_slice(&parent.answer);
             prompt_start
         }
-        Shape::Chat | Shape::Messages => {
+        Shape::Chat | Shape::Messages(_) => {
             out.extend_from_slice(b",{\"role\":\"assistant\",\"content\":\"");
             out.extend_from_slice(&parent.answer);
             out.extend_from_slice(b"\"},{\"role\":\"user\",\"content\":\"");

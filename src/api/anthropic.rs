@@ -21,7 +21,7 @@ use super::body::{merge_extra, write_lengths, write_prompt, write_saved_line};
 use super::events::{nonempty, text_of};
 use super::serve::{answer_text, stream_of, tokens_asked, uint};
 use super::{Answer, BodyOptions, Dialect, Discovery, FullResponse, MockRequest, Prompt, Route};
-use super::{BodyError, StreamKeys, Synthesis};
+use super::{BodyError, MessagesForm, StreamKeys, Synthesis};
 use crate::prompt::{PromptMode, Wrapping};
 use crate::trace::{Input, TraceRecord};
 
@@ -74,7 +74,8 @@ impl Dialect for AnthropicMessages {
 
     /// `{"model", ["system",] "messages", ["tools",] "max_tokens", "stream"}`: a text or
     /// synthetic prompt is one user message; a record's `messages` go as they are, their
-    /// system messages moved to `system` and OpenAI-style tools rewritten as Anthropic's.
+    /// system messages moved to `system`, and OpenAI-style tools, tool calls and tool results
+    /// rewritten as Anthropic's.
     fn write_body(
         &self,
         record: &TraceRecord,
@@ -97,7 +98,7 @@ impl Dialect for AnthropicMessages {
                 }
                 out.extend_from_slice(b",\"messages\":");
                 let at = out.len();
-                serde_json::to_writer(&mut *out, &turns)?;
+                serde_json::to_writer(&mut *out, &anthropic_messages(&turns))?;
                 if let Some(Value::Array(tools)) = tools {
                     let tools: Vec<Value> = tools.iter().map(anthropic_tool).collect();
                     out.extend_from_slice(b",\"tools\":");
@@ -126,6 +127,9 @@ impl Dialect for AnthropicMessages {
         Ok(())
     }
 
+    fn messages_form(&self) -> Option<MessagesForm> {
+        Some(MessagesForm::Anthropic)
+    }
     fn stream_keys(&self) -> &'static StreamKeys {
         &KEYS
     }
@@ -262,6 +266,53 @@ fn system_prompt(system: &[&Value]) -> Option<Value> {
     }
 }
 
+/// A record's messages in Anthropic's form: an OpenAI-style assistant message's
+/// `tool_calls` become `tool_use` blocks after its text, and each run of `tool` messages one
+/// user message of `tool_result` blocks. Messages already in Anthropic's form go as they are.
+fn anthropic_messages(turns: &[&Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(turns.len());
+    for &m in turns {
+        let role = m.get("role").and_then(Value::as_str);
+        if role == Some("tool") {
+            let result = json!({"type": "tool_result",
+                "tool_use_id": m.get("tool_call_id").cloned().unwrap_or(Value::Null),
+                "content": m.get("content").cloned().unwrap_or(json!(""))});
+            let previous = out.last_mut().filter(|p| p["role"] == "user");
+            match previous.and_then(|p| p["content"].as_array_mut()) {
+                Some(blocks) if blocks.iter().all(|b| b["type"] == "tool_result") => {
+                    blocks.push(result)
+                }
+                _ => out.push(json!({"role": "user", "content": [result]})),
+            }
+            continue;
+        }
+        let Some(calls) = m.get("tool_calls").and_then(Value::as_array) else {
+            out.push(m.clone());
+            continue;
+        };
+        let mut blocks = Vec::with_capacity(calls.len() + 1);
+        match m.get("content") {
+            Some(Value::String(text)) if !text.is_empty() => {
+                blocks.push(json!({"type": "text", "text": text}))
+            }
+            Some(Value::Array(parts)) => blocks.extend(parts.iter().cloned()),
+            _ => {}
+        }
+        for call in calls {
+            let f = &call["function"];
+            // OpenAI's arguments are a JSON text; Anthropic's input is the object.
+            let input = f["arguments"]
+                .as_str()
+                .and_then(|a| serde_json::from_str::<Value>(a).ok())
+                .filter(Value::is_object)
+                .unwrap_or_else(|| json!({}));
+            blocks.push(json!({"type": "tool_use", "id": call["id"], "name": f["name"], "input": input}));
+        }
+        out.push(json!({"role": "assistant", "content": blocks}));
+    }
+    out
+}
+
 /// An OpenAI function tool (`{"type":"function","function":{name, description, parameters}}`)
 /// as an Anthropic tool (`{name, description, input_schema}`); others go as they are.
 fn anthropic_tool(tool: &Value) -> Value {
@@ -369,6 +420,39 @@ mod tests {
         let line: Value = serde_json::from_slice(&saved).unwrap();
         assert_eq!((&line["messages"], &line["tools"]), (&v["messages"], &v["tools"]));
         assert_eq!(v["stream"], false);
+
+        // OpenAI-style tool calls and results, as ATIF and DAG traces record them.
+        let tools = record(Input::Messages {
+            messages: vec![
+                json!({"role": "user", "content": "weather?"}),
+                json!({"role": "assistant", "content": "Looking.", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "get", "arguments": "{\"city\":\"Oslo\"}"}},
+                    {"id": "c2", "type": "function", "function": {"name": "now", "arguments": "not json"}}]}),
+                json!({"role": "tool", "tool_call_id": "c1", "content": "18C"}),
+                json!({"role": "tool", "tool_call_id": "c2", "content": "noon"}),
+                json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "as is"}]}),
+            ],
+            tools: None,
+        });
+        let mut out = Vec::new();
+        api()
+            .write_body(&tools, &opts(false), None, &mut out, None)
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["messages"],
+            json!([
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Looking."},
+                    {"type": "tool_use", "id": "c1", "name": "get", "input": {"city": "Oslo"}},
+                    {"type": "tool_use", "id": "c2", "name": "now", "input": {}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "c1", "content": "18C"},
+                    {"type": "tool_result", "tool_use_id": "c2", "content": "noon"}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "as is"}]},
+            ])
+        );
     }
 
     /// Anthropic's documented stream: content from text, thinking and tool-call deltas only;

@@ -39,6 +39,19 @@ dialects! {
     anthropic: [AnthropicMessages],
 }
 
+/// How a dialect writes tool calls and their results into messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MessagesForm {
+    /// OpenAI chat: an assistant message's `tool_calls` (`id`, `function.name`,
+    /// `function.arguments` as a JSON string), answered by `tool` messages' `tool_call_id`.
+    #[default]
+    OpenAi,
+    /// Anthropic Messages: `tool_use` blocks of an assistant message's `content` (`id`,
+    /// `name`, `input` object), answered by `tool_result` blocks' `tool_use_id` in a user
+    /// message.
+    Anthropic,
+}
+
 /// What one API dialect is, for the client and for the mock.
 pub trait Dialect: Sync {
     /// The name `--api` takes, and run.json writes.
@@ -78,6 +91,12 @@ pub trait Dialect: Sync {
         saved: Option<&mut Vec<u8>>,
     ) -> Result<(), BodyError>;
 
+    /// How recorded `messages` hold tool calls and their results in this dialect, where a
+    /// conversation of them is threaded live (`--carry-forward`, [`crate::carry::messages`]);
+    /// None: they are sent as recorded.
+    fn messages_form(&self) -> Option<MessagesForm> {
+        None
+    }
     /// Where a stream event's content, usage and errors are.
     fn stream_keys(&self) -> &'static StreamKeys;
     /// Reads a whole answer that is not an error.

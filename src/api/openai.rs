@@ -15,7 +15,7 @@ use super::events::{nonempty, text_of, FullResponse, StreamKeys};
 use super::serve::{
     answer_text, stream_of, tokens_asked, uint, Answer, MockRequest, Prompt, Route,
 };
-use super::{BodyError, Dialect, Discovery};
+use super::{BodyError, Dialect, Discovery, MessagesForm};
 use crate::prompt::{PromptMode, Wrapping};
 use crate::trace::{Input, TraceRecord};
 
@@ -264,6 +264,9 @@ impl Dialect for OpenAi {
         saved: Option<&mut Vec<u8>>,
     ) -> Result<(), BodyError> {
         write_body(self.chat, record, opts, synthesis, out, saved)
+    }
+    fn messages_form(&self) -> Option<MessagesForm> {
+        self.chat.then_some(MessagesForm::OpenAi)
     }
     fn stream_keys(&self) -> &'static StreamKeys {
         if self.chat {

@@ -111,14 +111,12 @@ impl RequestBuilder {
     ) -> Option<CarrySlot> {
         let overheads = self.carry.as_ref()?;
         // Recorded messages are threaded live where the answers can be read back: OpenAI
-        // chat streams (tool calls included).
+        // chat and Anthropic Messages (tool calls included).
         if let Input::Messages { .. } = record.input {
-            let chat = self.styles[request.endpoint as usize].api == Api::OpenaiChat;
+            let form = self.styles[request.endpoint as usize].api.messages_form()?;
             let payload = request.payload();
             let body = memchr::memmem::find(payload, b"\r\n\r\n")? + 4;
-            return chat
-                .then(|| crate::carry::messages::locate(payload, body))
-                .flatten();
+            return crate::carry::messages::locate(payload, body, form);
         }
         if self.dataset.is_some() || !matches!(record.input, Input::Synthetic { .. }) {
             return None;

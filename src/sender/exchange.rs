@@ -65,11 +65,10 @@ impl Exchange {
     pub fn new(req: PreparedRequest, record_itl: bool) -> Self {
         Exchange {
             answer: req.carry.as_ref().map(|_| Vec::new()),
-            live_calls: req
-                .carry
-                .as_ref()
-                .filter(|c| c.shape == Shape::Messages)
-                .map(|_| LiveCalls::default()),
+            live_calls: req.carry.as_ref().and_then(|c| match c.shape {
+                Shape::Messages(form) => Some(LiveCalls::new(form)),
+                _ => None,
+            }),
             req,
             written: 0,
             sent_ns: None,
@@ -374,10 +373,7 @@ impl ResponseSink for Feed<'_> {
                     answer.extend_from_slice(scanner.answer_text(payload).unwrap_or_default());
                 }
                 if let Some(calls) = &mut ex.live_calls {
-                    if event.tool_calls > 0
-                        || (event.content
-                            && memchr::memmem::find(payload, b"\"tool_calls\"").is_some())
-                    {
+                    if (event.tool_calls > 0 || event.content) && calls.carries_calls(payload) {
                         calls.feed_event(payload);
                     }
                 }

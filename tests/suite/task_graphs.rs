@@ -194,9 +194,16 @@ fn tasks_under_a_cap_and_in_loops_keep_their_graphs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A `messages` session against a mock that answers every request with vLLM's streamed tool
-/// call: the bodies the mock received, and the records.
-fn threaded(dir: &Path, name: &str, extra: &[&str]) -> (Vec<Value>, Vec<Value>) {
+/// A `messages` session (OpenAI-style, as traces record them) against a mock that answers
+/// every request with the stream `fixture` (a streamed tool call) in `api`: the bodies the
+/// mock received, and the records.
+fn threaded_in(
+    dir: &Path,
+    name: &str,
+    api: &str,
+    fixture: &str,
+    extra: &[&str],
+) -> (Vec<Value>, Vec<Value>) {
     let tools = json!([{"type": "function", "function": {"name": "get_weather",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
     let user = json!({"role": "user", "content": "Weather in Paris?"});
@@ -218,8 +225,7 @@ fn threaded(dir: &Path, name: &str, extra: &[&str]) -> (Vec<Value>, Vec<Value>) 
     let trace = dir.join(format!("{name}.jsonl"));
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
     std::fs::write(&trace, text.join("\n")).unwrap();
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/streams/vllm-tool-calls.sse");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join(fixture);
     let cfg = MockConfig {
         replay_stream: Some(std::sync::Arc::new(
             StreamFixture::load(&fixture, 1_000_000, 100_000).unwrap(),
@@ -228,10 +234,66 @@ fn threaded(dir: &Path, name: &str, extra: &[&str]) -> (Vec<Value>, Vec<Value>) 
         ..MockConfig::default()
     };
     let out = dir.join(name);
-    let mut args = vec!["--api", "openai-chat", "--time-scale", "10"];
+    let mut args = vec!["--api", api, "--time-scale", "10"];
     args.extend(extra);
     let stats = common::replay_against_mock(cfg, &trace, &out, &args);
     (bodies(&stats), read_jsonl(&out.join("requests.jsonl")))
+}
+
+fn threaded(dir: &Path, name: &str, extra: &[&str]) -> (Vec<Value>, Vec<Value>) {
+    let vllm = "tests/fixtures/streams/vllm-tool-calls.sse";
+    threaded_in(dir, name, "openai-chat", vllm, extra)
+}
+
+/// The same session in Anthropic Messages: the recorded OpenAI-style calls and results go as
+/// `tool_use` and `tool_result` blocks, and the streamed `tool_use` block (its input from
+/// `input_json_delta` pieces) is threaded into the next turn, its result pointed at it.
+#[test]
+fn an_anthropic_tool_use_block_is_threaded_into_the_next_turn_and_its_result_follows_it() {
+    let dir = temp_dir("threaded-anthropic");
+    let stream = "tests/fixtures/anthropic/stream.sse";
+    let (bodies, rows) = threaded_in(&dir, "live", "anthropic-messages", stream, &[]);
+    assert_eq!(bodies.len(), 3);
+    assert!(rows.iter().all(|r| r["status"] == 200), "{rows:?}");
+    // The fixture's answer: thinking (not sent back), text, then a call of `lookup`.
+    let live = json!({"role": "assistant", "content": [
+        {"type": "text", "text": "Paris is the capital."},
+        {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"city": "Paris"}}]});
+    let second = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(second.len(), 4, "{second:?}");
+    assert_eq!(second[0]["content"], "Weather in Paris?");
+    assert_eq!(second[1], live, "the live answer, not the recorded one");
+    assert_eq!(
+        second[2],
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}]})
+    );
+    assert_eq!(second[3]["content"], "And tomorrow?");
+    assert_eq!(
+        bodies[1]["tools"][0]["name"], "get_weather",
+        "Anthropic's tools"
+    );
+    let third = bodies[2]["messages"].as_array().unwrap();
+    assert_eq!(third[..4], second[..]);
+    assert_eq!(third[4], live);
+    assert_eq!(third[5]["content"][0]["tool_use_id"], "toolu_1");
+    assert_eq!(third[5]["content"][0]["content"], "20C");
+    let by_turn = |t: u64| rows.iter().find(|r| r["turn"] == t).unwrap();
+    assert_eq!(by_turn(2)["carried_tokens"], 8, "{}", by_turn(2));
+    assert!(by_turn(2).get("carry_note").is_none());
+
+    // --carry-forward off: as recorded, in Anthropic's form.
+    let (recorded, _) = threaded_in(
+        &dir,
+        "recorded",
+        "anthropic-messages",
+        stream,
+        &["--carry-forward", "off"],
+    );
+    let m = &recorded[1]["messages"];
+    assert_eq!(m[1]["content"][0]["id"], "rec_1");
+    assert_eq!(m[2]["content"][0]["tool_use_id"], "rec_1");
+    assert_eq!(recorded[2]["messages"].as_array().unwrap().len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
