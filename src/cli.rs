@@ -163,8 +163,9 @@ pub enum Command {
     /// highest rate that keeps p99 send drift under 1 ms.
     Calibrate(CalibrateArgs),
     /// Find the fastest replay the servers still serve within their SLOs: the same trace (or
-    /// rate) at growing --time-scale steps, then bisection between the last step that met
-    /// --min-goodput and the first that did not; one run directory per step, sweep.html.
+    /// rate) at growing --time-scale steps, or (--over sessions) with growing sessions at once,
+    /// then bisection between the last step that met --min-goodput and the first that did not;
+    /// one run directory per step, sweep.html.
     Sweep(Box<SweepArgs>),
     /// Join the run directories of the shards of one run (`replay --shard I/N`) into one
     /// run directory: the records in index order, every statistic recomputed from them, a
@@ -180,11 +181,22 @@ pub enum Command {
 
 #[derive(Debug, Args, Clone)]
 pub struct SweepArgs {
+    /// What grows from step to step. `sessions` answers "how many concurrent users (or
+    /// agents) meet the SLOs": each step caps the conversations run at once, from
+    /// --start-sessions.
+    #[arg(long, value_parser = choice::<crate::load::SweepAxis>(), default_value_t)]
+    pub over: crate::load::SweepAxis,
+
     /// The time scale of the first step (the trace's own speed by default).
     #[arg(long, value_name = "F", default_value_t = 1.0)]
     pub start_scale: f64,
 
-    /// Each step replays this many times faster than the one before, until one fails.
+    /// With --over sessions: the sessions at once of the first step.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub start_sessions: u64,
+
+    /// Each step replays this many times faster (or runs this many times more sessions at
+    /// once) than the one before, until one fails.
     #[arg(long, value_name = "F", default_value_t = 2.0)]
     pub step_factor: f64,
 

@@ -150,7 +150,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let sweep = commands::sweep::run(&plan)?;
             print!("{}", sweep.table());
             eprintln!("sweep results in {}", plan.dir.display());
-            Ok(match (sweep.stopped, sweep.passed_scale) {
+            Ok(match (sweep.stopped, sweep.passed) {
                 (true, _) => STOPPED_EXIT_CODE,
                 (false, Some(_)) => 0,
                 (false, None) => NO_SUCCESS_EXIT_CODE,

@@ -27,6 +27,30 @@ crate::choices! {
     }
 }
 
+crate::choices! {
+    /// What a sweep grows from step to step (`sweep --over`).
+    #[derive(Default)]
+    pub enum SweepAxis {
+        /// The --time-scale: the trace's timing (or a --rate) replayed faster.
+        #[default]
+        Scale = "scale",
+        /// The --max-active-sessions: conversations or agent tasks run at once, each
+        /// closed-loop (AgentPerf's concurrent users); a step of a task trace passes on its good
+        /// tasks.
+        Sessions = "sessions",
+    }
+}
+
+impl SweepAxis {
+    /// The option each step sets.
+    pub fn option(self) -> &'static str {
+        match self {
+            SweepAxis::Scale => "--time-scale",
+            SweepAxis::Sessions => "--max-active-sessions",
+        }
+    }
+}
+
 /// What paces the records.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Pace {

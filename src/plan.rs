@@ -22,10 +22,12 @@ use crate::transport::TlsOptions;
 pub mod hosts;
 mod parts;
 mod prompt;
+mod sweep;
 pub use hosts::HostsPlan;
 use parts::{load_plan, scrape_plan, session_plan};
 pub use parts::{mock_config, render_options, ScrapePlan};
 pub use prompt::PromptPlan;
+pub use sweep::{SweepAxis, SweepPlan};
 
 /// Threads of one kind a run may start: more is a typo, not a plan.
 const MAX_THREADS: usize = 256;
@@ -222,7 +224,7 @@ pub struct ReplayPlan {
     pub hosts: HostsPlan,
 }
 
-fn positive(name: &str, v: f64) -> Result<f64> {
+pub(crate) fn positive(name: &str, v: f64) -> Result<f64> {
     if v.is_finite() && v > 0.0 {
         Ok(v)
     } else {
@@ -563,86 +565,6 @@ impl ReplayPlan {
         };
         let plan = ReplayPlan::from_args(&args).expect("the defaults make a valid plan");
         ReplayPlan { targets, ..plan }
-    }
-}
-
-/// `llmreplay sweep`, validated: the run every step repeats, and how the scales grow.
-#[derive(Clone, Debug)]
-pub struct SweepPlan {
-    /// Each step's plan is this one with its own time scale and output directory.
-    pub base: ReplayPlan,
-    /// Where the steps' directories and sweep.json / sweep.html go.
-    pub dir: PathBuf,
-    pub start_scale: f64,
-    pub step_factor: f64,
-    pub max_steps: u32,
-    pub bisect: u32,
-    pub min_goodput: f64,
-    /// `--warm-cache`: every step sends the same prompts (else each step's are new).
-    pub warm_cache: bool,
-}
-
-impl SweepPlan {
-    pub fn from_args(a: &cli::SweepArgs) -> Result<SweepPlan> {
-        if hosts::asked(&a.replay.hosts) {
-            return Err(Error::Usage(
-                "a sweep runs on one host: --shard, --start-at and --ntp are replay's".into(),
-            ));
-        }
-        let base = ReplayPlan::from_args(&a.replay)?;
-        if base.render.slo.is_none() {
-            return Err(Error::Usage(
-                "sweep needs the SLOs a step must meet: --goodput ttft:MS [tpot:MS] [e2el:MS]"
-                    .into(),
-            ));
-        }
-        if base.time_scale != 1.0 {
-            return Err(Error::Usage(
-                "sweep sets each step's --time-scale: give the first with --start-scale".into(),
-            ));
-        }
-        if base.output_path.is_some() {
-            return Err(Error::Usage(
-                "--output-path names one file; a sweep writes one run per step under --output"
-                    .into(),
-            ));
-        }
-        if let crate::load::Pace::Closed { .. } = base.load.pace {
-            // Every step would be the same run: a closed loop has no time to scale.
-            return Err(Error::Usage(
-                "a closed loop (--concurrency) does not follow --time-scale, so every sweep \
-                 step would be the same run: sweep a trace's timing or a --rate"
-                    .into(),
-            ));
-        }
-        if !(a.step_factor > 1.0 && a.step_factor.is_finite()) {
-            return Err(Error::Usage(format!(
-                "--step-factor {}: give a factor above 1",
-                a.step_factor
-            )));
-        }
-        if !(0.0..=1.0).contains(&a.min_goodput) {
-            return Err(Error::Usage(format!(
-                "--min-goodput {}: give a share between 0 and 1",
-                a.min_goodput
-            )));
-        }
-        if a.max_steps == 0 {
-            return Err(Error::Usage("--max-steps must be at least 1".into()));
-        }
-        Ok(SweepPlan {
-            dir: base
-                .output
-                .clone()
-                .unwrap_or_else(crate::report::default_dir),
-            start_scale: positive("--start-scale", a.start_scale)?,
-            step_factor: a.step_factor,
-            max_steps: a.max_steps,
-            bisect: a.bisect,
-            min_goodput: a.min_goodput,
-            warm_cache: a.warm_cache,
-            base,
-        })
     }
 }
 

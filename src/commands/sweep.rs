@@ -1,12 +1,14 @@
-//! `llmreplay sweep`: the fastest replay of a trace that the servers still serve within their
-//! SLOs.
+//! `llmreplay sweep`: the fastest replay of a trace (or the most sessions at once) that the
+//! servers still serve within their SLOs.
 //!
-//! Each step is an ordinary replay of the same plan at its own `--time-scale`, in a run
-//! directory of its own. Scales grow geometrically from `--start-scale` until a step fails
-//! (its goodput share falls under `--min-goodput`, or a scraped server's queue keeps
-//! growing); then bisection, on a log scale, between the last scale that passed and the first
-//! that failed. A first step that fails sends the scales down instead. The answer is the
-//! highest scale that passed, with the failing scale above it: the knee lies between them.
+//! Each step is an ordinary replay of the same plan at its own level, in a run directory of
+//! its own: a `--time-scale` (`--over scale`) or a `--max-active-sessions` (`--over
+//! sessions`: conversations or agent tasks at once, each closed-loop). Levels grow
+//! geometrically from the start until a step fails (its goodput share, or for a task trace its
+//! share of good tasks, falls under `--min-goodput`, or a scraped server's queue keeps
+//! growing); then bisection, on a log scale, between the last level that passed and the first
+//! that failed. A first step that fails sends the levels down instead. The answer is the
+//! highest level that passed, with the failing level above it: the knee lies between them.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -16,20 +18,32 @@ use serde_json::json;
 
 use crate::commands::replay;
 use crate::error::Result;
-use crate::plan::SweepPlan;
+use crate::plan::{SweepAxis, SweepPlan};
 use crate::report::{self, html};
 use crate::stats::Summary;
 
 /// One step's outcome.
 #[derive(Clone, Debug, Serialize)]
 pub struct Step {
+    /// Its time scale (with `--over sessions`, the same at every step).
     pub scale: f64,
+    /// With `--over sessions`: the sessions it ran at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_active_sessions: Option<u64>,
     pub dir: PathBuf,
     pub requests: u64,
     pub ok: u64,
     pub good: u64,
     /// Good requests over all requests (failed ones count as not good).
     pub goodput_share: f64,
+    /// A task trace's tasks, the good ones (every turn succeeded within the SLOs), and
+    /// their rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub good_tasks: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub good_tasks_per_s: Option<f64>,
     pub request_throughput: f64,
     pub output_throughput: f64,
     pub ttft_p50_ms: Option<f64>,
@@ -63,15 +77,29 @@ fn step_seed(seed: u64, n: usize) -> u64 {
     }
 }
 
+impl Step {
+    /// Where it stands on the sweep's axis.
+    fn level(&self, axis: SweepAxis) -> f64 {
+        match axis {
+            SweepAxis::Scale => self.scale,
+            SweepAxis::Sessions => self.max_active_sessions.unwrap_or(0) as f64,
+        }
+    }
+}
+
 /// The sweep's answer.
 #[derive(Debug, Serialize)]
 pub struct Sweep {
+    pub axis: SweepAxis,
     /// In the order they ran.
     pub steps: Vec<Step>,
-    /// The highest scale that passed.
-    pub passed_scale: Option<f64>,
-    /// The lowest scale that failed.
-    pub failed_scale: Option<f64>,
+    /// The highest level (time scale, or sessions at once) that passed.
+    pub passed: Option<f64>,
+    /// The lowest level that failed.
+    pub failed: Option<f64>,
+    /// `--over sessions`: a step that passed held no session back (they all ran at once),
+    /// so no higher level could differ.
+    pub all_at_once: bool,
     /// A signal stopped the sweep during its last step (left out of the steps).
     pub stopped: bool,
     /// What every step did: the SLOs, the pass rule, whether prompts were new each step.
@@ -82,8 +110,12 @@ pub struct Sweep {
 fn configuration(plan: &SweepPlan, slo: &crate::stats::Slo) -> Vec<String> {
     vec![
         format!(
-            "a step passes when at least {:.0} % of its requests meet {}{}",
+            "a step passes when at least {:.0} % of its {} meet {}{}",
             plan.min_goodput * 100.0,
+            match plan.axis {
+                SweepAxis::Scale => "requests",
+                SweepAxis::Sessions => "tasks (of a task trace; else requests)",
+            },
             describe_slo(slo),
             match plan.base.scrape {
                 Some(_) => " and no scraped server's queue kept growing",
@@ -112,21 +144,31 @@ fn configuration(plan: &SweepPlan, slo: &crate::stats::Slo) -> Vec<String> {
 pub fn run(plan: &SweepPlan) -> Result<Sweep> {
     report::prepare_dir(&plan.dir, plan.base.force)?;
     let slo = plan.base.render.slo.as_ref().expect("checked in the plan");
+    let (what, dir) = match plan.axis {
+        SweepAxis::Scale => ("time scales", "step-NN-xSCALE"),
+        SweepAxis::Sessions => ("sessions at once (--max-active-sessions)", "step-NN-sN"),
+    };
     eprintln!(
-        "sweep: time scales {} x{} ... (at most {} steps) until fewer than {:.0} % of the \
-         requests meet {}; then {} bisection steps. Each step's run goes to {}/step-NN-xSCALE.",
-        plan.start_scale,
+        "sweep: {what} {} x{} ... (at most {} steps) until fewer than {:.0} % of the \
+         {} meet {}; then {} bisection steps. Each step's run goes to {}/{dir}.",
+        plan.start,
         plan.step_factor,
         plan.max_steps,
         plan.min_goodput * 100.0,
+        match plan.axis {
+            SweepAxis::Scale => "requests",
+            SweepAxis::Sessions => "tasks (or requests)",
+        },
         describe_slo(slo),
         plan.bisect,
         plan.dir.display()
     );
     let mut sweep = Sweep {
+        axis: plan.axis,
         steps: Vec::new(),
-        passed_scale: None,
-        failed_scale: None,
+        passed: None,
+        failed: None,
+        all_at_once: false,
         stopped: false,
         configuration: configuration(plan, slo),
     };
@@ -138,37 +180,53 @@ pub fn run(plan: &SweepPlan) -> Result<Sweep> {
 
 fn steps(plan: &SweepPlan, sweep: &mut Sweep) -> Result<()> {
     // Growing (or, when the first step fails, shrinking) until the outcome changes.
-    let mut scale = plan.start_scale;
+    let mut level = plan.level(plan.start);
     for _ in 0..plan.max_steps {
-        let Some(passed) = step(plan, sweep, scale)? else {
+        let Some(passed) = step(plan, sweep, level)? else {
             return Ok(());
         };
-        if sweep.passed_scale.is_some() && sweep.failed_scale.is_some() {
+        if (sweep.passed.is_some() && sweep.failed.is_some()) || (passed && sweep.all_at_once) {
             break;
         }
-        scale = match passed {
-            true => scale * plan.step_factor,
-            false => scale / plan.step_factor,
-        };
+        let next = plan.level(match passed {
+            true => level * plan.step_factor,
+            false => level / plan.step_factor,
+        });
+        if next == level {
+            break; // one session at once failed: there is nothing lower
+        }
+        level = next;
     }
     for _ in 0..plan.bisect {
-        let (Some(lo), Some(hi)) = (sweep.passed_scale, sweep.failed_scale) else {
+        let (Some(lo), Some(hi)) = (sweep.passed, sweep.failed) else {
             break;
         };
-        if step(plan, sweep, (lo * hi).sqrt())?.is_none() {
+        let mid = plan.level((lo * hi).sqrt());
+        if mid <= lo || mid >= hi {
+            break; // whole sessions: nothing lies between
+        }
+        if step(plan, sweep, mid)?.is_none() {
             break;
         }
     }
     Ok(())
 }
 
-/// Runs one scale and narrows the bracket with its outcome: whether it passed, None when a
+/// Runs one level and narrows the bracket with its outcome: whether it passed, None when a
 /// signal stopped it (its run directory holds what it measured).
-fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>> {
+fn step(plan: &SweepPlan, sweep: &mut Sweep, level: f64) -> Result<Option<bool>> {
     let n = sweep.steps.len() + 1;
-    let dir = plan.dir.join(format!("step-{n:02}-x{scale:.3}"));
     let mut run = plan.base.clone();
-    run.time_scale = scale;
+    let dir = match plan.axis {
+        SweepAxis::Scale => {
+            run.time_scale = level;
+            plan.dir.join(format!("step-{n:02}-x{level:.3}"))
+        }
+        SweepAxis::Sessions => {
+            run.sessions.max_active = Some(level as usize);
+            plan.dir.join(format!("step-{n:02}-s{level}"))
+        }
+    };
     if !plan.warm_cache {
         // The arrivals (--rate's gaps) keep their own seed: only the prompts change.
         run.prompt.seed = step_seed(plan.base.prompt.seed, n);
@@ -187,16 +245,26 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
         0 => 0.0,
         total => s.good_requests as f64 / total as f64,
     };
+    let tasks = s.sessions.as_ref().and_then(|x| x.tasks.as_ref());
+    // Over sessions, a task trace passes on its tasks: a task is the user's unit of work.
+    let share = match (plan.axis, tasks) {
+        (SweepAxis::Sessions, Some(t)) if t.tasks > 0 => t.good_tasks as f64 / t.tasks as f64,
+        _ => goodput_share,
+    };
     let queue_grew = queue_grew(s);
-    let passed = goodput_share >= plan.min_goodput && queue_grew != Some(true);
+    let passed = share >= plan.min_goodput && queue_grew != Some(true);
     let p = |key: &str, q| s.latency(key).and_then(|d| d.percentile(q));
     let expected = s.prefix.expected_share();
     let observed = s.observed_prefix_share().map(|(share, _)| share);
+    let name = match plan.axis {
+        SweepAxis::Scale => format!("x{level:.3}"),
+        SweepAxis::Sessions => format!("{level} sessions"),
+    };
     let cache_warning = match (expected, observed) {
         // Primed, the caches hold the step's prompts by design (said in the configuration).
         (Some(e), Some(o)) if !plan.base.prime && (o - e) * 100.0 > PREFIX_EXCESS_POINTS => {
             Some(format!(
-                "step {n} (x{scale:.3}): the servers hit {:.1} % of prompt tokens in their prefix \
+                "step {n} ({name}): the servers hit {:.1} % of prompt tokens in their prefix \
              caches where the step's own reuse explains {:.1} %: it measured a cache filled \
              before it{}",
                 o * 100.0,
@@ -213,12 +281,16 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
         eprintln!("warning: {w}");
     }
     let step = Step {
-        scale,
+        scale: run.time_scale,
+        max_active_sessions: (plan.axis == SweepAxis::Sessions).then_some(level as u64),
         dir,
         requests: s.total,
         ok: s.ok,
         good: s.good_requests,
         goodput_share,
+        tasks: tasks.map(|t| t.tasks),
+        good_tasks: tasks.map(|t| t.good_tasks),
+        good_tasks_per_s: tasks.and_then(|t| t.good_tasks_per_s),
         request_throughput: s.request_throughput,
         output_throughput: s.output_throughput,
         ttft_p50_ms: p("ttft_ms", 50.0),
@@ -236,10 +308,15 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, scale: f64) -> Result<Option<bool>>
             .flat_map(|v| v.reasons.iter().map(|r| r.key.to_string()))
             .collect(),
     };
-    eprintln!("{}", step_line(&step));
+    eprintln!("{}", step_line(&step, plan.axis));
     match passed {
-        true => sweep.passed_scale = Some(sweep.passed_scale.map_or(scale, |p| p.max(scale))),
-        false => sweep.failed_scale = Some(sweep.failed_scale.map_or(scale, |f| f.min(scale))),
+        true => sweep.passed = Some(sweep.passed.map_or(level, |p| p.max(level))),
+        false => sweep.failed = Some(sweep.failed.map_or(level, |f| f.min(level))),
+    }
+    // No session waited for a place: every one ran at once, and a higher cap is this run.
+    let held = s.sessions.as_ref().map_or(0, |x| x.sessions_waited);
+    if plan.axis == SweepAxis::Sessions && passed && held == 0 {
+        sweep.all_at_once = true;
     }
     sweep.steps.push(step);
     Ok(Some(passed))
@@ -284,18 +361,35 @@ fn describe_slo(slo: &crate::stats::Slo) -> String {
     parts.join(", ")
 }
 
+fn axis_label(axis: SweepAxis) -> &'static str {
+    match axis {
+        SweepAxis::Scale => "time scale",
+        SweepAxis::Sessions => "sessions at once",
+    }
+}
+
 fn ms(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
-fn step_line(s: &Step) -> String {
+fn step_line(s: &Step, axis: SweepAxis) -> String {
     let verdict = match s.verdict_reasons.is_empty() {
         true => s.verdict.clone(),
         false => format!("{} ({})", s.verdict, s.verdict_reasons.join(", ")),
     };
+    let level = match axis {
+        SweepAxis::Scale => format!("x{:<8.3}", s.scale),
+        SweepAxis::Sessions => format!("{:>4} sessions", s.level(axis)),
+    };
+    let tasks = match (s.tasks, s.good_tasks) {
+        (Some(t), Some(g)) => format!(
+            "  good tasks {g}/{t} ({} /s)",
+            s.good_tasks_per_s.map_or("-".into(), |r| format!("{r:.2}"))
+        ),
+        _ => String::new(),
+    };
     format!(
-        "x{:<8.3} {:>8.2} req/s  goodput {:>5.1} %  TTFT p50 {:>8} p99 {:>8} ms  E2EL p99 {:>8} ms{}  {}  {verdict}",
-        s.scale,
+        "{level} {:>8.2} req/s  goodput {:>5.1} %{tasks}  TTFT p50 {:>8} p99 {:>8} ms  E2EL p99 {:>8} ms{}  {}  {verdict}",
         s.request_throughput,
         s.goodput_share * 100.0,
         ms(s.ttft_p50_ms),
@@ -310,16 +404,17 @@ fn step_line(s: &Step) -> String {
 }
 
 impl Sweep {
-    /// The steps by scale, and the answer.
+    /// The steps by level, and the answer.
     pub fn table(&self) -> String {
+        let axis = self.axis;
         let mut steps: Vec<&Step> = self.steps.iter().collect();
-        steps.sort_by(|a, b| a.scale.total_cmp(&b.scale));
+        steps.sort_by(|a, b| a.level(axis).total_cmp(&b.level(axis)));
         let mut out = String::new();
         for c in &self.configuration {
             writeln!(out, "{c}").ok();
         }
         for s in &steps {
-            writeln!(out, "{}", step_line(s)).ok();
+            writeln!(out, "{}", step_line(s, axis)).ok();
         }
         for w in steps.iter().filter_map(|s| s.cache_warning.as_ref()) {
             writeln!(out, "warning: {w}").ok();
@@ -327,18 +422,42 @@ impl Sweep {
         if self.stopped {
             out.push_str("stopped by a signal before the sweep ended; ");
         }
-        out.push_str(&match (self.passed_scale, self.failed_scale) {
+        let name = |v: f64| match axis {
+            SweepAxis::Scale => format!("x{v:.3}"),
+            SweepAxis::Sessions => format!("{v} sessions at once"),
+        };
+        let what = match axis {
+            SweepAxis::Scale => "highest scale",
+            SweepAxis::Sessions => "most sessions at once",
+        };
+        out.push_str(&match (self.passed, self.failed) {
             (Some(p), None) if self.stopped => {
-                format!("every step run met the SLOs, up to x{p:.3}\n")
+                format!("every step run met the SLOs, up to {}\n", name(p))
             }
-            (Some(p), Some(f)) => format!(
-                "highest scale meeting every SLO: x{p:.3} (the knee lies between x{p:.3} and x{f:.3})\n"
+            (Some(p), Some(f)) => match axis {
+                SweepAxis::Scale => format!(
+                    "{what} meeting every SLO: x{p:.3} (the knee lies between x{p:.3} and x{f:.3})\n"
+                ),
+                SweepAxis::Sessions => format!(
+                    "{what} meeting every SLO: {p} (the knee lies between {p} and {f})\n"
+                ),
+            },
+            (Some(p), None) if self.all_at_once => format!(
+                "every step met the SLOs, up to {}: every session of the trace ran at once \
+                 (a larger trace, or --loop, finds the knee)\n",
+                name(p)
             ),
             (Some(p), None) => format!(
-                "every step met the SLOs, up to x{p:.3}: no knee found (raise --max-steps)\n"
+                "every step met the SLOs, up to {}: no knee found (raise --max-steps)\n",
+                name(p)
             ),
             (None, Some(f)) => format!(
-                "no step met the SLOs, down to x{f:.3}: the servers miss them even slowed down\n"
+                "no step met the SLOs, down to {}: the servers miss them even {}\n",
+                name(f),
+                match axis {
+                    SweepAxis::Scale => "slowed down",
+                    SweepAxis::Sessions => "so",
+                }
             ),
             (None, None) => "no step ran\n".into(),
         });
@@ -348,15 +467,23 @@ impl Sweep {
 
 /// sweep.json, sweep.txt and sweep.html in the sweep's directory.
 fn write_outputs(plan: &SweepPlan, sweep: &Sweep) -> Result<()> {
-    let value = json!({
+    let mut value = json!({
+        "over": plan.axis.name(),
         "min_goodput": plan.min_goodput,
         "slo": plan.base.render.slo,
         "steps": sweep.steps,
-        "passed_scale": sweep.passed_scale,
-        "failed_scale": sweep.failed_scale,
         "warm_cache": plan.warm_cache,
         "configuration": sweep.configuration,
     });
+    let (passed, failed) = match plan.axis {
+        SweepAxis::Scale => ("passed_scale", "failed_scale"),
+        SweepAxis::Sessions => ("passed_sessions", "failed_sessions"),
+    };
+    value[passed] = json!(sweep.passed);
+    value[failed] = json!(sweep.failed);
+    if sweep.all_at_once {
+        value["all_at_once"] = json!(true);
+    }
     report::write_json(&plan.dir.join("sweep.json"), &value)?;
     report::write_atomic(&plan.dir.join("sweep.txt"), sweep.table().as_bytes())?;
     report::write_atomic(&plan.dir.join("sweep.html"), page(plan, sweep).as_bytes())
@@ -365,7 +492,8 @@ fn write_outputs(plan: &SweepPlan, sweep: &Sweep) -> Result<()> {
 fn page(plan: &SweepPlan, sweep: &Sweep) -> String {
     let slo = plan.base.render.slo.clone().unwrap_or_default();
     let mut steps: Vec<&Step> = sweep.steps.iter().collect();
-    steps.sort_by(|a, b| a.scale.total_cmp(&b.scale));
+    let axis = plan.axis;
+    steps.sort_by(|a, b| a.level(axis).total_cmp(&b.level(axis)));
     let line = |f: &dyn Fn(&Step) -> Option<f64>| -> Vec<(f64, f64)> {
         steps
             .iter()
@@ -397,7 +525,15 @@ fn page(plan: &SweepPlan, sweep: &Sweep) -> String {
     .collect();
     let mut out = html::page_start(
         "llmreplay sweep",
-        "Each step replays the same trace at its own time scale; its settings head the table.",
+        match plan.axis {
+            SweepAxis::Scale => {
+                "Each step replays the same trace at its own time scale; its settings head the table."
+            }
+            SweepAxis::Sessions => {
+                "Each step replays the same trace with its own number of sessions at once; its \
+                 settings head the table."
+            }
+        },
     );
     writeln!(out, "<pre>{}</pre>", html::escape(&sweep.table())).ok();
     html::section(
@@ -409,16 +545,38 @@ fn page(plan: &SweepPlan, sweep: &Sweep) -> String {
             html::chart("TTFT", "requests/s", "ms", &ttft),
             html::chart("E2EL p99", "requests/s", "ms", &e2el),
             html::chart(
-                "Goodput share by time scale",
-                "time scale",
+                &format!("Goodput share by {}", axis_label(axis)),
+                axis_label(axis),
                 "share of requests within SLOs",
                 &[html::Series::line(
                     "goodput share",
-                    steps.iter().map(|s| (s.scale, s.goodput_share)).collect(),
+                    steps
+                        .iter()
+                        .map(|s| (s.level(axis), s.goodput_share))
+                        .collect(),
                 )],
             ),
         ],
     );
+    let good_tasks: Vec<(f64, f64)> = steps
+        .iter()
+        .filter_map(|s| Some((s.level(axis), s.good_tasks_per_s?)))
+        .collect();
+    if !good_tasks.is_empty() {
+        html::section(
+            &mut out,
+            "good-tasks",
+            "Good tasks per second",
+            "Tasks whose every turn met the SLOs, per second of the step: the knee is the load \
+             a deployment serves agents at.",
+            &[html::chart(
+                &format!("Good tasks/s by {}", axis_label(axis)),
+                axis_label(axis),
+                "good tasks/s",
+                &[html::Series::line("good tasks/s", good_tasks)],
+            )],
+        );
+    }
     out.push_str("</body>\n</html>\n");
     out
 }

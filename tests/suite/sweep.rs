@@ -91,6 +91,44 @@ fn sweep_needs_slos_and_a_time_scale_that_matters() {
             &["--goodput", "ttft:50", "--concurrency", "4"][..],
             "closed loop",
         ),
+        // Over sessions, each step sets the cap, and every turn follows its parent.
+        (
+            &[
+                "--goodput",
+                "ttft:50",
+                "--over",
+                "sessions",
+                "--max-active-sessions",
+                "4",
+            ][..],
+            "--start-sessions",
+        ),
+        (
+            &[
+                "--goodput",
+                "ttft:50",
+                "--over",
+                "sessions",
+                "--session-mode",
+                "timestamp",
+            ][..],
+            "after-parent",
+        ),
+        (
+            &[
+                "--goodput",
+                "ttft:50",
+                "--over",
+                "sessions",
+                "--start-scale",
+                "2",
+            ][..],
+            "--start-scale is the first step of --over scale",
+        ),
+        (
+            &["--goodput", "ttft:50", "--start-sessions", "2"][..],
+            "--over sessions",
+        ),
     ] {
         let out = bin()
             .args(["sweep", "--mock", "--trace"])
@@ -394,4 +432,129 @@ fn a_priming_pass_without_success_measures_nothing() {
         5
     );
     assert!(!out.join("summary.json").exists());
+}
+
+/// `sweep --over sessions` on agent tasks (DAG conversations of 3 turns each, every turn
+/// released at its parent's end) against a mock that serves 2 requests at once: up to 2
+/// tasks at once no turn queues (20 ms to the first token, within 50 ms); from 3 on one turn
+/// of three waits for a place (a 60 ms answer), so most tasks have a turn past the SLO. The
+/// knee is 2 sessions at once, and each step says its good tasks per second.
+#[test]
+fn sweep_over_sessions_finds_how_many_tasks_a_server_serves_at_once() {
+    let dir = temp_dir("sweep-sessions");
+    let trace = dir.join("tasks.jsonl");
+    let lines: Vec<String> = (0..8)
+        .map(|i| {
+            let turn = |t: u32| {
+                serde_json::json!({"messages": [{"role": "user", "content": format!("task {i} turn {t}")}], "max_tokens": 9})
+            };
+            serde_json::json!({"session_id": format!("t{i}"), "turns": [turn(0), turn(1), turn(2)]}).to_string()
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let mock = MockProcess::start(&["--max-running", "2", "--ttft-ms", "20", "--itl-ms", "5"]);
+    let out = dir.join("sweep");
+    let status = bin()
+        .args(["sweep", "--over", "sessions", "--goodput", "ttft:50"])
+        .args([
+            "--model",
+            "m",
+            "--api",
+            "openai-chat",
+            "--endpoint",
+            &mock.url(),
+        ])
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--output")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sweep = common::read_json(&out.join("sweep.json"));
+    assert_eq!(sweep["over"], "sessions");
+    assert_eq!(
+        (
+            sweep["passed_sessions"].as_f64(),
+            sweep["failed_sessions"].as_f64()
+        ),
+        (Some(2.0), Some(3.0)),
+        "{sweep}"
+    );
+    // 1, 2 and 4 sessions, then the one whole number between 2 and 4.
+    let steps = sweep["steps"].as_array().unwrap();
+    let levels: Vec<u64> = steps
+        .iter()
+        .map(|s| s["max_active_sessions"].as_u64().unwrap())
+        .collect();
+    assert_eq!(levels, [1, 2, 4, 3], "{sweep}");
+    for s in steps {
+        // Each step ran every task with its cap: its own run says so.
+        let dir = std::path::PathBuf::from(s["dir"].as_str().unwrap());
+        let run = common::read_json(&dir.join("run.json"));
+        assert_eq!(
+            run["max_active_sessions"].as_u64(),
+            s["max_active_sessions"].as_u64(),
+            "{run}"
+        );
+        let own = common::read_json(&dir.join("summary.json"))["sessions"]["tasks"].clone();
+        assert_eq!(
+            (s["tasks"].as_u64(), own["tasks"].as_u64()),
+            (Some(8), Some(8))
+        );
+        assert_eq!(s["good_tasks"], own["good_tasks"]);
+        assert_eq!(s["good_tasks_per_s"], own["good_tasks_per_s"]);
+        let good = s["good_tasks"].as_u64().unwrap();
+        assert_eq!(s["passed"], good as f64 / 8.0 >= 0.9, "{s}");
+    }
+    let table = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
+    assert!(
+        table
+            .contains("most sessions at once meeting every SLO: 2 (the knee lies between 2 and 3)"),
+        "{table}"
+    );
+    assert!(table.contains("good tasks 8/8"), "{table}");
+    let page = std::fs::read_to_string(out.join("sweep.html")).unwrap();
+    assert!(page.contains("Good tasks per second"));
+
+    // Two tasks: at 2 sessions none waits for a place, so no larger cap could differ and the
+    // sweep stops there, saying so.
+    std::fs::write(&trace, lines[..2].join("\n")).unwrap();
+    let out = dir.join("small");
+    let status = bin()
+        .args([
+            "sweep",
+            "--over",
+            "sessions",
+            "--goodput",
+            "ttft:50",
+            "--quiet",
+        ])
+        .args([
+            "--model",
+            "m",
+            "--api",
+            "openai-chat",
+            "--endpoint",
+            &mock.url(),
+        ])
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--output")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sweep = common::read_json(&out.join("sweep.json"));
+    assert_eq!(sweep["steps"].as_array().unwrap().len(), 2, "{sweep}");
+    assert_eq!(
+        (sweep["passed_sessions"].as_f64(), &sweep["all_at_once"]),
+        (Some(2.0), &Value::Bool(true))
+    );
+    let table = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
+    assert!(
+        table.contains("every session of the trace ran at once"),
+        "{table}"
+    );
 }
