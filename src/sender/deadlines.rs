@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use crossbeam_channel::TryRecvError;
 
+use crate::pipeline::PreparedRequest;
+
 use super::{SenderLoop, CONNECT_AHEAD_NS, MIN_COALESCE_NS};
 
 impl SenderLoop {
@@ -42,18 +44,11 @@ impl SenderLoop {
             match self.rx.try_recv() {
                 Ok(req) => {
                     self.cfg.channel_budget.release(req.bytes.capacity());
-                    let due = self.t0_ns + req.scheduled_ns + super::LATE_ARRIVAL_NS;
-                    // Before the start (t0 not set yet) nothing is late; a closed loop has
-                    // no send times to keep.
-                    let timed = self.t0_ns > 0 && self.in_flight_cap.is_none();
-                    if timed && self.clock.now_ns() > due {
-                        self.arrived_late += 1;
-                        self.progress
-                            .arrived_late
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
                     self.active.arrived(&req);
+                    // A turn parked for its parent is not due yet; one released now is due
+                    // at its parent's end plus its wait, which admit sets.
                     if let Some(req) = self.conversations.admit(req) {
+                        self.note_lateness(&req);
                         self.schedule(req);
                     }
                     self.give_spent();
@@ -65,6 +60,20 @@ impl SenderLoop {
                     break;
                 }
             }
+        }
+    }
+
+    /// Counts a request that reached this sender after its send time (the producers could not
+    /// keep up). Before the start (t0 not set yet) nothing is late; a closed loop has no send
+    /// times to keep.
+    fn note_lateness(&mut self, req: &PreparedRequest) {
+        let due = self.t0_ns + req.scheduled_ns + super::LATE_ARRIVAL_NS;
+        let timed = self.t0_ns > 0 && self.in_flight_cap.is_none();
+        if timed && self.clock.now_ns() > due {
+            self.arrived_late += 1;
+            self.progress
+                .arrived_late
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

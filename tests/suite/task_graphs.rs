@@ -191,6 +191,10 @@ fn tasks_under_a_cap_and_in_loops_keep_their_graphs() {
         assert!(w[0].1 <= w[1].0, "{spans:?}");
     }
     assert_eq!(summary["sessions"]["tasks"]["tasks"], 4);
+    // A turn that reached the sender parked behind its parent (or released late by the cap)
+    // was not due yet: the producers were not behind.
+    let run = read_json(&dir.join("capped").join("run.json"));
+    assert_eq!(run["senders"]["arrived_late"], 0, "{table}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -226,6 +226,51 @@ fn starved_producers_break_the_schedule() {
     );
 }
 
+/// Turns built slowly but long before they are due are not late: a turn reaches the sender
+/// parked behind its parent, and once released it is due at the parent's end plus its wait.
+/// (Judged against the trace's own time, 0 for every turn of a DAG, each turn after the first
+/// counted as a late arrival and the run came out producers-behind.)
+#[test]
+fn turns_built_before_their_release_are_not_producers_behind() {
+    let dir = temp_dir("verdict-parked");
+    let trace = dir.join("dag.jsonl");
+    let turn = |t: u32| {
+        serde_json::json!({"messages": [{"role": "user", "content": format!("turn {t}")}],
+            "max_tokens": 2, "delay": 300})
+    };
+    let line =
+        serde_json::json!({"session_id": "s", "turns": (0..6).map(turn).collect::<Vec<_>>()});
+    std::fs::write(&trace, line.to_string()).unwrap();
+    let out = dir.join("run");
+    let args: Vec<String> = [
+        "--mock",
+        "--mock-ttft-ms",
+        "1",
+        "--api",
+        "openai-chat",
+        "--num-producer",
+        "1",
+        "--trace",
+        path(&trace),
+        "--output",
+        path(&out),
+    ]
+    .map(String::from)
+    .into();
+    let mut plan = common::replay_plan(&args);
+    // Each turn takes 20 ms to build; each waits 300 ms after its parent.
+    plan.slow_build = Some(std::time::Duration::from_millis(20));
+    let outcome = llmreplay::commands::replay::run(&plan).unwrap();
+    assert_eq!(outcome.summary.ok, 6);
+    let run = read_json(&out.join("run.json"));
+    // The first turn may be built after the start: it is due at once.
+    assert!(
+        run["senders"]["arrived_late"].as_u64().unwrap() <= 1,
+        "{}",
+        run["senders"]
+    );
+}
+
 /// The README's table and `--help` name every bound with its default, as `BOUNDS` has them.
 #[test]
 fn every_bound_is_documented_with_its_default() {
