@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::{bin, temp_dir, text_trace, MockProcess};
+use common::{bin, path, temp_dir, text_trace, MockProcess};
 use serde_json::Value;
 
 /// 60 requests 100 ms apart (10 req/s at scale 1), 9 tokens each: 20 ms to the first token
@@ -453,25 +453,29 @@ fn sweep_over_sessions_finds_how_many_tasks_a_server_serves_at_once() {
         .collect();
     std::fs::write(&trace, lines.join("\n")).unwrap();
     let mock = MockProcess::start(&["--max-running", "2", "--ttft-ms", "20", "--itl-ms", "5"]);
-    let out = dir.join("sweep");
-    let status = bin()
-        .args(["sweep", "--over", "sessions", "--goodput", "ttft:50"])
-        .args([
-            "--model",
-            "m",
-            "--api",
-            "openai-chat",
-            "--endpoint",
-            &mock.url(),
-        ])
-        .arg("--trace")
-        .arg(&trace)
-        .arg("--output")
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let sweep = common::read_json(&out.join("sweep.json"));
+    // A sweep over sessions of the trace as it is then; its sweep.json and sweep.txt.
+    let sweep_over = |name: &str| {
+        let out = dir.join(name);
+        let status = bin()
+            .args([
+                "sweep",
+                "--over",
+                "sessions",
+                "--goodput",
+                "ttft:50",
+                "--quiet",
+            ])
+            .args(["--model", "m", "--api", "openai-chat"])
+            .args(["--endpoint", &mock.url(), "--trace", path(&trace)])
+            .args(["--output", path(&out)])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let table = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
+        (common::read_json(&out.join("sweep.json")), table, out)
+    };
+    let (sweep, table, out) = sweep_over("sweep");
     assert_eq!(sweep["over"], "sessions");
     assert_eq!(
         (
@@ -507,7 +511,6 @@ fn sweep_over_sessions_finds_how_many_tasks_a_server_serves_at_once() {
         let good = s["good_tasks"].as_u64().unwrap();
         assert_eq!(s["passed"], good as f64 / 8.0 >= 0.9, "{s}");
     }
-    let table = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
     assert!(
         table
             .contains("most sessions at once meeting every SLO: 2 (the knee lies between 2 and 3)"),
@@ -520,39 +523,12 @@ fn sweep_over_sessions_finds_how_many_tasks_a_server_serves_at_once() {
     // Two tasks: at 2 sessions none waits for a place, so no larger cap could differ and the
     // sweep stops there, saying so.
     std::fs::write(&trace, lines[..2].join("\n")).unwrap();
-    let out = dir.join("small");
-    let status = bin()
-        .args([
-            "sweep",
-            "--over",
-            "sessions",
-            "--goodput",
-            "ttft:50",
-            "--quiet",
-        ])
-        .args([
-            "--model",
-            "m",
-            "--api",
-            "openai-chat",
-            "--endpoint",
-            &mock.url(),
-        ])
-        .arg("--trace")
-        .arg(&trace)
-        .arg("--output")
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let sweep = common::read_json(&out.join("sweep.json"));
+    let (sweep, table, _) = sweep_over("small");
     assert_eq!(sweep["steps"].as_array().unwrap().len(), 2, "{sweep}");
     assert_eq!(
         (sweep["passed_sessions"].as_f64(), &sweep["all_at_once"]),
         (Some(2.0), &Value::Bool(true))
     );
-    let table = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
     assert!(
         table.contains("every session of the trace ran at once"),
         "{table}"

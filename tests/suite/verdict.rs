@@ -190,24 +190,7 @@ fn starved_producers_break_the_schedule() {
     let dir = temp_dir("verdict-starved");
     let trace = common::text_trace(&dir, 300, 1, 1);
     let out = dir.join("run");
-    let args: Vec<String> = [
-        "--mock",
-        "--mock-ttft-ms",
-        "1",
-        "--num-producer",
-        "1",
-        "--bound",
-        "tail-samples=0",
-        "--trace",
-        path(&trace),
-        "--output",
-        path(&out),
-    ]
-    .map(String::from)
-    .into();
-    let mut plan = common::replay_plan(&args);
-    plan.slow_build = Some(std::time::Duration::from_millis(5));
-    let outcome = llmreplay::commands::replay::run(&plan).unwrap();
+    let outcome = built_slowly(&trace, &out, &["--bound", "tail-samples=0"], 5);
     assert_eq!(outcome.summary.ok, 300);
     let (word, keys, summary) = verdict(&out);
     assert_eq!(word, "INVALID");
@@ -242,25 +225,8 @@ fn turns_built_before_their_release_are_not_producers_behind() {
         serde_json::json!({"session_id": "s", "turns": (0..6).map(turn).collect::<Vec<_>>()});
     std::fs::write(&trace, line.to_string()).unwrap();
     let out = dir.join("run");
-    let args: Vec<String> = [
-        "--mock",
-        "--mock-ttft-ms",
-        "1",
-        "--api",
-        "openai-chat",
-        "--num-producer",
-        "1",
-        "--trace",
-        path(&trace),
-        "--output",
-        path(&out),
-    ]
-    .map(String::from)
-    .into();
-    let mut plan = common::replay_plan(&args);
     // Each turn takes 20 ms to build; each waits 300 ms after its parent.
-    plan.slow_build = Some(std::time::Duration::from_millis(20));
-    let outcome = llmreplay::commands::replay::run(&plan).unwrap();
+    let outcome = built_slowly(&trace, &out, &["--api", "openai-chat"], 20);
     assert_eq!(outcome.summary.ok, 6);
     let run = read_json(&out.join("run.json"));
     // The first turn may be built after the start: it is due at once.
@@ -269,6 +235,24 @@ fn turns_built_before_their_release_are_not_producers_behind() {
         "{}",
         run["senders"]
     );
+}
+
+/// A run against the in-process mock whose one producer takes `build_ms` to build each
+/// request.
+fn built_slowly(
+    trace: &Path,
+    out: &Path,
+    extra: &[&str],
+    build_ms: u64,
+) -> llmreplay::commands::replay::RunOutcome {
+    let mut args: Vec<String> = ["--mock", "--mock-ttft-ms", "1", "--num-producer", "1"]
+        .map(String::from)
+        .into();
+    args.extend(["--trace", path(trace), "--output", path(out)].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut plan = common::replay_plan(&args);
+    plan.slow_build = Some(std::time::Duration::from_millis(build_ms));
+    llmreplay::commands::replay::run(&plan).unwrap()
 }
 
 /// The README's table and `--help` name every bound with its default, as `BOUNDS` has them.
