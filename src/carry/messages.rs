@@ -24,16 +24,16 @@ pub use crate::api::MessagesForm as Form;
 impl Form {
     /// The ids of an assistant message's tool calls.
     fn call_ids(self, m: &Value) -> Vec<String> {
-        let (calls, id) = match self {
-            Form::OpenAi => (&m["tool_calls"], "id"),
-            Form::Anthropic => (&m["content"], "id"),
+        let calls = match self {
+            Form::OpenAi => &m["tool_calls"],
+            Form::Anthropic => &m["content"],
         };
         calls
             .as_array()
             .into_iter()
             .flatten()
             .filter(|c| self == Form::OpenAi || c["type"] == "tool_use")
-            .filter_map(|c| c[id].as_str().map(str::to_string))
+            .filter_map(|c| c["id"].as_str().map(str::to_string))
             .collect()
     }
 

@@ -226,9 +226,10 @@ impl SenderLoop {
         };
         let target = conn.target;
         if let Some(mut ex) = conn.exchange.take() {
-            if kind == ErrorKind::Reset && ex.resendable {
+            if kind == ErrorKind::Reset && ex.resendable && self.cancel_at.is_none() {
                 // A keep-alive connection the server closed as the request went out (it
-                // read none of it): the request goes again, once, on a fresh connection.
+                // read none of it): the request goes again, once, on a fresh connection
+                // (not once the run is stopping: no connection is opened then).
                 self.in_flight -= 1;
                 self.close(slot);
                 ex.resend(self.clock.now_ns());
