@@ -44,6 +44,10 @@ impl SessionCap {
             .is_ok()
     }
 
+    fn full(&self) -> bool {
+        self.taken.load(Ordering::Acquire) >= self.limit
+    }
+
     fn give(&self) {
         self.taken.fetch_sub(1, Ordering::AcqRel);
     }
@@ -96,6 +100,18 @@ impl ActiveSessions {
         let open = self.open.get_mut(root).expect("inserted above");
         open.turns += 1;
         open.last_seen |= turn.link.last;
+    }
+
+    /// A first turn that would wait for a place now (every place taken, or others waiting
+    /// already): it is not due before one frees, so it cannot reach this sender late.
+    pub fn would_wait(&self, req: &PreparedRequest) -> bool {
+        let Some(cap) = &self.cap else {
+            return false;
+        };
+        let placed = Self::root(req)
+            .and_then(|r| self.open.get(r))
+            .is_none_or(|o| o.place);
+        !placed && (!self.held.is_empty() || cap.full())
     }
 
     /// A turn past the bound: it is not sent.

@@ -46,9 +46,12 @@ impl SenderLoop {
                     self.cfg.channel_budget.release(req.bytes.capacity());
                     self.active.arrived(&req);
                     // A turn parked for its parent is not due yet; one released now is due
-                    // at its parent's end plus its wait, which admit sets.
+                    // at its parent's end plus its wait, which admit sets; a first turn
+                    // that must wait for a session place is due when one frees.
                     if let Some(req) = self.conversations.admit(req) {
-                        self.note_lateness(&req);
+                        if !self.active.would_wait(&req) {
+                            self.note_lateness(&req);
+                        }
                         self.schedule(req);
                     }
                     self.give_spent();

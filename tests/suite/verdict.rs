@@ -210,9 +210,10 @@ fn starved_producers_break_the_schedule() {
 }
 
 /// Turns built slowly but long before they are due are not late: a turn reaches the sender
-/// parked behind its parent, and once released it is due at the parent's end plus its wait.
-/// (Judged against the trace's own time, 0 for every turn of a DAG, each turn after the first
-/// counted as a late arrival and the run came out producers-behind.)
+/// parked behind its parent, and once released it is due at the parent's end plus its wait;
+/// a session's first turn held for a `--max-active-sessions` place is due when one frees.
+/// (Judged against the trace's own time, 0 for every turn of a DAG, each of them counted as a
+/// late arrival and the run came out producers-behind.)
 #[test]
 fn turns_built_before_their_release_are_not_producers_behind() {
     let dir = temp_dir("verdict-parked");
@@ -221,13 +222,20 @@ fn turns_built_before_their_release_are_not_producers_behind() {
         serde_json::json!({"messages": [{"role": "user", "content": format!("turn {t}")}],
             "max_tokens": 2, "delay": 300})
     };
-    let line =
-        serde_json::json!({"session_id": "s", "turns": (0..6).map(turn).collect::<Vec<_>>()});
-    std::fs::write(&trace, line.to_string()).unwrap();
+    // Three sessions of three turns; one at a time, so the second and third sessions' first
+    // turns are built long before the first session ends.
+    let lines: Vec<String> = ["a", "b", "c"]
+        .map(|s| {
+            serde_json::json!({"session_id": s, "turns": (0..3).map(turn).collect::<Vec<_>>()})
+                .to_string()
+        })
+        .into();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
     let out = dir.join("run");
     // Each turn takes 20 ms to build; each waits 300 ms after its parent.
-    let outcome = built_slowly(&trace, &out, &["--api", "openai-chat"], 20);
-    assert_eq!(outcome.summary.ok, 6);
+    let args = ["--api", "openai-chat", "--max-active-sessions", "1"];
+    let outcome = built_slowly(&trace, &out, &args, 20);
+    assert_eq!(outcome.summary.ok, 9);
     let run = read_json(&out.join("run.json"));
     // The first turn may be built after the start: it is due at once.
     assert!(
