@@ -297,8 +297,9 @@ fn text(v: &Value) -> String {
     }
 }
 
-/// An ISO 8601 time (`2026-10-05T12:00:00.250Z`, or with an offset) as seconds of its day
-/// and days since 2000: only differences are used.
+/// An ISO 8601 time (`2026-10-05T12:00:00.250Z`, or with an offset) as Unix seconds. Laxer
+/// than RFC 3339 ([`crate::sys::wall_start`]): a zone or the seconds may be left out, as
+/// trajectories write them.
 fn seconds(iso: &str) -> Option<f64> {
     let (date, time) = iso.split_once('T')?;
     let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
@@ -314,13 +315,7 @@ fn seconds(iso: &str) -> Option<f64> {
     };
     let mut t = time[..end].split(':').map(|p| p.parse::<f64>().ok());
     let (h, mi, s) = (t.next()??, t.next()??, t.next().flatten().unwrap_or(0.0));
-    // Days from a civil date (Howard Hinnant's algorithm).
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (mo + if mo > 2 { -3 } else { 9 }) + 2) / 5 + da - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe;
+    let days = crate::sys::wall_start::days_from_civil(y, mo, da);
     Some(days as f64 * 86_400.0 + h * 3600.0 + mi * 60.0 + s - offset)
 }
 
