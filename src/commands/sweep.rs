@@ -256,10 +256,7 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, level: f64) -> Result<Option<bool>>
     let p = |key: &str, q| s.latency(key).and_then(|d| d.percentile(q));
     let expected = s.prefix.expected_share();
     let observed = s.observed_prefix_share().map(|(share, _)| share);
-    let name = match plan.axis {
-        SweepAxis::Scale => format!("x{level:.3}"),
-        SweepAxis::Sessions => format!("{level} sessions"),
-    };
+    let name = level_name(plan.axis, level);
     let cache_warning = match (expected, observed) {
         // Primed, the caches hold the step's prompts by design (said in the configuration).
         (Some(e), Some(o)) if !plan.base.prime && (o - e) * 100.0 > PREFIX_EXCESS_POINTS => {
@@ -361,6 +358,14 @@ fn describe_slo(slo: &crate::stats::Slo) -> String {
     parts.join(", ")
 }
 
+/// A level as the sweep's texts name it: `x2.000`, `3 sessions at once`.
+fn level_name(axis: SweepAxis, v: f64) -> String {
+    match axis {
+        SweepAxis::Scale => format!("x{v:.3}"),
+        SweepAxis::Sessions => format!("{v} sessions at once"),
+    }
+}
+
 fn axis_label(axis: SweepAxis) -> &'static str {
     match axis {
         SweepAxis::Scale => "time scale",
@@ -422,10 +427,7 @@ impl Sweep {
         if self.stopped {
             out.push_str("stopped by a signal before the sweep ended; ");
         }
-        let name = |v: f64| match axis {
-            SweepAxis::Scale => format!("x{v:.3}"),
-            SweepAxis::Sessions => format!("{v} sessions at once"),
-        };
+        let name = |v: f64| level_name(axis, v);
         let what = match axis {
             SweepAxis::Scale => "highest scale",
             SweepAxis::Sessions => "most sessions at once",
