@@ -116,6 +116,19 @@ impl Ending {
     }
 }
 
+/// `--strict` on a completed run judged INVALID: its `ended` (run.json's, carried into
+/// summary.json) gets the exit status the process ends with, [`INVALID_EXIT_CODE`].
+pub fn strict_invalid(ended: Option<&mut Value>) {
+    let Some(ended) = ended.filter(|e| e["exit_code"] == COMPLETED_EXIT_CODE) else {
+        return;
+    };
+    ended["exit_code"] = json!(INVALID_EXIT_CODE);
+    let detail = ended["detail"].as_str().unwrap_or_default();
+    ended["detail"] = json!(format!(
+        "{detail}; --strict: the verdict is INVALID, exit status {INVALID_EXIT_CODE}"
+    ));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

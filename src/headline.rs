@@ -63,20 +63,20 @@ impl Summary {
             let Some(d) = d else { continue };
             let (title, name) = (l.title, l.name);
             out.push_str(&format!("{:-^50}\n", title));
-            let mut row = |k: String, v: f64| out.push_str(&format!("{:<40}{:<10.2}\n", k, v));
-            row(format!("Mean {name} (ms):"), d.mean);
-            row(format!("Median {name} (ms):"), d.median);
-            row(format!("Std {name} (ms):"), d.std);
-            for (p, v) in &d.percentiles {
-                row(format!("P{} {name} (ms):", format_number(*p)), *v);
+            let mut row = |k: String, v: String| out.push_str(&format!("{k:<40}{v:<10}\n"));
+            let ms = |v: f64| format!("{v:.2}");
+            row(format!("Mean {name} (ms):"), ms(d.mean));
+            row(format!("Median {name} (ms):"), ms(d.median));
+            row(format!("Std {name} (ms):"), ms(d.std));
+            for &(p, _) in &d.percentiles {
+                row(format!("P{} {name} (ms):", format_number(p)), d.cell(p, 2));
             }
-            row(format!("Max {name} (ms):"), d.max);
+            row(format!("Max {name} (ms):"), ms(d.max));
         }
         if self.per_endpoint.len() > 1 {
             out.push_str(&format!("{:-^50}\n", "Per endpoint"));
-            let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
             for e in &self.per_endpoint {
-                let [ttft50, ttft99, e2el50, e2el99] = e.latency_percentiles().map(ms);
+                let [ttft50, ttft99, e2el50, e2el99] = e.latency_cells(2);
                 out.push_str(&format!(
                     "{}\n  requests {} (ok {}, failed {}), {:.2} output tok/s\n  \
                      TTFT p50/p99 (ms): {} / {}  E2EL p50/p99 (ms): {} / {}\n",
@@ -285,7 +285,10 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), FIGURES.len());
-        let s = crate::stats::SummaryBuilder::new(None).finish(&crate::stats::Gaps::default(), &[]);
+        let s = crate::stats::SummaryBuilder::new(None).finish(
+            &crate::stats::Gaps::default(),
+            &crate::stats::Percentiles::default(),
+        );
         let shown: Vec<&str> = FIGURES
             .iter()
             .filter(|f| f.format(&s).is_some())

@@ -138,11 +138,11 @@ pub fn run(cli: Cli) -> Result<i32> {
                     }
                 }
             }
-            let invalid = outcome.summary.verdict.as_ref().is_some_and(|v| !v.valid());
-            Ok(match (ending.exit_code(), plan.strict && invalid) {
-                (ending::COMPLETED_EXIT_CODE, true) => ending::INVALID_EXIT_CODE,
-                (code, _) => code,
-            })
+            // What summary.json says (`ended.exit_code`: --strict's 4 included) is what the
+            // process exits with.
+            let said = outcome.summary.ended.as_ref();
+            let code = said.and_then(|e| e["exit_code"].as_i64());
+            Ok(code.map_or(ending.exit_code(), |c| c as i32))
         }
         Command::Sweep(args) => {
             let plan = plan::SweepPlan::from_args(&args)?;

@@ -104,7 +104,7 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
     let s = &outcome.summary;
     let drift = |p: f64| {
         s.latency("drift_ms")
-            .and_then(|d| d.percentile(p))
+            .and_then(|d| d.raw_percentile(p))
             .unwrap_or(f64::NAN)
     };
     Ok(Step {

@@ -277,7 +277,7 @@ fn read_records(s: &ShardRun) -> Result<(ShardRow, IndexedLines)> {
         }
         records.push((index, line.to_vec()));
     })?;
-    let drift = Distribution::of(&mut drifts, &[]);
+    let drift = Distribution::of(&mut drifts, &crate::stats::Percentiles::default());
     let run = &s.run;
     let check = &run["clock_check"]["start"];
     // A shard that wrote no end: why it is gone, from its last heartbeat.
@@ -513,12 +513,16 @@ fn merged_run_json(shards: &[ShardRun], rows: &[ShardRow]) -> Value {
     let share =
         |s: &&ShardRun| crate::stats::verdict::sender_cpu_share(&s.run["senders"]).unwrap_or(0.0);
     if let Some(busiest) = shards.iter().max_by(|a, b| share(a).total_cmp(&share(b))) {
-        let late: u64 = shards
-            .iter()
-            .filter_map(|s| s.run["senders"]["arrived_late"].as_u64())
-            .sum();
+        let sum = |key: &str| -> u64 {
+            shards
+                .iter()
+                .filter_map(|s| s.run["senders"][key].as_u64())
+                .sum()
+        };
+        let (late, queued) = (sum("arrived_late"), sum("queued_late"));
         run["senders"] = busiest.run["senders"].clone();
         run["senders"]["arrived_late"] = json!(late);
+        run["senders"]["queued_late"] = json!(queued);
         run["senders"]["shard"] = json!(busiest.index);
         run["senders"]["out_of_descriptors"] = json!(shards
             .iter()

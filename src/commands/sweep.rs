@@ -373,8 +373,14 @@ fn axis_label(axis: SweepAxis) -> &'static str {
     }
 }
 
-fn ms(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1}"))
+/// A step's percentile: "n/a" where its successful requests are too few to hold it (the
+/// step's own summary says how many it needs), "-" where it had none.
+fn ms(v: Option<f64>, ok: u64) -> String {
+    match v {
+        Some(v) => format!("{v:.1}"),
+        None if ok > 0 => "n/a".into(),
+        None => "-".into(),
+    }
 }
 
 fn step_line(s: &Step, axis: SweepAxis) -> String {
@@ -397,9 +403,9 @@ fn step_line(s: &Step, axis: SweepAxis) -> String {
         "{level} {:>8.2} req/s  goodput {:>5.1} %{tasks}  TTFT p50 {:>8} p99 {:>8} ms  E2EL p99 {:>8} ms{}  {}  {verdict}",
         s.request_throughput,
         s.goodput_share * 100.0,
-        ms(s.ttft_p50_ms),
-        ms(s.ttft_p99_ms),
-        ms(s.e2el_p99_ms),
+        ms(s.ttft_p50_ms, s.ok),
+        ms(s.ttft_p99_ms, s.ok),
+        ms(s.e2el_p99_ms, s.ok),
         match s.queue_grew {
             Some(true) => "  queue grew",
             _ => "",

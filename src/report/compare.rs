@@ -42,7 +42,7 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
         push(f.key.into(), &|s| (f.value)(s));
     }
     let mut stats = vec!["mean".to_string(), "median".into()];
-    stats.extend(a.percentiles.iter().map(|p| percentile_key(*p)));
+    stats.extend(a.percentiles.list.iter().map(|p| percentile_key(*p)));
     stats.push("max".into());
     for l in crate::stats::latency::LATENCIES {
         for stat in &stats {

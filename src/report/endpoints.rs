@@ -17,12 +17,11 @@ pub fn section_of(out: &mut String, summary: &Summary, data: &mut RunData) {
     let mut t = String::from(
         "<table>\n<tr><th>endpoint</th><th>requests</th><th>ok</th><th>failed</th>\
          <th>TTFT p50 (ms)</th><th>TTFT p99 (ms)</th><th>E2EL p50 (ms)</th><th>E2EL p99 (ms)</th>\
-         <th>output tok/s</th><th>active (s)</th><th>prefix hits, server</th><th>prefix hits, trace</th></tr>\n",
+         <th>output tok/s</th><th>active (s)</th><th>prefix hits, server</th><th>prefix hits, expected</th></tr>\n",
     );
-    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     let share = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.2} %", s * 100.0));
     for e in &summary.per_endpoint {
-        let [ttft50, ttft99, e2el50, e2el99] = e.latency_percentiles().map(ms);
+        let [ttft50, ttft99, e2el50, e2el99] = e.latency_cells(2);
         let _ = writeln!(
             t,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\

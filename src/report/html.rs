@@ -63,7 +63,7 @@ pub fn summary_tables(s: &Summary) -> String {
     );
     row("Output length exact", s.output_length_match.describe(), "");
     t.push_str("</table>\n<table>\n<tr><th>metric (ms)</th><th>count</th><th>mean</th><th>median</th><th>std</th><th>min</th>");
-    for p in &s.percentiles {
+    for p in &s.percentiles.list {
         let _ = write!(t, "<th>{}</th>", crate::stats::percentile_key(*p));
     }
     t.push_str("<th>max</th></tr>\n");
@@ -73,8 +73,8 @@ pub fn summary_tables(s: &Summary) -> String {
         for v in [d.mean, d.median, d.std, d.min] {
             let _ = write!(t, "<td>{v:.3}</td>");
         }
-        for p in &s.percentiles {
-            let _ = write!(t, "<td>{:.3}</td>", d.percentile(*p).unwrap_or(f64::NAN));
+        for p in &s.percentiles.list {
+            let _ = write!(t, "<td>{}</td>", d.cell(*p, 3));
         }
         let _ = writeln!(t, "<td>{:.3}</td></tr>", d.max);
     }

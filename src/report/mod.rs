@@ -25,7 +25,7 @@ pub use xlsx::ResultsBook;
 
 use crate::error::{Error, Result};
 use crate::record::RecordFormat;
-use crate::stats::{verdict, Bounds, Gaps, Slo, Summary, SummaryBuilder};
+use crate::stats::{verdict, Bounds, Gaps, Percentiles, Slo, Summary, SummaryBuilder};
 
 /// Creates the output directory, refusing a non-empty one unless `force`.
 pub fn prepare_dir(dir: &Path, force: bool) -> Result<()> {
@@ -130,6 +130,8 @@ pub struct LoadedRun {
     pub indices: Vec<u64>,
     /// Its run.json, when it has a readable one.
     pub config: Option<Value>,
+    /// What it is judged by ([`verdict::judge`]).
+    pub bounds: Bounds,
 }
 
 const ITL_FILE: &str = "itl.json";
@@ -177,6 +179,8 @@ pub fn load_run(
     let from_chunks = saved.is_none();
     let mut gaps = saved.unwrap_or_default();
     let config = run_config(dir);
+    let bounds = bounds(config.as_ref(), opts)?;
+    let percentiles = Percentiles::new(&opts.percentiles, bounds.get(crate::stats::verdict::Bound::TailSamples));
     let block = config.as_ref().and_then(|c| c["block_size"].as_u64());
     let mut builder = SummaryBuilder::new(opts.slo.clone()).with_block_size(block);
     let mut data = RunData::default();
@@ -194,7 +198,7 @@ pub fn load_run(
         }
         Ok(())
     })?;
-    let mut summary = builder.finish(&gaps, &opts.percentiles);
+    let mut summary = builder.finish(&gaps, &percentiles);
     summary.server = crate::server_metrics::summary::load(dir)?;
     let itl = gaps.chunk;
     Ok(LoadedRun {
@@ -203,7 +207,15 @@ pub fn load_run(
         itl,
         indices,
         config,
+        bounds,
     })
+}
+
+/// The bounds a run is judged by: its own (run.json's `verdict_bounds`, else the defaults),
+/// with `--bound` replacing the ones it names.
+fn bounds(config: Option<&Value>, opts: &RenderOptions) -> Result<Bounds> {
+    let own = config.map_or_else(Bounds::default, |c| Bounds::from_json(&c["verdict_bounds"]));
+    own.with(&opts.bounds).map_err(Error::Usage)
 }
 
 /// A run that completed holds every record it planned (run.json's `schedule.records`, a
@@ -273,11 +285,11 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
         sessions.turns_cut = schedule("turns_cut");
         sessions.dropped = schedule("sessions_dropped");
     }
-    let own = config
-        .as_ref()
-        .map_or_else(Bounds::default, |c| Bounds::from_json(&c["verdict_bounds"]));
-    let bounds = own.with(&opts.bounds).map_err(Error::Usage)?;
-    run.summary.verdict = Some(verdict::judge(&run.summary, config.as_ref(), &bounds));
+    let verdict = verdict::judge(&run.summary, config.as_ref(), &run.bounds);
+    if config.as_ref().is_some_and(|c| c["strict"] == true) && !verdict.valid() {
+        crate::ending::strict_invalid(run.summary.ended.as_mut());
+    }
+    run.summary.verdict = Some(verdict);
     write_summary(dir, &run.summary)?;
     let title = format!("llmreplay report: {}", run_title(dir, config.as_ref()));
     let page = html::report(

@@ -66,18 +66,25 @@ impl SenderLoop {
         }
     }
 
-    /// Counts a request that reached this sender after its send time (the producers could not
-    /// keep up). Before the start (t0 not set yet) nothing is late; a closed loop has no send
-    /// times to keep.
+    /// Counts a request that reached this sender after its send time. With requests still
+    /// behind it in the channel it was built in time and waited there, the senders' heaps full
+    /// of earlier ones (a burst larger than their lookahead): `queued_late`. With none, the
+    /// producers had only just built it: `arrived_late`, the producers behind. Before the
+    /// start (t0 not set yet) nothing is late; a closed loop has no send times to keep.
     fn note_lateness(&mut self, req: &PreparedRequest) {
         let due = self.t0_ns + req.scheduled_ns + super::LATE_ARRIVAL_NS;
         let timed = self.t0_ns > 0 && self.in_flight_cap.is_none();
-        if timed && self.clock.now_ns() > due {
-            self.arrived_late += 1;
-            self.progress
-                .arrived_late
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !timed || self.clock.now_ns() <= due {
+            return;
         }
+        if self.rx.backlog() > 0 {
+            self.queued_late += 1;
+            return;
+        }
+        self.arrived_late += 1;
+        self.progress
+            .arrived_late
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Sends every request that is due, spinning up to a deadline within the spin window; but

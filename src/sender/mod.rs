@@ -174,6 +174,11 @@ pub struct Inbox {
 }
 
 impl Inbox {
+    /// Requests waiting in both channels.
+    fn backlog(&self) -> usize {
+        self.own.len() + self.shared.len()
+    }
+
     /// Its own turns first; Disconnected once both channels are.
     fn try_recv(&self) -> Result<PreparedRequest, TryRecvError> {
         match self.own.try_recv() {
@@ -200,9 +205,12 @@ pub struct SenderReport {
     /// Sessions whose first turn still waited for a `--max-active-sessions` place at the
     /// bound: never started (their turns are in `turns_cut`).
     pub sessions_dropped: u64,
-    /// Requests taken from the channel after their send time (more than [`LATE_ARRIVAL_NS`]):
-    /// the producers were behind.
+    /// Requests taken from the channel after their send time (more than [`LATE_ARRIVAL_NS`])
+    /// with nothing behind them: the producers were behind.
     pub arrived_late: u64,
+    /// Requests taken after their send time from a channel that held more: built in time,
+    /// they waited behind a burst larger than the senders' lookahead.
+    pub queued_late: u64,
     /// The client ran out of file descriptors at least once (EMFILE, ENFILE).
     pub out_of_descriptors: bool,
 }
@@ -301,6 +309,8 @@ struct SenderLoop {
     sessions_dropped: u64,
     /// See [`SenderReport::arrived_late`].
     arrived_late: u64,
+    /// See [`SenderReport::queued_late`].
+    queued_late: u64,
     /// The client ran out of file descriptors, and said so once.
     descriptors_warned: bool,
 }
@@ -381,6 +391,7 @@ impl SenderLoop {
             turns_cut: 0,
             sessions_dropped: 0,
             arrived_late: 0,
+            queued_late: 0,
             descriptors_warned: false,
         })
     }
@@ -432,6 +443,7 @@ impl SenderLoop {
             turns_cut: self.turns_cut,
             sessions_dropped: self.sessions_dropped,
             arrived_late: self.arrived_late,
+            queued_late: self.queued_late,
             out_of_descriptors: self.descriptors_warned,
         })
     }

@@ -148,6 +148,21 @@ impl EndpointSummary {
         ]
     }
 
+    /// The same four as text: each with `decimals`, "n/a (N samples)" where too few samples
+    /// hold it, "-" where there is none.
+    pub fn latency_cells(&self, decimals: usize) -> [String; 4] {
+        let c = |d: &Option<Distribution>, q| {
+            d.as_ref()
+                .map_or_else(|| "-".to_string(), |d| d.cell(q, decimals))
+        };
+        [
+            c(&self.ttft, 50.0),
+            c(&self.ttft, 99.0),
+            c(&self.e2el, 50.0),
+            c(&self.e2el, 99.0),
+        ]
+    }
+
     pub(super) fn to_json(&self) -> Value {
         let [ttft50, ttft99, e2el50, e2el99] = self.latency_percentiles();
         json!({

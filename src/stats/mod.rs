@@ -19,8 +19,9 @@ pub mod verdict;
 
 use breakdown::EndpointBuilder;
 pub use breakdown::{EndpointSummary, LengthMatch, PrefixHits};
-use distribution::percentile_list;
-pub use distribution::{format_number, latency_histogram, percentile_key, Distribution};
+pub use distribution::{
+    format_number, latency_histogram, percentile_key, Distribution, Percentiles,
+};
 pub use gaps::Gaps;
 use latency::{Samples, LATENCIES};
 use sessions::SessionBuilder;
@@ -261,7 +262,7 @@ impl SummaryBuilder {
         self.add_latencies(r, true);
     }
 
-    pub fn finish(mut self, gaps: &Gaps, percentiles: &[f64]) -> Summary {
+    pub fn finish(mut self, gaps: &Gaps, percentiles: &Percentiles) -> Summary {
         let duration_s = self
             .first_send_ns
             .map_or(0.0, |f| self.last_end_ns.saturating_sub(f) as f64 / 1e9);
@@ -301,7 +302,7 @@ impl SummaryBuilder {
             late_sends: self.late_sends,
             input_length_match: self.input_length_match,
             output_length_match: self.output_length_match,
-            percentiles: percentile_list(percentiles),
+            percentiles: percentiles.clone(),
             warmup_requests: self.warmup,
             resent: self.resent,
             queue: Distribution::of(&mut self.queue_ms, percentiles),
@@ -321,8 +322,8 @@ impl SummaryBuilder {
                         requests: b.total,
                         ok: b.ok,
                         failed: b.total - b.ok,
-                        ttft: Distribution::of(&mut b.ttft, &[]),
-                        e2el: Distribution::of(&mut b.e2el, &[]),
+                        ttft: Distribution::of(&mut b.ttft, percentiles),
+                        e2el: Distribution::of(&mut b.e2el, percentiles),
                         output_throughput: match span_s > 0.0 {
                             true => b.output_tokens as f64 / span_s,
                             false => 0.0,
@@ -370,7 +371,8 @@ pub struct Summary {
     pub input_length_match: LengthMatch,
     /// The trace's output_length against the tokens the server generated.
     pub output_length_match: LengthMatch,
-    pub percentiles: Vec<f64>,
+    /// The percentiles every distribution reports, and the samples each needs beyond it.
+    pub percentiles: Percentiles,
     /// Each endpoint's share, by URL.
     pub per_endpoint: Vec<EndpointSummary>,
     /// Conversation turns that waited for their parent (None when there were none).
@@ -552,11 +554,38 @@ mod tests {
         assert!(e.contains("ttft-sched:MS"), "{e}");
     }
 
+    /// A percentile is shown only where `tail_samples` lie beyond it: 120 samples give p90
+    /// (12 beyond) but not p99 (1.2 beyond), which prints "n/a (120 samples)" and is null in
+    /// the JSON, listed in `too_few_samples`; the value stays computed for bounds.
+    #[test]
+    fn a_percentile_too_few_samples_hold_is_not_shown() {
+        let p = Percentiles::new(&[99.9], 5.0);
+        let mut samples: Vec<f64> = (1..=120).map(f64::from).collect();
+        let d = Distribution::of(&mut samples, &p).unwrap();
+        assert!(d.percentile(90.0).is_some() && d.percentile(99.0).is_none());
+        assert!(d.raw_percentile(99.0).is_some_and(|v| v > 118.0));
+        assert_eq!(d.cell(99.0, 2), "n/a (120 samples)");
+        assert_eq!(d.cell(50.0, 1), "60.5");
+        let j = d.to_json();
+        assert!(j["p99"].is_null() && j["p90"].is_number());
+        assert_eq!(j["too_few_samples"], json!(["p99", "p99.9"]));
+        assert_eq!(
+            (p.samples_needed(50.0), p.samples_needed(90.0), p.samples_needed(99.0)),
+            (10, 50, 500)
+        );
+        assert!(p.holds(99.0, 500) && !p.holds(99.0, 499));
+        // Enough samples: nothing is withheld.
+        let mut many: Vec<f64> = (1..=5000).map(f64::from).collect();
+        let d = Distribution::of(&mut many, &p).unwrap();
+        assert!(d.to_json().get("too_few_samples").is_none());
+        assert!(d.percentile(99.9).is_some());
+    }
+
     #[test]
     fn matches_numpy_linear_interpolation() {
         // numpy: np.percentile([1,2,3,4,10], [25,50,75,90,99]) = [2, 3, 4, 7.6, 9.76];
         // mean 4, population std sqrt(10) = 3.1623
-        let d = Distribution::of(&mut [10.0, 2.0, 4.0, 1.0, 3.0], &[]).unwrap();
+        let d = Distribution::of(&mut [10.0, 2.0, 4.0, 1.0, 3.0], &Percentiles::new(&[], 0.0)).unwrap();
         assert_eq!(d.mean, 4.0);
         assert!((d.std - 10f64.sqrt()).abs() < 1e-12);
         assert_eq!(d.median, 3.0);
@@ -571,10 +600,10 @@ mod tests {
             assert_eq!(*p, ep);
             assert!((v - ev).abs() < 1e-9, "p{p}: {v} vs {ev}");
         }
-        let d = Distribution::of(&mut [5.0], &[99.9]).unwrap();
+        let d = Distribution::of(&mut [5.0], &Percentiles::new(&[99.9], 0.0)).unwrap();
         assert_eq!(d.percentile(99.9), Some(5.0));
         assert_eq!(percentile_key(99.9), "p99.9");
-        assert!(Distribution::of(&mut [], &[]).is_none());
+        assert!(Distribution::of(&mut [], &Percentiles::default()).is_none());
     }
 
     /// The servers' `cached_tokens`: summed over the requests that report them, as a share
@@ -596,7 +625,7 @@ mod tests {
         b.add(&record(0, 1000, Some(0)));
         b.add(&record(1, 1000, Some(750)));
         b.add(&record(2, 5000, None));
-        let s = b.finish(&gaps, &[]);
+        let s = b.finish(&gaps, &Percentiles::default());
         assert_eq!(s.prefix.observed, (750, 2000));
         assert_eq!(s.to_json()["prefix_cache"]["observed_hit_share"], 0.375);
         assert!(s.to_json()["prefix_cache"].get("block_size").is_none());
@@ -606,7 +635,7 @@ mod tests {
         b.add(&record(0, 1000, Some(0)));
         b.add(&record(1, 1000, Some(750)));
         b.add(&record(2, 100, Some(99)));
-        let p = &b.finish(&gaps, &[]).to_json()["prefix_cache"];
+        let p = &b.finish(&gaps, &Percentiles::default()).to_json()["prefix_cache"];
         assert_eq!(p["block_size"], 512);
         assert_eq!(
             p["observed_block_hit_share"], 0.2,
@@ -615,7 +644,7 @@ mod tests {
         assert_eq!(p["observed_hit_share"], 849.0 / 2100.0);
         let mut b = SummaryBuilder::new(None);
         b.add(&record(0, 1000, None));
-        let s = b.finish(&gaps, &[]);
+        let s = b.finish(&gaps, &Percentiles::default());
         assert!(!s.prefix.any() && s.to_json().get("prefix_cache").is_none());
     }
 
@@ -639,7 +668,7 @@ mod tests {
             b.add(&record("fast", i, 1));
             b.add(&record("slow", 10 + i, 4));
         }
-        let s = b.finish(&gaps, &[]);
+        let s = b.finish(&gaps, &Percentiles::default());
         let rate = |name: &str| {
             let e = s.per_endpoint.iter().find(|e| e.endpoint == name).unwrap();
             (e.output_throughput, e.duration_s)

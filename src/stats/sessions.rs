@@ -125,7 +125,7 @@ impl SessionBuilder {
         round.prompt_tokens += r.prompt_tokens.unwrap_or(input);
     }
 
-    pub(super) fn finish(mut self, percentiles: &[f64]) -> Option<SessionSummary> {
+    pub(super) fn finish(mut self, percentiles: &super::Percentiles) -> Option<SessionSummary> {
         if self.conversations.is_empty() {
             return None;
         }

@@ -61,7 +61,7 @@ impl TaskBuilder {
         );
     }
 
-    pub(super) fn finish(self, percentiles: &[f64]) -> Option<TaskSummary> {
+    pub(super) fn finish(self, percentiles: &super::Percentiles) -> Option<TaskSummary> {
         if self.tasks.is_empty() {
             return None;
         }
@@ -178,11 +178,10 @@ impl TaskSummary {
         if let Some(d) = &self.tool_wait_share {
             out.push((
                 "Tool-wait share of task p50 / p99:".into(),
-                format!(
-                    "{:.1}% / {:.1}%",
-                    d.median * 100.0,
-                    d.percentile(99.0).unwrap_or(d.max) * 100.0
-                ),
+                match d.percentile(99.0) {
+                    Some(p99) => format!("{:.1}% / {:.1}%", d.median * 100.0, p99 * 100.0),
+                    None => format!("{:.1}% / {}", d.median * 100.0, d.not_held()),
+                },
             ));
         }
         out
@@ -224,7 +223,7 @@ mod tests {
         ] {
             b.add(&r, true);
         }
-        let s = b.finish(&[50.0, 99.0]).unwrap();
+        let s = b.finish(&crate::stats::Percentiles::default()).unwrap();
         assert_eq!((s.tasks, s.good_tasks), (1, 1));
         assert_eq!(s.latency.as_ref().unwrap().median, 50e-6);
         assert_eq!(s.agents.as_ref().unwrap().median, 3.0);
@@ -233,6 +232,6 @@ mod tests {
         assert!((s.tool_wait_share.as_ref().unwrap().median - 8.0 / 50.0).abs() < 1e-9);
         let mut failed = TaskBuilder::default();
         failed.add(&turn(0, "t", &[], 0, 10), false);
-        assert_eq!(failed.finish(&[50.0]).unwrap().good_tasks, 0);
+        assert_eq!(failed.finish(&crate::stats::Percentiles::default()).unwrap().good_tasks, 0);
     }
 }

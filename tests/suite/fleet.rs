@@ -77,7 +77,9 @@ fn round_robin_spreads_records_evenly_by_weight() {
     assert_eq!(per.len(), 4);
     assert_eq!(per[urls[3].as_str()]["requests"], 160);
     assert_eq!(per[urls[0].as_str()]["ok"], 80);
-    assert!(per[urls[0].as_str()]["ttft_ms"]["p99"].as_f64().unwrap() >= 1.0);
+    // 80 requests hold p50 but not p99 (it needs 500): null, as in the run's own figures.
+    let ttft = &per[urls[0].as_str()]["ttft_ms"];
+    assert!(ttft["p50"].as_f64().unwrap() >= 1.0 && ttft["p99"].is_null(), "{ttft}");
     let table = outcome.summary.to_table();
     assert!(
         table.contains("Per endpoint") && table.contains(&urls[2]),

@@ -630,7 +630,7 @@ fn finish(
     let mut sender_cpu_ns = 0;
     let mut sender_reads = 0;
     let (mut turns_cut, mut sessions_dropped) = (0, 0);
-    let (mut arrived_late, mut out_of_descriptors) = (0, false);
+    let (mut arrived_late, mut queued_late, mut out_of_descriptors) = (0, 0, false);
     for s in stages.senders {
         let report: SenderReport = s
             .join()
@@ -642,6 +642,7 @@ fn finish(
         turns_cut += report.turns_cut;
         sessions_dropped += report.sessions_dropped;
         arrived_late += report.arrived_late;
+        queued_late += report.queued_late;
         out_of_descriptors |= report.out_of_descriptors;
     }
     if let Some(scraper) = stages.scraper {
@@ -688,8 +689,11 @@ fn finish(
         "cpu_s": sender_cpu_ns as f64 / 1e9,
         "wall_s": end_ns.saturating_sub(stages.t0_ns) as f64 / 1e9,
         "arrived_late": arrived_late,
+        "queued_late": queued_late,
         "out_of_descriptors": out_of_descriptors,
     });
+    // For the verdict's causes: how busy the machine was at the end.
+    run["host"] = crate::sys::host_load();
     run["clock"]["end"] = json!({
         "run_ns": end_ns.saturating_sub(stages.t0_ns),
         "monotonic_ns": crate::sys::clock::on_monotonic(&stages.clock, end_ns),

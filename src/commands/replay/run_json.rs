@@ -250,6 +250,8 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     // What `report DIR` judges the run by again, unless given other --bound values.
     let bounds = crate::stats::Bounds::parse(&plan.render.bounds).unwrap_or_default();
     put("verdict_bounds", bounds.to_json());
+    // --strict: a completed run judged INVALID exits 4, and its summary says so.
+    put("strict", json!(plan.strict));
     Value::Object(m)
 }
 

@@ -115,7 +115,7 @@ pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) ->
     let mut names: Vec<String> = ["metric (ms)", "count", "mean", "median", "std", "min"]
         .map(String::from)
         .into();
-    names.extend(s.percentiles.iter().map(|p| percentile_key(*p)));
+    names.extend(s.percentiles.list.iter().map(|p| percentile_key(*p)));
     names.push("max".into());
     header(sheet, f, row, &names)?;
     for (l, d) in s.metrics() {
@@ -125,6 +125,7 @@ pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) ->
         let mut values = vec![d.count as f64, d.mean, d.median, d.std, d.min];
         values.extend(
             s.percentiles
+                .list
                 .iter()
                 .map(|p| d.percentile(*p).unwrap_or(f64::NAN)),
         );
@@ -134,6 +135,14 @@ pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) ->
             if v.is_finite() {
                 sheet
                     .write_number_with_format(row, 1 + c as u16, v, format)
+                    .map_err(xerr)?;
+            }
+        }
+        // A percentile too few samples hold says so rather than leaving its cell empty.
+        for (c, p) in s.percentiles.list.iter().enumerate() {
+            if !d.holds(*p) {
+                sheet
+                    .write_string(row, 6 + c as u16, d.not_held())
                     .map_err(xerr)?;
             }
         }
