@@ -49,7 +49,18 @@ enum Segment {
     Block(u64),
     Padding(u64),
     End(u64),
+    /// A recorded-messages block: the hash of its bytes.
+    Bytes(u64),
+    /// The answer of the record at this index, which a delta turn after it carries.
+    Answer(u64),
 }
+
+/// Bytes of a recorded-messages prompt in one block of its shape ([`PromptShape::of_messages`]).
+pub const MESSAGE_BLOCK_BYTES: usize = 64;
+
+/// Bytes a recorded-messages shape counts per answer token it cannot see (a delta turn's
+/// parent's answer), about what one token of English text takes.
+pub const BYTES_PER_ANSWER_TOKEN: u64 = 4;
 
 fn chain(prev: u64, segment: Segment) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -82,6 +93,58 @@ impl PromptShape {
             frame: synth.frame(),
             segments,
         }
+    }
+
+    /// The shape of a recorded-messages prompt, in bytes of its text: the tools, then each
+    /// message's role, text parts and tool calls, in blocks of [`MESSAGE_BLOCK_BYTES`] keyed
+    /// by their bytes. A delta turn's own messages follow `after`, where its history ends
+    /// ([`PromptShape::end`] of its parent's shape with the answer held,
+    /// [`ExpectedPrefixHits::hold_answer`]). Its hits are a share of its bytes, which the
+    /// record applies to the server's prompt tokens: no tokenizer needed, and templates add
+    /// about as much to every message.
+    pub fn of_messages(
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+        after: Option<(u64, u64)>,
+    ) -> Self {
+        let mut text = Vec::new();
+        if let Some(tools) = tools {
+            text.extend_from_slice(tools.to_string().as_bytes());
+        }
+        for m in messages {
+            text.extend_from_slice(m["role"].as_str().unwrap_or_default().as_bytes());
+            text.push(b'\n');
+            match &m["content"] {
+                serde_json::Value::String(t) => text.extend_from_slice(t.as_bytes()),
+                serde_json::Value::Null => {}
+                other => text.extend_from_slice(other.to_string().as_bytes()),
+            }
+            if !m["tool_calls"].is_null() {
+                text.extend_from_slice(m["tool_calls"].to_string().as_bytes());
+            }
+        }
+        let (mut key, head) = after.unwrap_or((0, 0));
+        let mut segments = Vec::with_capacity(text.len() / MESSAGE_BLOCK_BYTES + 2);
+        if head > 0 {
+            segments.push((key, head));
+        }
+        for block in text.chunks(MESSAGE_BLOCK_BYTES) {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            block.hash(&mut h);
+            key = chain(key, Segment::Bytes(h.finish()));
+            segments.push((key, block.len() as u64));
+        }
+        PromptShape {
+            frame: Frame::default(),
+            segments,
+        }
+    }
+
+    /// Where its content ends: the last segment's key and every unit up to it (a delta turn
+    /// after it continues from there).
+    pub fn end(&self) -> (u64, u64) {
+        let units = self.segments.iter().map(|s| s.1).sum();
+        (self.segments.last().map_or(0, |s| s.0), units)
     }
 
     /// All of its tokens, as the server counts them.
@@ -223,6 +286,40 @@ impl ExpectedPrefixHits {
         let hits = self.hits(endpoint, shape);
         self.insert(endpoint, shape);
         hits
+    }
+
+    /// [`Self::planned`] for a recorded-messages shape (in bytes): the share of it held, the
+    /// last byte always computed; the record takes that share of the server's prompt tokens.
+    pub fn planned_share(&mut self, endpoint: u32, shape: &PromptShape) -> f64 {
+        let total = shape.tokens();
+        let held = self.endpoint(endpoint).longest_prefix(shape);
+        self.insert(endpoint, shape);
+        match total {
+            0 => 0.0,
+            t => held.min(t - 1) as f64 / t as f64,
+        }
+    }
+
+    /// `endpoint` will hold record `index`'s answer of `answer_units` after its prompt, which
+    /// ended at `end` ([`PromptShape::end`]), as a server caches what it generates: the turn
+    /// that carries it forward continues from the returned end.
+    pub fn hold_answer(
+        &mut self,
+        endpoint: u32,
+        end: (u64, u64),
+        index: u64,
+        answer_units: u64,
+    ) -> (u64, u64) {
+        // One segment for the whole history (its key chains every block before it): a turn
+        // that continues it holds all of it or, evicted, none.
+        let key = chain(end.0, Segment::Answer(index));
+        let answer = PromptShape {
+            frame: Frame::default(),
+            segments: vec![(key, end.1 + answer_units)],
+        };
+        let capacity = self.capacity;
+        self.endpoint(endpoint).insert(&answer, capacity);
+        (key, end.1 + answer_units)
     }
 }
 

@@ -203,6 +203,8 @@ pub struct ReplayPlan {
     pub passes: u64,
     /// `--prime`: one unmeasured pass of the same schedule first.
     pub prime: bool,
+    /// `--loop-prompts`: each pass after the first its own prompts, or the first's again.
+    pub loop_prompts: crate::pipeline::LoopPrompts,
     /// `--prompt-source dataset`: the dataset file.
     pub prompt_dataset: Option<PathBuf>,
     /// Stop early past this share of failed requests.
@@ -499,6 +501,7 @@ impl ReplayPlan {
                 n => n,
             },
             prime: a.prime,
+            loop_prompts: a.loop_prompts,
             think_time_s: match a.think_time {
                 Some(t) if !(t >= 0.0 && t.is_finite()) => {
                     return Err(Error::Usage(format!(

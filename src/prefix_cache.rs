@@ -65,11 +65,22 @@ impl PrefixCache {
         (hits * self.block as u64, words.len() as u64, chain)
     }
 
+    /// [`Self::serve`], and where the prompt's blocks end, for its answer to extend.
+    pub fn serve_chain<'a>(&mut self, words: impl Iterator<Item = &'a [u8]>) -> (u64, Chain) {
+        let (hits, _, chain) = self.serve_counted(words);
+        (hits, chain)
+    }
+
     /// A server caches the tokens it generates too (vLLM keeps every full block of prompt
     /// and answer): the `n` words `word` of an answer extend its prompt's chain, so the next
     /// turn that carries the answer forward finds them.
-    pub fn extend(&mut self, mut chain: Chain, word: &[u8], n: u64) {
-        for _ in 0..n {
+    pub fn extend(&mut self, chain: Chain, word: &[u8], n: u64) {
+        self.extend_words(chain, (0..n).map(|_| word));
+    }
+
+    /// The answer's `words` extend its prompt's chain (see [`Self::extend`]).
+    pub fn extend_words<'a>(&mut self, mut chain: Chain, words: impl Iterator<Item = &'a [u8]>) {
+        for word in words {
             chain.pending.push(word.to_vec());
             if chain.pending.len() == self.block {
                 chain.key = block_key(chain.key, &chain.pending);

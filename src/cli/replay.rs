@@ -289,6 +289,13 @@ pub struct ReplayArgs {
     #[arg(long = "loop", value_name = "N", default_value_t = 1)]
     pub passes: u64,
 
+    /// What each --loop pass after the first sends: fresh (its own prompts: its synthetic
+    /// records' hash ids mixed with the pass, recorded messages marked at the start of each
+    /// conversation, so no pass meets a block an earlier one cached) or repeat (the first
+    /// pass's prompts again: a soak of a warm cache, whose hits the expected model predicts).
+    #[arg(long, value_name = "HOW", value_parser = crate::cli::choice::<crate::pipeline::LoopPrompts>(), default_value_t)]
+    pub loop_prompts: crate::pipeline::LoopPrompts,
+
     /// Before the measured run, replay the same schedule once, unmeasured, to fill the
     /// servers' prefix caches (its records go to OUTPUT/prime/). The measured run then sees
     /// every prompt cached, as a long-running production server would; expect its observed

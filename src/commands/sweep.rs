@@ -228,8 +228,13 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, level: f64) -> Result<Option<bool>>
         }
     };
     if !plan.warm_cache {
-        // The arrivals (--rate's gaps) keep their own seed: only the prompts change.
+        // The arrivals (--rate's gaps) keep their own seed: only the prompts change. Recorded
+        // messages, which have no seed, get the step's marker (pipeline::salt).
         run.prompt.seed = step_seed(plan.base.prompt.seed, n);
+        if n > 1 {
+            let base = plan.base.prompt.salt.unwrap_or(0);
+            run.prompt.salt = Some(base ^ step_seed(0, n));
+        }
     }
     run.output = Some(dir.clone());
     run.force = false;

@@ -112,8 +112,8 @@ impl CountPool {
         })
     }
 
-    /// A prompt to count, in arrival order.
-    pub fn submit(&self, of: CountFor, job: Arc<PendingCount>) {
+    /// A prompt to count, in arrival order: its place in that order.
+    pub fn submit(&self, of: CountFor, job: Arc<PendingCount>) -> u64 {
         let seq = self.arrivals.fetch_add(1, Ordering::Relaxed);
         job.seq.store(seq, Ordering::Relaxed);
         if let Some(cache) = &self.token_cache {
@@ -121,6 +121,15 @@ impl CountPool {
         }
         if let Some(jobs) = &self.jobs {
             jobs.send((of, job)).ok();
+        }
+        seq
+    }
+
+    /// Arrival `seq` answered `tokens` tokens: the token cache keeps them after its prompt,
+    /// as a server caches what it generates.
+    pub fn answered(&self, seq: u64, tokens: u64) {
+        if let Some(cache) = &self.token_cache {
+            cache.answered(seq, tokens);
         }
     }
 

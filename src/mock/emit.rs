@@ -88,6 +88,13 @@ impl MockLoop {
                         cache.extend(chain, generation::TOKEN_TEXT.trim().as_bytes(), g.sent);
                     }
                 }
+                // The token cache keeps the answer's tokens too (its reasoning aside: a client
+                // sends back only the answer).
+                if let (Some(pool), Some(g)) = (&self.counting, ended.as_ref()) {
+                    if let Some(seq) = g.count_seq {
+                        pool.answered(seq, g.answer_tokens());
+                    }
+                }
                 self.release();
             }
             // Read before the write: a write's time is then at or before the client's read of

@@ -188,6 +188,8 @@ pub struct Generation {
     /// The count handed to those threads, kept until it is in so that a request held by it
     /// can hurry it (see [`super::counting`]).
     pub count_job: Option<Arc<PendingCount>>,
+    /// Its place in the counting threads' arrival order (with `--tokenizer`).
+    pub count_seq: Option<u64>,
     /// The count was hurried.
     pub count_hurried: bool,
     /// Prompt tokens the prefix cache served (with `--cache-blocks`).
@@ -284,6 +286,7 @@ impl Generation {
             prompt_tokens,
             count_pending: count_job.is_some(),
             count_job,
+            count_seq: None,
             count_hurried: false,
             cached_tokens: None,
             cache_chain: None,
@@ -404,6 +407,11 @@ impl Generation {
     /// Every event of the stream is written, the closing ones included.
     pub fn closed(&self) -> bool {
         self.closed
+    }
+
+    /// Tokens of its answer sent, its reasoning left out.
+    pub fn answer_tokens(&self) -> u64 {
+        self.sent.saturating_sub(self.reasoning)
     }
 
     /// The tokenizer threads counted the prompt.

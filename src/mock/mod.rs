@@ -246,8 +246,16 @@ impl MockLoop {
             PromptCounting::Tokenizer(counter) => Some(counting::CountPool::start(
                 counter.clone(),
                 cfg.count_threads,
-                cfg.prefix_cache
-                    .map(|(n, b)| token_cache::TokenCache::new(n, b)),
+                match cfg.prefix_cache {
+                    Some((n, b)) => Some(token_cache::TokenCache::new(
+                        n,
+                        b,
+                        counter
+                            .content_ids(crate::api::TOKEN_TEXT)
+                            .map_err(io::Error::other)?,
+                    )),
+                    None => None,
+                },
                 waker,
             )?),
             _ => None,

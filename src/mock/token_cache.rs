@@ -13,10 +13,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use super::count_job::{CountFor, Counted, PendingCount};
-use crate::prefix_cache::PrefixCache;
+use crate::prefix_cache::{Chain, PrefixCache};
+
+/// Answers the cache waits for at most.
+const OPEN_ANSWERS: usize = 1 << 16;
 
 pub struct TokenCache {
     block: u64,
+    /// The token ids of one answer token ([`crate::api::TOKEN_TEXT`]) as this tokenizer
+    /// writes it: what a client carrying the answer forward sends back.
+    answer_ids: Vec<u32>,
     state: Mutex<State>,
 }
 
@@ -28,20 +34,51 @@ struct State {
     waiting: BTreeMap<u64, (CountFor, Arc<PendingCount>)>,
     /// Counted arrivals that wait for an earlier one.
     counted: HashMap<u64, Result<Vec<u32>, String>>,
+    /// Looked-up arrivals still answering: where their prompt's blocks end (the newest
+    /// [`OPEN_ANSWERS`]: one that never answers, its connection gone, is forgotten).
+    chains: BTreeMap<u64, Chain>,
+    /// Arrivals that answered before they were looked up: their answer's tokens.
+    answered: BTreeMap<u64, u64>,
 }
 
 impl TokenCache {
-    /// A cache of `blocks` blocks of `block` tokens.
-    pub fn new(blocks: usize, block: usize) -> TokenCache {
+    /// A cache of `blocks` blocks of `block` tokens; an answer token is `answer_ids`.
+    pub fn new(blocks: usize, block: usize, answer_ids: Vec<u32>) -> TokenCache {
         TokenCache {
             block: block.max(1) as u64,
+            answer_ids,
             state: Mutex::new(State {
                 cache: PrefixCache::new(blocks, block),
                 next: 0,
                 waiting: BTreeMap::new(),
                 counted: HashMap::new(),
+                chains: BTreeMap::new(),
+                answered: BTreeMap::new(),
             }),
         }
+    }
+
+    /// Arrival `seq` answered `tokens` tokens: they extend its prompt's blocks (now, or once
+    /// it is looked up), so a turn that carries the answer forward hits on it.
+    pub fn answered(&self, seq: u64, tokens: u64) {
+        let mut state = self.state();
+        match state.chains.remove(&seq) {
+            Some(chain) => self.extend(&mut state, chain, tokens),
+            None if seq >= state.next => {
+                state.answered.insert(seq, tokens);
+                while state.answered.len() > OPEN_ANSWERS {
+                    state.answered.pop_first();
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn extend(&self, state: &mut State, chain: Chain, tokens: u64) {
+        let ids: Vec<[u8; 4]> = (0..tokens)
+            .flat_map(|_| self.answer_ids.iter().map(|id| id.to_le_bytes()))
+            .collect();
+        state.cache.extend_words(chain, ids.iter().map(|w| &w[..]));
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -83,7 +120,16 @@ impl TokenCache {
             let (prompt_tokens, cached_tokens) = match ids {
                 Ok(ids) => {
                     let words: Vec<[u8; 4]> = ids.iter().map(|id| id.to_le_bytes()).collect();
-                    let hits = state.cache.serve(words.iter().map(|w| &w[..]));
+                    let (hits, chain) = state.cache.serve_chain(words.iter().map(|w| &w[..]));
+                    match state.answered.remove(&next) {
+                        Some(tokens) => self.extend(&mut state, chain, tokens),
+                        None => {
+                            state.chains.insert(next, chain);
+                            while state.chains.len() > OPEN_ANSWERS {
+                                state.chains.pop_first();
+                            }
+                        }
+                    }
                     let len = ids.len() as u64;
                     // The last token is always computed, as a server must to answer.
                     let most = len.saturating_sub(1) / self.block * self.block;

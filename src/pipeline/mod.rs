@@ -6,6 +6,7 @@
 //! part). They may finish out of order; the senders order what they receive by deadline.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
@@ -15,16 +16,18 @@ use crossbeam_channel::Sender;
 
 use crate::carry::CarrySlot;
 use crate::error::{Error, Result};
-use crate::expected_cache::{PromptShape, SharedModel};
+use crate::expected_cache::{PromptShape, SharedModel, BYTES_PER_ANSWER_TOKEN};
 use crate::fleet::Router;
 use crate::schedule::{Shaper, Slot};
 use crate::session::{SessionLink, SessionTracker, SessionTurn};
 use crate::shard::ShardFilter;
 use crate::sys::stop::StopRequest;
-use crate::trace::{OrderedReader, TraceIds, TraceRecord};
+use crate::trace::{Input, OrderedReader, TraceIds, TraceRecord};
 
 mod build;
+mod salt;
 pub use build::{BlockCaches, BodyStyle, BuildError, PromptLog, RequestBuilder};
+pub use salt::{LoopPrompts, Salts};
 
 /// A request ready to be written: everything but the per-endpoint request line and headers.
 #[derive(Debug)]
@@ -50,6 +53,9 @@ pub struct PreparedRequest {
     /// The prefix-cache hits its prompt should find at its endpoint, as the schedule
     /// predicts them ([`crate::expected_cache`]; None: not a synthetic prompt).
     pub expected_cached_tokens: Option<u64>,
+    /// A recorded-messages prompt: the share of it the schedule predicts its endpoint holds
+    /// (of its bytes; the record applies it to the server's prompt tokens).
+    pub expected_share: Option<f64>,
     /// Where the endpoint is picked when the request is due (`--route least-inflight`): its
     /// prompt's shape, for the sender to look its expected hits up there.
     pub cache_shape: Option<Box<PromptShape>>,
@@ -79,6 +85,7 @@ impl PreparedRequest {
             queue_ns: None,
             warmup: false,
             expected_cached_tokens: None,
+            expected_share: None,
             cache_shape: None,
             carry: None,
         }
@@ -240,7 +247,8 @@ impl ToSenders {
     }
 }
 
-/// `--loop`: how the trace is read again for the next pass.
+/// `--loop`: how the trace is read again for the next pass, and what makes each pass's
+/// prompts its own.
 pub struct Passes {
     /// Passes after the current one.
     pub left: u64,
@@ -248,15 +256,18 @@ pub struct Passes {
     pub reopen: Box<dyn FnMut() -> Result<OrderedReader> + Send>,
     /// Records in one pass: pass k's indices start at k x this.
     pub per_pass: u64,
+    /// The run's and each pass's prompt salts ([`salt`]).
+    pub salts: Salts,
 }
 
 impl Passes {
-    /// A single pass.
-    pub fn once() -> Passes {
+    /// A single pass, salted as `salts` say.
+    pub fn once(salts: Salts) -> Passes {
         Passes {
             left: 0,
             reopen: Box::new(|| Err(Error::Run("no further pass".into()))),
             per_pass: 0,
+            salts,
         }
     }
 }
@@ -278,6 +289,9 @@ struct SharedReader {
     sessions: SessionTracker,
     /// The expected prefix-cache hits, modelled over every record the schedule sends.
     expected: SharedModel,
+    /// Recorded-messages turns whose delta children continue them: where their history
+    /// (prompt and answer) ends in the model, and the children still to take it.
+    histories: HashMap<u64, ((u64, u64), u32)>,
     builder: Arc<RequestBuilder>,
     finished: bool,
 }
@@ -309,6 +323,7 @@ pub fn spawn_producers(
         router,
         sessions,
         expected,
+        histories: HashMap::new(),
         builder: Arc::clone(&builder),
         finished: false,
     }));
@@ -342,6 +357,7 @@ struct Planned {
     link: Option<SessionLink>,
     warmup: bool,
     expected_cached_tokens: Option<u64>,
+    expected_share: Option<f64>,
     cache_shape: Option<PromptShape>,
 }
 
@@ -363,12 +379,14 @@ impl SharedReader {
                 self.pass += 1;
                 self.reader = (self.passes.reopen)()?;
                 self.sessions.new_pass();
+                self.passes.salts.new_pass();
                 if let Some(shard) = &mut self.shard {
                     shard.new_pass();
                 }
                 continue;
             };
             record.index += self.pass * self.passes.per_pass;
+            self.passes.salts.apply(&mut record);
             match self.shaper.place(self.pass, ts) {
                 Slot::Skip => {}
                 Slot::End(_) => {
@@ -386,12 +404,13 @@ impl SharedReader {
                     // the endpoint is picked when due: then the sender looks it up there).
                     let shape = self.builder.prompt_shape(endpoint, &record);
                     let expected = match (shape, self.router.picks_when_due()) {
-                        (Some(shape), true) => (None, Some(shape)),
+                        (Some(shape), true) => (None, None, Some(shape)),
                         (Some(shape), false) => {
                             let mut model = self.expected.lock().unwrap_or_else(|p| p.into_inner());
-                            (Some(model.planned(endpoint, &shape)), None)
+                            (Some(model.planned(endpoint, &shape)), None, None)
                         }
-                        (None, _) => (None, None),
+                        (None, false) => (None, self.messages_share(endpoint, &record), None),
+                        (None, true) => (None, None, None),
                     };
                     let pass = self.pass;
                     if self
@@ -419,8 +438,41 @@ impl SharedReader {
             link,
             warmup,
             expected_cached_tokens: expected.0,
-            cache_shape: expected.1,
+            expected_share: expected.1,
+            cache_shape: expected.2,
         }))
+    }
+
+    /// A recorded-messages record's expected share ([`PromptShape::of_messages`]): a delta
+    /// turn of a task graph continues its parent's prompt and answer; a turn with heirs leaves
+    /// its own for them.
+    fn messages_share(&mut self, endpoint: u32, record: &TraceRecord) -> Option<f64> {
+        let Input::Messages { messages, tools } = &record.input else {
+            return None;
+        };
+        let dag = record.ids.dag.as_deref();
+        let parent = dag
+            .filter(|d| d.keeps_parent && !d.fresh)
+            .and_then(|d| d.parents_back.first())
+            .map(|back| record.index.saturating_sub(*back));
+        let after = parent.and_then(|p| {
+            let (end, heirs) = self.histories.get_mut(&p)?;
+            let end = *end;
+            *heirs = heirs.saturating_sub(1);
+            if *heirs == 0 {
+                self.histories.remove(&p);
+            }
+            Some(end)
+        });
+        let shape = PromptShape::of_messages(messages, tools.as_ref(), after);
+        let mut model = self.expected.lock().unwrap_or_else(|p| p.into_inner());
+        let share = model.planned_share(endpoint, &shape);
+        if let Some(heirs) = dag.map(|d| d.heirs).filter(|&h| h > 0) {
+            let answer = record.output_length.unwrap_or(0) * BYTES_PER_ANSWER_TOKEN;
+            let end = model.hold_answer(endpoint, shape.end(), record.index, answer);
+            self.histories.insert(record.index, (end, heirs));
+        }
+        Some(share)
     }
 }
 
@@ -461,6 +513,7 @@ fn produce(
             })?;
         request.warmup = p.warmup;
         request.expected_cached_tokens = p.expected_cached_tokens;
+        request.expected_share = p.expected_share;
         request.cache_shape = p.cache_shape.map(Box::new);
         if let Some(pause) = builder.slow_build {
             std::thread::sleep(pause);

@@ -268,6 +268,22 @@ impl Exchange {
         }
     }
 
+    /// The prefix-cache hits the schedule predicts for this request: the model's tokens (a
+    /// turn that carried its parent's prompt and answer may hit on all of it: its plan counts
+    /// the answer, which the hash-id model cannot see), or a recorded-messages prompt's share
+    /// of the server's prompt tokens.
+    fn expected_cached_tokens(&self) -> Option<u64> {
+        if let Some(share) = self.req.expected_share {
+            let prompt = self.prompt_tokens.filter(|_| !self.approximate_prompt_count)?;
+            return Some((share * prompt as f64) as u64);
+        }
+        self.req.expected_cached_tokens.map(|model| {
+            let session = self.req.session.as_ref();
+            let carried = session.filter(|t| t.carried_tokens.is_some());
+            model.max(carried.and_then(|t| t.planned_cached_tokens).unwrap_or(0))
+        })
+    }
+
     /// The record of this exchange; times are made relative to the run start `t0`.
     pub fn into_record(self, endpoint: &str, t0: u64) -> RequestRecord {
         let rel = |t: Option<u64>| t.map(|t| t.saturating_sub(t0));
@@ -279,6 +295,7 @@ impl Exchange {
             Some(n) if n > 0 || self.reasoning_chunks > 0 => Some(n),
             _ => (self.reasoning_chunks > 0).then_some(self.reasoning_counted),
         };
+        let expected_cached_tokens = self.expected_cached_tokens();
         RequestRecord {
             index: self.req.index,
             endpoint: endpoint.to_string(),
@@ -296,13 +313,7 @@ impl Exchange {
                 .prompt_tokens
                 .filter(|_| !self.approximate_prompt_count),
             cached_tokens: self.cached_tokens,
-            expected_cached_tokens: self.req.expected_cached_tokens.map(|model| {
-                // A turn that carried its parent's prompt and answer may hit on all of it:
-                // its plan counts the answer, the hash-id model cannot see it.
-                let session = self.req.session.as_ref();
-                let carried = session.filter(|t| t.carried_tokens.is_some());
-                model.max(carried.and_then(|t| t.planned_cached_tokens).unwrap_or(0))
-            }),
+            expected_cached_tokens,
             output_tokens_target: self.req.output_tokens_target,
             output_tokens,
             chunks: self.chunks,

@@ -88,7 +88,15 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
         ));
     }
     if plan.passes > 1 {
-        line.push_str(&format!("; the trace {} times (--loop)", plan.passes));
+        line.push_str(&format!(
+            "; the trace {} times (--loop), {}",
+            plan.passes,
+            match plan.loop_prompts {
+                crate::pipeline::LoopPrompts::Fresh => "each pass with prompts of its own",
+                crate::pipeline::LoopPrompts::Repeat =>
+                    "every pass the first pass's prompts (--loop-prompts repeat: a warm cache)",
+            }
+        ));
     }
     match (trace.stats.turns_with_parent, plan.session_mode) {
         (0, _) => {}

@@ -31,6 +31,7 @@ use crate::expected_cache::{ExpectedPrefixHits, SharedModel};
 use crate::fleet::{Load, Route, Router};
 use crate::load::Pace;
 use crate::pipeline::{
+    Salts,
     spawn_producers, BodyStyle, BufferPool, ChannelBudget, Passes, PromptLog, RequestBuilder,
     ToSenders,
 };
@@ -338,14 +339,16 @@ fn start(
             false => Arc::default(),
         };
     let measure_cuts = measure_cuts(plan, trace)?;
+    let salts = Salts::new(plan.prompt.salt, plan.loop_prompts);
     let passes = match plan.passes {
-        1 => Passes::once(),
+        1 => Passes::once(salts),
         n => {
             let (file, format, read) = (trace.file.clone(), trace.format, plan.read);
             Passes {
                 left: n - 1,
                 reopen: Box::new(move || setup::replay_reader(&file, format, read)),
                 per_pass: trace.stats.records,
+                salts,
             }
         }
     };

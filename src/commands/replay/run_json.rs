@@ -147,6 +147,13 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
     put("max_requests", json!(plan.read.max_records));
     put("time_in_secs", json!(plan.wall_limit_s));
     put("loop", json!(plan.passes));
+    put("loop_prompts", json!(plan.loop_prompts));
+    // What recorded `messages` begin their conversations with in the first pass (null: sent
+    // as recorded); each later pass of --loop-prompts fresh has its own.
+    put(
+        "messages_marker",
+        json!(crate::pipeline::Salts::new(prompt.salt, plan.loop_prompts).marker()),
+    );
     put("prime", json!(plan.prime));
     // The effective schedule the plan line announced and the producers followed.
     let p = &r.trace.preview;
