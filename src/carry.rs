@@ -22,6 +22,8 @@ use std::io::Write;
 use std::ops::Range;
 
 pub mod messages;
+pub mod seam;
+pub use seam::{Seam, Seams};
 
 /// How the prompt sits in a body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +71,10 @@ pub struct History {
     pub answer: Vec<u8>,
     /// Tokens of the answer's text (its reasoning, not pasted, left out).
     pub answer_tokens: u64,
+    /// Tokens the answer adds to a turn that carries it, counted in place with the real
+    /// tokenizer and template ([`seam`]); None where it could not be (the server's count
+    /// then stands in, and the turn may miss its length by the difference).
+    pub seam_tokens: Option<u64>,
     /// Tool calls the answer made: a synthetic turn has no tool result to give them.
     pub tool_calls: u64,
 }
@@ -134,6 +140,7 @@ pub fn history(payload: &[u8], slot: &CarrySlot, answer: Vec<u8>, answer_tokens:
         content_tokens: slot.content_tokens,
         answer,
         answer_tokens,
+        seam_tokens: None,
         tool_calls: 0,
     }
 }
@@ -172,7 +179,10 @@ pub fn splice(
     if parent.tool_calls > 0 {
         return Err("the parent's answer called tools, and a synthetic turn has no tool result to follow them");
     }
-    let history = parent.content_tokens + parent.answer_tokens + slot.turn_overhead;
+    let added = parent
+        .seam_tokens
+        .unwrap_or(parent.answer_tokens + slot.turn_overhead);
+    let history = parent.content_tokens + added;
     if history >= slot.content_tokens {
         return Err("the parent's prompt and answer are as long as this turn or longer");
     }

@@ -362,6 +362,7 @@ mod tests {
             content_tokens: 0,
             answer: answer.to_vec(),
             answer_tokens: 3,
+            seam_tokens: None,
             tool_calls: 0,
         }
     }

@@ -154,6 +154,9 @@ pub struct SenderConfig {
     pub session_cap: Option<Arc<SessionCap>>,
     /// A session run's bound (`--duration`, `--time-in-secs`; run ns): no turn after it.
     pub session_bound_ns: Option<u64>,
+    /// Carry-forward: how each endpoint's answers are counted where a carried turn puts
+    /// them ([`crate::carry::seam`]).
+    pub seams: Arc<crate::carry::Seams>,
 }
 
 /// Live counters shared with the progress display.

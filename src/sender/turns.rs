@@ -95,9 +95,12 @@ impl SenderLoop {
                 // What is pasted is the answer's text: its reasoning is not sent back (as
                 // clients do, and templates drop it), so its tokens are not the history's.
                 let answered = record.answer_tokens().unwrap_or(0);
+                let seam = self.cfg.seams.of(target as u32);
                 let h = ok.then(|| {
                     let mut h = crate::carry::history(&bytes[start..], &slot, answer, answered);
                     h.tool_calls = record.tool_calls.unwrap_or(0);
+                    // Counted once here, where its children will put it.
+                    h.seam_tokens = seam.and_then(|s| s.measure(&h).ok());
                     h
                 });
                 self.cfg.buffers.give(bytes);

@@ -259,3 +259,119 @@ fn a_reasoning_parent_carries_its_answer_and_the_turn_stays_exact() {
         }
     }
 }
+
+/// Answers as models write them, each a seam a re-tokenizer can trip on: a first word that
+/// glues to the prompt's last one, punctuation and digits, newlines, a trailing space, a
+/// contraction, text outside ASCII, escapes.
+const HOSTILE_ANSWERS: [&str; 6] = [
+    "Hello! Here are 42 things:\n\n1. first,\n2. second.",
+    "okay",
+    " spaced out answer with a trailing space ",
+    "don't stop: it's 3.14159\t(tab) and \"quoted\"",
+    "日本語のテキスト and émojis 🎉\n",
+    "\n\n```rust\nfn main() {}\n```\n",
+];
+
+/// Every carried turn's prompt is exactly its `input_length` as the server counts it, over
+/// three carried rounds, whatever its parent answered: the answer is counted in place with
+/// the real tokenizer and template ([`llmreplay::carry::seam`]), not taken from the server's
+/// `completion_tokens` (here deliberately wrong). Each bundled tokenizer family, completion
+/// and chat prompts.
+#[test]
+fn carried_prompts_are_exactly_their_input_length_on_every_family() {
+    use llmreplay::api::{Api, BodyOptions};
+    use llmreplay::carry::{self, Seam};
+    use llmreplay::pipeline::{BufferPool, RequestBuilder};
+    use llmreplay::prompt::{prepare, LengthOf, SynthOptions, Wrapping};
+    use llmreplay::trace::{Input, TraceIds, TraceRecord};
+    use std::sync::Arc;
+    for family in common::TOKENIZERS {
+        for (api, wrapping) in [
+            (Api::OpenaiCompletions, Wrapping::Completion),
+            (Api::OpenaiChat, Wrapping::Chat),
+        ] {
+            let prepared = prepare(&SynthOptions {
+                tokenizer: common::tokenizer(family),
+                tokenizer_config: None,
+                wrapping,
+                length_of: LengthOf::Prompt,
+                seed: 7,
+                block_size: 16,
+                thinking: None,
+            })
+            .unwrap();
+            let counter = Arc::new(prepared.counter);
+            let synth = prepared.synth;
+            let overhead = match wrapping {
+                Wrapping::Chat => counter.turn_overhead(synth.vocab()).unwrap(),
+                _ => 0,
+            };
+            let seam = Seam::new(Arc::clone(&counter), wrapping, synth.vocab())
+                .unwrap()
+                .unwrap();
+            let body = BodyOptions {
+                model_json: "\"m\"".into(),
+                stream: true,
+                exact_output: true,
+                extra_body: None,
+            };
+            let builder =
+                RequestBuilder::uniform(api, body, Some(Arc::clone(&synth)), BufferPool::new(0));
+            let mut caches = builder.new_caches();
+            // The server's count of a prompt, as the mock and vLLM take it.
+            let count = |payload: &[u8]| -> u64 {
+                let text = std::str::from_utf8(payload).unwrap();
+                let body = text.split_once("\r\n\r\n").unwrap().1;
+                let v: Value = serde_json::from_str(body).unwrap();
+                let ids = match wrapping {
+                    Wrapping::Chat => counter.chat_ids(&v["messages"], None).unwrap(),
+                    _ => counter
+                        .completion_ids(v["prompt"].as_str().unwrap())
+                        .unwrap(),
+                };
+                ids.len() as u64
+            };
+            let record = |index: u64, input_length: u64| TraceRecord {
+                index,
+                line: index + 1,
+                timestamp_ms: Some(0.0),
+                input: Input::Synthetic {
+                    input_length,
+                    hash_ids: (index * 100..index * 100 + 20).collect(),
+                },
+                output_length: Some(8),
+                ids: TraceIds::default(),
+                extra: None,
+            };
+            let content = |len: u64| synth.content_len(len);
+            for start in 0..HOSTILE_ANSWERS.len() {
+                let root = builder.build(&record(0, 120), 0, 0, 0, &mut caches).unwrap();
+                let mut payload = root.payload().to_vec();
+                let mut slot = carry::locate(&payload, content(120), overhead).unwrap();
+                let mut length = 120;
+                for round in 1..=3u64 {
+                    let answer = HOSTILE_ANSWERS[(start + round as usize - 1) % 6];
+                    let escaped = serde_json::to_string(answer).unwrap();
+                    let escaped = escaped[1..escaped.len() - 1].as_bytes().to_vec();
+                    // The server's completion_tokens, off on purpose.
+                    let mut h = carry::history(&payload, &slot, escaped, 5);
+                    h.seam_tokens = Some(seam.measure(&h).unwrap());
+                    length += 150;
+                    let child = builder
+                        .build(&record(round, length), round, 0, 0, &mut caches)
+                        .unwrap();
+                    let cslot = carry::locate(child.payload(), content(length), overhead).unwrap();
+                    let (bytes, nslot, _, note) =
+                        carry::splice(round, child.payload(), &cslot, &h).unwrap();
+                    assert!(note.is_none());
+                    assert_eq!(
+                        count(&bytes),
+                        length,
+                        "{family} {wrapping:?}, round {round} after {answer:?}"
+                    );
+                    (payload, slot) = (bytes, nslot);
+                }
+            }
+        }
+    }
+}

@@ -274,6 +274,8 @@ fn start(
     // and being built.
     let buffers = BufferPool::new(plan.channel_capacity + num_sender * lookahead + num_producer);
     let tokenizer_analysis = prompts.analyses.clone();
+    let carrying = plan.sessions.carry_forward && trace.stats.turns_with_parent > 0;
+    let seams = Arc::new(setup::seams(&prompts, carrying)?);
     let builder = Arc::new(request_builder(
         plan,
         trace,
@@ -319,6 +321,7 @@ fn start(
             .max_active
             .map(|n| Arc::new(crate::sender::SessionCap::new(n))),
         session_bound_ns: trace.shaping.bound_ns(),
+        seams,
     });
 
     let (tx, rx) = crossbeam_channel::bounded(plan.channel_capacity);

@@ -432,6 +432,32 @@ pub fn turn_overheads(prompts: &Prompts) -> Result<Vec<u64>> {
         .collect()
 }
 
+/// Carry-forward: how each endpoint's answers are counted in place, so carried turns keep
+/// their length exactly ([`crate::carry::seam`]); none when nothing is carried.
+pub fn seams(prompts: &Prompts, carry: bool) -> Result<crate::carry::Seams> {
+    if !carry || prompts.synths.is_empty() {
+        return Ok(crate::carry::Seams::default());
+    }
+    let per_synth: Vec<Option<Arc<crate::carry::Seam>>> = prompts
+        .synths
+        .iter()
+        .zip(&prompts.counters)
+        .zip(&prompts.wrappings)
+        .map(|((synth, counter), &wrapping)| {
+            crate::carry::Seam::new(Arc::clone(counter), wrapping, synth.vocab())
+                .map(|s| s.map(Arc::new))
+                .map_err(|m| Error::Usage(format!("--carry-forward on: {m}")))
+        })
+        .collect::<Result<_>>()?;
+    Ok(crate::carry::Seams(
+        prompts
+            .synth_of_endpoint
+            .iter()
+            .map(|&at| per_synth.get(at).cloned().flatten())
+            .collect(),
+    ))
+}
+
 /// The endpoints, resolved and probed, with their models and the headers every request
 /// carries.
 pub struct Fleet {

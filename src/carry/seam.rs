@@ -1,0 +1,140 @@
+//! Exact carried prompts: how many tokens a parent's answer adds to the turn that carries it,
+//! as the server will count them.
+//!
+//! The server's `completion_tokens` is not that number: the answer is pasted as text and
+//! re-tokenized, and a model's tokens are not always the tokenizer's own split of their text
+//! (up to 15 tokens off on llama.cpp's server for a few hundred). Where the answer meets the
+//! text around it, pieces merge too: a completion answer beginning with a letter joins the
+//! parent prompt's last word. So when a turn's record is in, its answer is counted once, in
+//! the place it will sit, with the real tokenizer and template:
+//! - a completion: `L + answer + P`, less `L` and `P`, where `L` is the parent prompt's last
+//!   synthetic piece (the one an answer can merge with) and `P` a synthetic piece after it
+//!   (a space and letters: it starts a new piece whatever the answer ends with);
+//! - a chat turn: `[user U, assistant answer, user N]` rendered with the chat template, less
+//!   `[user U]` and `N`: the answer with the turn boundaries around it (templates that trim or
+//!   rewrite an answer are counted as they render it).
+//!
+//! The carried turn then keeps exactly as many of its own tokens as make its prompt its
+//! `input_length` ([`super::splice`]).
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{History, Shape};
+use crate::prompt::{PromptCounter, SafeVocab, Wrapping};
+
+/// How one endpoint's answers are counted in place.
+pub struct Seam {
+    counter: Arc<PromptCounter>,
+    wrapping: Wrapping,
+    /// A synthetic piece to follow an answer (`P`), or the new user message after it (`N`).
+    after: String,
+    /// Tokens of `after` on its own.
+    after_tokens: u64,
+    /// Chat: the user message before the answer (`U`), and the tokens of `[user U]` rendered.
+    before: String,
+    before_tokens: u64,
+}
+
+impl Seam {
+    /// The seam of prompts wrapped as `wrapping`, probed with pieces of `vocab`; None for a
+    /// prompt of token ids (nothing is carried into one). Loads the tokenizer now, so no
+    /// sender reads it mid-run.
+    pub fn new(
+        counter: Arc<PromptCounter>,
+        wrapping: Wrapping,
+        vocab: &SafeVocab,
+    ) -> Result<Option<Seam>, String> {
+        // A chat counted without a template cannot be exact anyway (the run warned).
+        let untemplated = wrapping == Wrapping::Chat && counter.template_path().is_none();
+        if wrapping == Wrapping::TokenIds || untemplated || vocab.len() < 8 {
+            return Ok(None);
+        }
+        let pieces = |from: usize, n: usize| -> String {
+            (0..n)
+                .map(|i| vocab.text((from + i * 7) % vocab.len()))
+                .collect()
+        };
+        let (before, after) = match wrapping {
+            Wrapping::Chat => (pieces(1, 5), pieces(3, 3)),
+            _ => (String::new(), pieces(3, 1)),
+        };
+        let after_tokens = counter.content_ids(&after)?.len() as u64;
+        let before_tokens = match wrapping {
+            Wrapping::Chat => counter
+                .chat_ids(&json!([{"role": "user", "content": before}]), None)?
+                .len() as u64,
+            _ => 0,
+        };
+        Ok(Some(Seam {
+            counter,
+            wrapping,
+            after,
+            after_tokens,
+            before,
+            before_tokens,
+        }))
+    }
+
+    /// The tokens `parent`'s answer adds to a turn that carries it (its turn boundaries
+    /// included for a chat).
+    pub fn measure(&self, parent: &History) -> Result<u64, String> {
+        let answer: String = serde_json::from_slice(&quoted(&parent.answer))
+            .map_err(|e| format!("the answer is not a JSON string's inside: {e}"))?;
+        let added = match (parent.shape, self.wrapping) {
+            (Shape::Chat, Wrapping::Chat) => {
+                let three = self.counter.chat_ids(
+                    &json!([
+                        {"role": "user", "content": self.before},
+                        {"role": "assistant", "content": answer},
+                        {"role": "user", "content": self.after},
+                    ]),
+                    None,
+                )?;
+                (three.len() as u64).checked_sub(self.before_tokens + self.after_tokens)
+            }
+            (Shape::Completion, Wrapping::Completion) => {
+                let last = last_piece(&parent.prompt);
+                let alone = self.counter.completion_ids(last)?.len() as u64;
+                let text = format!("{last}{answer}{}", self.after);
+                let all = self.counter.completion_ids(&text)?.len() as u64;
+                all.checked_sub(alone + self.after_tokens)
+            }
+            _ => return Err("the prompt's shape is not this endpoint's wrapping".into()),
+        };
+        added.ok_or_else(|| "the template dropped part of the conversation".into())
+    }
+}
+
+/// The seams of each endpoint (None where nothing is carried).
+#[derive(Default)]
+pub struct Seams(pub Vec<Option<Arc<Seam>>>);
+
+impl Seams {
+    pub fn of(&self, endpoint: u32) -> Option<&Seam> {
+        self.0.get(endpoint as usize)?.as_deref()
+    }
+}
+
+impl std::fmt::Debug for Seams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Seams({} endpoints)", self.0.len())
+    }
+}
+
+/// `"` + inside + `"`.
+fn quoted(inside: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(inside.len() + 2);
+    v.push(b'"');
+    v.extend_from_slice(inside);
+    v.push(b'"');
+    v
+}
+
+/// The last synthetic piece of a completion prompt (from its last space on): synthetic text
+/// has no escapes, so its bytes are its text.
+fn last_piece(prompt: &[u8]) -> &str {
+    let from = memchr::memrchr(b' ', prompt).unwrap_or(0);
+    std::str::from_utf8(&prompt[from..]).unwrap_or_default()
+}
