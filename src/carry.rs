@@ -145,12 +145,40 @@ pub fn history(payload: &[u8], slot: &CarrySlot, answer: Vec<u8>, answer_tokens:
     }
 }
 
+/// The prompts.jsonl line of a turn as it was sent (`--save-prompts`): a completion's
+/// prompt; a chat's or recorded conversation's messages (and tools), or a lone user
+/// message's content, as the producers write it for a turn not rebuilt.
+pub fn sent_line(index: u64, payload: &[u8]) -> Option<Vec<u8>> {
+    let body: serde_json::Value = serde_json::from_slice(&payload[body_start(payload)?..]).ok()?;
+    let mut line = serde_json::Map::new();
+    line.insert("index".into(), index.into());
+    match body["messages"].as_array() {
+        Some(m) if m.len() == 1 && m[0]["role"] == "user" && m[0]["content"].is_string() => {
+            line.insert("prompt".into(), m[0]["content"].clone());
+        }
+        Some(_) => {
+            line.insert("messages".into(), body["messages"].clone());
+            if !body["tools"].is_null() {
+                line.insert("tools".into(), body["tools"].clone());
+            }
+        }
+        None => {
+            let prompt = body.get("prompt").or_else(|| body.get("inputs"))?;
+            line.insert("prompt".into(), prompt.clone());
+        }
+    }
+    let mut out = serde_json::to_vec(&line).ok()?;
+    out.push(b'\n');
+    Some(out)
+}
+
 /// Why a turn was sent as built rather than with its parent's history.
 pub type NotCarried = &'static str;
 
-/// A turn rebuilt around its parent's history: its payload, its slot, the tokens carried,
-/// and a note where part of the recorded form had to stay.
-pub type Spliced = (Vec<u8>, CarrySlot, u64, Option<NotCarried>);
+/// A turn rebuilt around its parent's history: its payload, its slot, the tokens carried
+/// (None where the recorded answer had to stay: nothing live was carried), and a note where
+/// part of the recorded form had to stay.
+pub type Spliced = (Vec<u8>, CarrySlot, Option<u64>, Option<NotCarried>);
 
 /// Rebuilds `payload` (record `index`'s head and body) with the parent's prompt and answer in
 /// front of the turn's own tokens past them (a `messages` turn: in front of its own
@@ -174,7 +202,9 @@ pub fn splice(
             recorded: Some(slot.recorded.clone().unwrap_or_else(|| own.to_vec())),
             ..slot.clone()
         };
-        return Ok((out, slot, parent.answer_tokens, note));
+        // The recorded answer stayed (the note says why): no live answer was carried.
+        let carried = note.is_none().then_some(parent.answer_tokens);
+        return Ok((out, slot, carried, note));
     }
     if parent.tool_calls > 0 {
         return Err("the parent's answer called tools, and a synthetic turn has no tool result to follow them");
@@ -222,7 +252,7 @@ pub fn splice(
         turn_overhead: slot.turn_overhead,
         recorded: None,
     };
-    Ok((head, slot, history, None))
+    Ok((head, slot, Some(history), None))
 }
 
 /// The payload of record `index` for `body`: its head's last lines, then the body; and where
@@ -309,7 +339,7 @@ mod tests {
         );
         let slot = locate(&child, 8, 0).unwrap();
         let (spliced, new_slot, tokens, _) = splice(1, &child, &slot, &history).unwrap();
-        assert_eq!(tokens, 5);
+        assert_eq!(tokens, Some(5));
         let v = body(&spliced);
         assert_eq!(v["prompt"], " a b c x\"y u v w");
         assert_eq!(v["max_tokens"], 1);
@@ -346,7 +376,7 @@ mod tests {
         );
         let cslot = locate(&child, 8, 3).unwrap();
         let (spliced, s1, t1, _) = splice(1, &child, &cslot, &h0).unwrap();
-        assert_eq!(t1, 2 + 1 + 3);
+        assert_eq!(t1, Some(2 + 1 + 3));
         let v = body(&spliced);
         assert_eq!(
             v["messages"],
@@ -365,7 +395,7 @@ mod tests {
         );
         let gslot = locate(&grandchild, 13, 3).unwrap();
         let (g, _, t2, _) = splice(2, &grandchild, &gslot, &h1).unwrap();
-        assert_eq!(t2, 8 + 1 + 3);
+        assert_eq!(t2, Some(8 + 1 + 3));
         let v = body(&g);
         assert_eq!(v["messages"].as_array().unwrap().len(), 5);
         assert_eq!(v["messages"][4]["content"], " w");

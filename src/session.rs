@@ -16,11 +16,43 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::trace::{DagIds, OrderedReader, TraceRecord};
 
+crate::choices! {
+    /// `--carry-forward`: what a turn's prompt holds of its parent's.
+    #[derive(Default)]
+    pub enum CarryForward {
+        /// As the format's origin does: synthetic turns carried, recorded messages threaded
+        /// live where the format threads them (agentic traces, AIPerf's `message_mode:
+        /// delta`), else sent verbatim.
+        #[default]
+        Auto = "auto",
+        /// Every turn: its parent's prompt and actual answer, then its own tokens.
+        On = "on",
+        /// No turn: each as recorded (a delta turn with its recorded history).
+        Off = "off",
+    }
+}
+
+impl CarryForward {
+    /// Whether synthetic turns carry their parent's prompt and answer.
+    pub fn carries(self) -> bool {
+        self != CarryForward::Off
+    }
+
+    /// Whether a recorded-messages turn is threaded with its parent's live answer.
+    pub fn threads_live(self, ids: &crate::trace::TraceIds) -> bool {
+        match self {
+            CarryForward::On => true,
+            CarryForward::Off => false,
+            CarryForward::Auto => ids.dag.is_some() || ids.delta,
+        }
+    }
+}
+
 /// Conversation options.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionPlan {
-    /// `--carry-forward on` in after-parent mode.
-    pub carry_forward: bool,
+    /// `--carry-forward` (in after-parent mode; `off` in timestamp mode).
+    pub carry_forward: CarryForward,
     pub require_cache_report: bool,
     /// `--max-active-sessions`.
     pub max_active: Option<usize>,
@@ -31,7 +63,7 @@ pub struct SessionPlan {
 impl Default for SessionPlan {
     fn default() -> Self {
         SessionPlan {
-            carry_forward: true,
+            carry_forward: CarryForward::Auto,
             require_cache_report: false,
             max_active: None,
             measure_from: MeasureFrom::Start,
@@ -133,6 +165,10 @@ pub struct SessionLink {
     /// The conversation's last turn in the trace ([`last_turns`]): its end ends the
     /// conversation (its `--max-active-sessions` place is freed; it counts as finished).
     pub last: bool,
+    /// It leaves at its own timestamp, not after its parent: a recorded-messages turn sent
+    /// verbatim (AIPerf's history mode), whose history holds the recorded answer, not the
+    /// live one.
+    pub at_own_time: bool,
 }
 
 impl SessionLink {
@@ -217,9 +253,17 @@ pub struct SessionTracker {
     last_turns: Arc<HashSet<u64>>,
     /// `--measure-from mid`: each conversation's first measured turn ([`measure_cuts`]).
     cuts: Arc<MeasureCuts>,
+    /// `--carry-forward`: which recorded-messages turns wait for a live answer.
+    carry: CarryForward,
 }
 
 impl SessionTracker {
+    /// With `--carry-forward` as given (auto unless set).
+    pub fn with_carry(mut self, carry: CarryForward) -> SessionTracker {
+        self.carry = carry;
+        self
+    }
+
     pub fn new(
         mode: SessionMode,
         think_override_ns: Option<u64>,
@@ -357,6 +401,7 @@ impl SessionTracker {
             planned_prefix: record.ids.prefix_tokens,
             keeps_parent: dag.keeps_parent,
             last: self.last_turns.contains(&record.index),
+            at_own_time: false,
         }
     }
 
@@ -383,7 +428,9 @@ impl SessionTracker {
         SessionLink {
             root,
             turn,
-            planned_prefix: prefix.or(parent.as_ref().map(|p| p.context)),
+            // A conversation's first turn has nothing of its own before it to find cached
+            // (TraceLab's round-0 prefix_len counts a prefix no earlier round left).
+            planned_prefix: parent.as_ref().map(|p| prefix.unwrap_or(p.context)),
             keeps_parent: match (prefix, &parent) {
                 (Some(kept), Some(p)) => kept >= p.context,
                 _ => true,
@@ -399,7 +446,16 @@ impl SessionTracker {
             heirs: 1,
             fresh: false,
             last: self.last_turns.contains(&record.index),
+            at_own_time: self.verbatim_at_own_time(record),
         }
+    }
+
+    /// A turn of recorded messages sent verbatim, with a timestamp: AIPerf sends such a turn
+    /// at its time (its history holds the recorded answer, so it needs no live one).
+    fn verbatim_at_own_time(&self, record: &TraceRecord) -> bool {
+        record.timestamp_ms.is_some()
+            && matches!(record.input, crate::trace::Input::Messages { .. })
+            && !self.carry.threads_live(&record.ids)
     }
 }
 

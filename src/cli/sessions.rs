@@ -3,27 +3,20 @@
 
 use clap::Args;
 
-crate::choices! {
-    /// `--carry-forward`.
-    #[derive(Default)]
-    pub enum CarryForward {
-        /// A turn's prompt holds its parent's prompt and actual answer, then its own new tokens.
-        #[default]
-        On = "on",
-        /// A turn's prompt is built from its own hash ids alone.
-        Off = "off",
-    }
-}
+pub use crate::session::CarryForward;
 
 #[derive(Debug, Args, Clone, Default)]
 #[command(next_help_heading = "Conversations and agents")]
 pub struct SessionArgs {
-    /// With --session-mode after-parent: `on` builds each turn's prompt from its parent's
-    /// prompt as sent and the parent's actual answer, then the turn's own tokens past them,
-    /// so a server that caches generated tokens (vLLM, SGLang, llama.cpp) hits where
-    /// production's did; the length stays exactly the trace's. `off` builds every turn from
-    /// its own hash ids (the answer's place holds synthetic blocks, which the server misses).
-    /// Text prompts only (token-id prompts are sent as built, and their records say so).
+    /// With --session-mode after-parent, a turn's prompt holds its parent's prompt as sent
+    /// and the parent's actual answer, then the turn's own tokens past them, so a server that
+    /// caches generated tokens (vLLM, SGLang, llama.cpp) hits where production's did; the
+    /// length stays exactly the trace's. `auto` (the default) follows each format's origin:
+    /// synthetic turns are carried; recorded `messages` are threaded with the live answers in
+    /// agentic traces (dag, atif, otel) and AIPerf's `message_mode: delta`, and sent verbatim,
+    /// at their own times, in AIPerf's default history mode. `on` threads every turn live,
+    /// `off` none (a delta turn then gets its recorded history). Text prompts only (token-id
+    /// prompts are sent as built, and their records say so).
     #[arg(long, value_parser = crate::cli::choice::<CarryForward>(), default_value_t)]
     pub carry_forward: CarryForward,
 

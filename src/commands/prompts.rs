@@ -197,14 +197,20 @@ impl Shared<'_> {
             for record in &batch {
                 part.records += 1;
                 let t = Instant::now();
-                let request = self
+                // Every record is read (none skipped): its index is its place in the file.
+                let mut request = self
                     .builder
-                    .build(record, 0, 0, 0, &mut cache)
+                    .build(record, record.index, 0, 0, &mut cache)
                     .map_err(|e| Error::Trace {
                         file: self.args.trace.clone(),
                         line: record.line,
                         message: e.to_string(),
                     })?;
+                if let (Some(log), Some((seq, line))) =
+                    (&self.builder.prompt_log, request.prompt_line.take())
+                {
+                    log.put(seq, line).map_err(|e| Error::Run(e.to_string()))?;
+                }
                 part.build_s += t.elapsed().as_secs_f64();
                 part.body_bytes += request.payload().len() as u64;
                 let Input::Synthetic {

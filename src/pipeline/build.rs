@@ -51,9 +51,11 @@ pub struct RequestBuilder {
     pub buffers: BufferPool,
     /// `--prompt-source dataset`: records with lengths get dataset text.
     pub dataset: Option<Arc<DatasetPrompts>>,
-    /// `--carry-forward on`: per synthesiser, the tokens a chat template adds around an
-    /// answer and the next user message ([`CarrySlot::turn_overhead`]); None when off.
+    /// `--carry-forward` on or auto: per synthesiser, the tokens a chat template adds around
+    /// an answer and the next user message ([`CarrySlot::turn_overhead`]); None when off.
     pub carry: Option<Vec<u64>>,
+    /// Which recorded-messages turns are threaded live ([`CarryForward::threads_live`]).
+    pub carry_forward: crate::session::CarryForward,
     /// `--server-block-size`: planned prefix-cache hits are whole blocks.
     pub server_block: u64,
     /// [`crate::plan::ReplayPlan::slow_build`]: added to every request's build (tests).
@@ -97,6 +99,7 @@ impl RequestBuilder {
             buffers,
             dataset: None,
             carry: None,
+            carry_forward: crate::session::CarryForward::Auto,
             server_block: 1,
             slow_build: None,
         }
@@ -110,9 +113,12 @@ impl RequestBuilder {
         record: &TraceRecord,
     ) -> Option<CarrySlot> {
         let overheads = self.carry.as_ref()?;
-        // Recorded messages are threaded live where the answers can be read back: OpenAI
-        // chat and Anthropic Messages (tool calls included).
+        // Recorded messages are threaded live where their format threads them and the
+        // answers can be read back: OpenAI chat and Anthropic Messages (tool calls included).
         if let Input::Messages { .. } = record.input {
+            if !self.carry_forward.threads_live(&record.ids) {
+                return None;
+            }
             let form = self.styles[request.endpoint as usize].api.messages_form()?;
             let payload = request.payload();
             let body = memchr::memmem::find(payload, b"\r\n\r\n")? + 4;
@@ -135,6 +141,14 @@ impl RequestBuilder {
     pub fn planned_cached(&self, planned_prefix: u64, input_length: u64) -> u64 {
         let hit = planned_prefix.min(input_length.saturating_sub(1));
         hit / self.server_block.max(1) * self.server_block.max(1)
+    }
+
+    /// Tokens the server puts before every prompt at this endpoint (a chat template's head,
+    /// a BOS): the same for all of them.
+    pub fn frame_head(&self, endpoint: u32) -> u64 {
+        self.styles[endpoint as usize]
+            .synth
+            .map_or(0, |at| self.synths[at].frame().head)
     }
 
     /// A synthetic record's prompt at this endpoint as a prefix cache sees it; None when its
@@ -166,7 +180,8 @@ impl RequestBuilder {
     }
 
     /// The bytes of `record` for endpoint `endpoint`; `seq` is its place among the records
-    /// this run sends (0, 1, 2, ...: prompts.jsonl is written in that order).
+    /// this run sends (0, 1, 2, ...: prompts.jsonl is written in that order), kept with its
+    /// prompts.jsonl line (`--save-prompts`) for the caller to log ([`PromptLog::put`]).
     pub fn build(
         &self,
         record: &TraceRecord,
@@ -196,12 +211,6 @@ impl RequestBuilder {
             &mut bytes,
             saved.as_mut(),
         )?;
-        if let (Some(log), Some(line)) = (&self.prompt_log, saved) {
-            log.put(seq, line).map_err(|source| BuildError::PromptLog {
-                path: log.path.clone(),
-                source,
-            })?;
-        }
         let body_len = bytes.len() - HEAD_ROOM;
         let mut head = [0u8; HEAD_ROOM];
         let mut cursor = &mut head[..];
@@ -218,6 +227,7 @@ impl RequestBuilder {
             endpoint,
             bytes,
             start,
+            prompt_line: saved.map(|line| (seq, line)),
             input_tokens: record.input_length(),
             output_tokens_target: record.output_length,
             ids: record.ids.clone(),
@@ -227,7 +237,8 @@ impl RequestBuilder {
 }
 
 /// `prompts.jsonl`, written in record order although producers finish out of order, so two
-/// runs with the same seed write identical files. Lines are put by their place among the
+/// runs with the same seed write identical files. A turn the sender rebuilds around its
+/// parent's answer (carry-forward, live threading) is written when it is sent, as sent. Lines are put by their place among the
 /// records sent (not by record index, which has gaps after `--start-offset` or in a shard). Lines wait in a small reorder buffer (one per
 /// producer in flight for a sorted trace; up to the reorder window for an unsorted one).
 pub struct PromptLog {
@@ -238,7 +249,8 @@ pub struct PromptLog {
 struct PromptLogState {
     out: BufWriter<File>,
     next: u64,
-    waiting: BTreeMap<u64, Vec<u8>>,
+    /// Lines waiting for an earlier one (None: a deferred line, nothing to write there).
+    waiting: BTreeMap<u64, Option<Vec<u8>>>,
 }
 
 impl PromptLog {
@@ -254,18 +266,48 @@ impl PromptLog {
         })
     }
 
-    fn put(&self, index: u64, line: Vec<u8>) -> std::io::Result<()> {
-        let mut s = self
-            .state
+    /// Line `seq` (its place among the records sent), written once every earlier one is.
+    pub fn put(&self, seq: u64, line: Vec<u8>) -> Result<(), BuildError> {
+        self.settle(seq, Some(line))
+    }
+
+    /// Line `seq` comes later, from the sender that rebuilds its turn around its parent's
+    /// answer ([`PromptLog::late`]): the lines after it need not wait for it.
+    pub fn defer(&self, seq: u64) -> Result<(), BuildError> {
+        self.settle(seq, None)
+    }
+
+    /// A rebuilt turn's line, as sent: written now, after the lines of the turns built
+    /// before it was sent.
+    pub fn late(&self, line: &[u8]) -> Result<(), BuildError> {
+        let mut s = self.lock()?;
+        s.out.write_all(line).map_err(|e| self.error(e))
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, PromptLogState>, BuildError> {
+        self.state
             .lock()
-            .map_err(|_| std::io::Error::other("a producer panicked"))?;
-        s.waiting.insert(index, line);
+            .map_err(|_| self.error(std::io::Error::other("a producer panicked")))
+    }
+
+    fn error(&self, source: std::io::Error) -> BuildError {
+        BuildError::PromptLog {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn settle(&self, seq: u64, line: Option<Vec<u8>>) -> Result<(), BuildError> {
+        let mut s = self.lock()?;
+        s.waiting.insert(seq, line);
         loop {
             let next = s.next;
             let Some(line) = s.waiting.remove(&next) else {
                 return Ok(());
             };
-            s.out.write_all(&line)?;
+            if let Some(line) = line {
+                s.out.write_all(&line).map_err(|e| self.error(e))?;
+            }
             s.next += 1;
         }
     }
@@ -277,7 +319,7 @@ impl PromptLog {
             .lock()
             .map_err(|_| Error::Run("a producer thread panicked".into()))?;
         let s = &mut *s;
-        for line in std::mem::take(&mut s.waiting).into_values() {
+        for line in std::mem::take(&mut s.waiting).into_values().flatten() {
             s.out
                 .write_all(&line)
                 .map_err(|e| Error::io(&self.path, e))?;

@@ -6,7 +6,6 @@
 //! part). They may finish out of order; the senders order what they receive by deadline.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
@@ -16,17 +15,19 @@ use crossbeam_channel::Sender;
 
 use crate::carry::CarrySlot;
 use crate::error::{Error, Result};
-use crate::expected_cache::{PromptShape, SharedModel, BYTES_PER_ANSWER_TOKEN};
+use crate::expected_cache::{PromptShape, SharedModel};
 use crate::fleet::Router;
 use crate::schedule::{Shaper, Slot};
 use crate::session::{SessionLink, SessionTracker, SessionTurn};
 use crate::shard::ShardFilter;
 use crate::sys::stop::StopRequest;
-use crate::trace::{Input, OrderedReader, TraceIds, TraceRecord};
+use crate::trace::{OrderedReader, TraceIds, TraceRecord};
 
 mod build;
+mod histories;
 mod salt;
 pub use build::{BlockCaches, BodyStyle, BuildError, PromptLog, RequestBuilder};
+use histories::MessageHistories;
 pub use salt::{LoopPrompts, Salts};
 
 /// A request ready to be written: everything but the per-endpoint request line and headers.
@@ -62,6 +63,9 @@ pub struct PreparedRequest {
     /// A turn of a conversation under `--carry-forward on`: where its prompt is, for its
     /// parent's history to go in front and its children to take it ([`crate::carry`]).
     pub carry: Option<Box<CarrySlot>>,
+    /// `--save-prompts`: its place among the records sent and its prompts.jsonl line, as
+    /// built (taken by the producer that logs it).
+    pub prompt_line: Option<(u64, Vec<u8>)>,
 }
 
 impl PreparedRequest {
@@ -88,6 +92,7 @@ impl PreparedRequest {
             expected_share: None,
             cache_shape: None,
             carry: None,
+            prompt_line: None,
         }
     }
 
@@ -289,9 +294,8 @@ struct SharedReader {
     sessions: SessionTracker,
     /// The expected prefix-cache hits, modelled over every record the schedule sends.
     expected: SharedModel,
-    /// Recorded-messages turns whose delta children continue them: where their history
-    /// (prompt and answer) ends in the model, and the children still to take it.
-    histories: HashMap<u64, ((u64, u64), u32)>,
+    /// Task graphs' recorded-messages turns, for the turns that continue them.
+    histories: MessageHistories,
     builder: Arc<RequestBuilder>,
     finished: bool,
 }
@@ -323,7 +327,7 @@ pub fn spawn_producers(
         router,
         sessions,
         expected,
-        histories: HashMap::new(),
+        histories: MessageHistories::default(),
         builder: Arc::clone(&builder),
         finished: false,
     }));
@@ -387,6 +391,8 @@ impl SharedReader {
             };
             record.index += self.pass * self.passes.per_pass;
             self.passes.salts.apply(&mut record);
+            let live = self.builder.carry_forward.threads_live(&record.ids);
+            self.histories.complete(&mut record, live);
             match self.shaper.place(self.pass, ts) {
                 Slot::Skip => {}
                 Slot::End(_) => {
@@ -409,7 +415,11 @@ impl SharedReader {
                             let mut model = self.expected.lock().unwrap_or_else(|p| p.into_inner());
                             (Some(model.planned(endpoint, &shape)), None, None)
                         }
-                        (None, false) => (None, self.messages_share(endpoint, &record), None),
+                        (None, false) => {
+                            let mut model = self.expected.lock().unwrap_or_else(|p| p.into_inner());
+                            let share = self.histories.share(&mut model, endpoint, &record, live);
+                            (None, share, None)
+                        }
                         (None, true) => (None, None, None),
                     };
                     let pass = self.pass;
@@ -441,38 +451,6 @@ impl SharedReader {
             expected_share: expected.1,
             cache_shape: expected.2,
         }))
-    }
-
-    /// A recorded-messages record's expected share ([`PromptShape::of_messages`]): a delta
-    /// turn of a task graph continues its parent's prompt and answer; a turn with heirs leaves
-    /// its own for them.
-    fn messages_share(&mut self, endpoint: u32, record: &TraceRecord) -> Option<f64> {
-        let Input::Messages { messages, tools } = &record.input else {
-            return None;
-        };
-        let dag = record.ids.dag.as_deref();
-        let parent = dag
-            .filter(|d| d.keeps_parent && !d.fresh)
-            .and_then(|d| d.parents_back.first())
-            .map(|back| record.index.saturating_sub(*back));
-        let after = parent.and_then(|p| {
-            let (end, heirs) = self.histories.get_mut(&p)?;
-            let end = *end;
-            *heirs = heirs.saturating_sub(1);
-            if *heirs == 0 {
-                self.histories.remove(&p);
-            }
-            Some(end)
-        });
-        let shape = PromptShape::of_messages(messages, tools.as_ref(), after);
-        let mut model = self.expected.lock().unwrap_or_else(|p| p.into_inner());
-        let share = model.planned_share(endpoint, &shape);
-        if let Some(heirs) = dag.map(|d| d.heirs).filter(|&h| h > 0) {
-            let answer = record.output_length.unwrap_or(0) * BYTES_PER_ANSWER_TOKEN;
-            let end = model.hold_answer(endpoint, shape.end(), record.index, answer);
-            self.histories.insert(record.index, (end, heirs));
-        }
-        Some(share)
     }
 }
 
@@ -520,21 +498,41 @@ fn produce(
         }
         if let Some(link) = p.link {
             request.carry = builder.carry_slot(&request, &p.record).map(Box::new);
+            // A spawned sub-agent's plan counts the blocks it shares with its task; the head
+            // the server puts before every prompt (a chat template's) is shared too.
+            let head = match link.fresh {
+                true => builder.frame_head(p.endpoint),
+                false => 0,
+            };
             let planned_cached_tokens = link
                 .planned_prefix
                 .zip(p.record.input_length())
-                .map(|(prefix, input)| builder.planned_cached(prefix, input));
+                .map(|(prefix, input)| builder.planned_cached(prefix + head, input));
             request.session = Some(Box::new(SessionTurn {
                 planned_cached_tokens,
                 ..SessionTurn::new(link, p.scheduled_ns)
             }));
         }
+        log_prompt(builder, &mut request)?;
         if !out.send(request, stop) {
             break; // stopping, or the senders are gone
         }
         built += 1;
     }
     Ok(built)
+}
+
+/// Logs a request's prompts.jsonl line (`--save-prompts`): a turn the sender will rebuild
+/// around its parent's answer has its line written there, as sent.
+fn log_prompt(builder: &RequestBuilder, request: &mut PreparedRequest) -> Result<()> {
+    let (Some(log), Some((seq, line))) = (&builder.prompt_log, request.prompt_line.take()) else {
+        return Ok(());
+    };
+    match request.carry {
+        Some(_) => log.defer(seq),
+        None => log.put(seq, line),
+    }
+    .map_err(|e| Error::Run(e.to_string()))
 }
 
 #[cfg(test)]

@@ -87,8 +87,10 @@ pub(super) fn session_plan(
         ));
     }
     Ok(SessionPlan {
-        carry_forward: a.carry_forward == cli::sessions::CarryForward::On
-            && mode == SessionMode::AfterParent,
+        carry_forward: match mode {
+            SessionMode::AfterParent => a.carry_forward,
+            SessionMode::Timestamp => crate::session::CarryForward::Off,
+        },
         require_cache_report: a.require_cache_report,
         max_active,
         measure_from: a.measure_from,

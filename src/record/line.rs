@@ -227,6 +227,7 @@ impl From<Line<'_>> for RequestRecord {
             connection_wait_ns: l.connection_wait_ms.map(ns),
             resent_ns: l.resent_ms.map(ns),
             warmup: l.warmup,
+            sent_prompt: None,
             session: l.turn.map(|turn| TurnRecord {
                 root: session_id.unwrap_or_default(),
                 turn,
@@ -300,6 +301,7 @@ mod tests {
             connection_wait_ns: Some(7_000),
             resent_ns: Some(9_000),
             warmup: true,
+            sent_prompt: None,
         }
     }
 

@@ -173,6 +173,9 @@ pub struct RequestRecord {
     pub tool_calls: Option<u64>,
     /// Sent before the measured run (`--warmup-requests`): in no statistic.
     pub warmup: bool,
+    /// `--save-prompts`, a turn the sender rebuilt around its parent's answer: its
+    /// prompts.jsonl line as sent, for the collector to write (not part of requests.jsonl).
+    pub sent_prompt: Option<Vec<u8>>,
 }
 
 /// A conversation turn's place, and how long waiting for its parent delayed it.

@@ -234,6 +234,7 @@ mod tests {
                 planned_prefix: None,
                 keeps_parent: true,
                 last,
+                at_own_time: false,
             },
         )
     }

@@ -47,7 +47,7 @@ impl Conversations {
         let Some(turn) = req.session.as_ref() else {
             return Some(req);
         };
-        let Some(parent) = turn.link.parent_index else {
+        let Some(parent) = turn.link.parent_index.filter(|_| !turn.link.at_own_time) else {
             return Some(req);
         };
         // A join waits under the first of its turns not yet ended.
@@ -157,7 +157,7 @@ impl Conversations {
         match outcome {
             Ok((bytes, new_slot, tokens, note)) => {
                 *slot = new_slot;
-                turn.carried_tokens = Some(tokens);
+                turn.carried_tokens = tokens;
                 turn.not_carried = note;
                 self.spent.push(std::mem::replace(&mut req.bytes, bytes));
                 req.start = 0;
@@ -231,6 +231,7 @@ mod tests {
                 planned_prefix: None,
                 keeps_parent: true,
                 last: false,
+                at_own_time: false,
             },
         )
     }

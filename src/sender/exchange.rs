@@ -325,6 +325,7 @@ impl Exchange {
             connection_wait_ns: self.connection_wait_ns,
             resent_ns: rel(self.resent_ns),
             warmup: self.req.warmup,
+            sent_prompt: None,
             session: self.req.session.map(|t| TurnRecord {
                 root: t.link.root,
                 turn: t.link.turn + 1,

@@ -157,6 +157,8 @@ pub struct SenderConfig {
     /// Carry-forward: how each endpoint's answers are counted where a carried turn puts
     /// them ([`crate::carry::seam`]).
     pub seams: Arc<crate::carry::Seams>,
+    /// `--save-prompts`: a rebuilt turn's record takes its prompts.jsonl line as sent.
+    pub save_prompts: bool,
 }
 
 /// Live counters shared with the progress display.

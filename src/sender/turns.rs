@@ -66,6 +66,10 @@ impl SenderLoop {
             ex.end_ns = Some(self.clock.now_ns());
         }
         // A turn whose children carry its prompt and answer forward kept its bytes.
+        let sent_prompt = match (self.cfg.save_prompts, &ex.req.carry) {
+            (true, Some(_)) => crate::carry::sent_line(ex.req.index, ex.req.payload()),
+            _ => None,
+        };
         let carried = ex.req.carry.take().map(|slot| {
             let bytes = std::mem::take(&mut ex.req.bytes);
             let text = ex.answer.take().unwrap_or_default();
@@ -82,6 +86,7 @@ impl SenderLoop {
         }
         let heirs = ex.req.session.as_ref().map_or(0, |t| t.link.heirs);
         let mut record = ex.into_record(&self.cfg.targets[target].url, self.t0_ns);
+        record.sent_prompt = sent_prompt;
         if let Some(e) = &mut record.error {
             let clean =
                 crate::printable::printable(&crate::secrets::redact(&e.message)).into_owned();

@@ -100,9 +100,11 @@ impl SessionBuilder {
             self.turns += 1;
             self.parent_failed += u64::from(t.parent_failed);
             self.delay_ms.push(t.delay_ns as f64 / 1e6);
-            self.carried += u64::from(t.carried_tokens.is_some());
-            if let Some(why) = &t.carry_note {
-                *self.not_carried.entry(why.clone()).or_default() += 1;
+            // One count per turn: carried, or not and why.
+            match (&t.carried_tokens, &t.carry_note) {
+                (Some(_), _) => self.carried += 1,
+                (None, Some(why)) => *self.not_carried.entry(why.clone()).or_default() += 1,
+                (None, None) => {}
             }
         }
         // A round's shares are over the requests that have both figures.

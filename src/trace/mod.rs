@@ -153,6 +153,9 @@ pub struct TraceIds {
     /// A turn of an agentic task graph (sub-agents, joins): its links, as its loader made
     /// them. `session_id` is then the task.
     pub dag: Option<Box<DagIds>>,
+    /// AIPerf's `message_mode: delta`: the record's `messages` are its turn's new ones, and
+    /// the live answers thread them (its default history mode sends each verbatim).
+    pub delta: bool,
 }
 
 /// A turn's place in a task graph ([`crate::session`] links it from these alone).

@@ -30,6 +30,7 @@ struct RawRecord {
     chat_id: Option<i64>,
     parent_chat_id: Option<i64>,
     delay: Option<f64>,
+    message_mode: Option<String>,
     extra: Option<Map<String, Value>>,
 }
 
@@ -153,6 +154,24 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
         Value::String(s) => s,
         other => other.to_string(),
     });
+    // AIPerf's message_mode: history (its default, sent verbatim) or delta (new messages only,
+    // the live answers threaded between them).
+    let delta = match rec.message_mode.as_deref() {
+        None | Some("history") => false,
+        Some("delta") if matches!(input, Input::Messages { .. }) => true,
+        Some("delta") => {
+            return Err(fail(
+                "field `message_mode`: \"delta\" is for `messages` records (their new messages \
+                 only)"
+                    .into(),
+            ))
+        }
+        Some(other) => {
+            return Err(fail(format!(
+                "field `message_mode`: expected \"history\" or \"delta\", got {other:?}"
+            )))
+        }
+    };
     Ok(TraceRecord {
         index: raw.index,
         line: raw.line,
@@ -167,6 +186,7 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
             prefix_tokens: None,
             wait_after_ms: None,
             dag: None,
+            delta,
         },
         extra: rec.extra,
     })

@@ -145,8 +145,8 @@ fn three_shards_started_together_merge_into_the_single_run() {
     );
     assert_eq!(indices.len(), 2000);
     assert_eq!(
-        std::fs::read(single.join("prompts.jsonl")).unwrap(),
-        std::fs::read(merged.join("prompts.jsonl")).unwrap(),
+        common::prompt_lines_by_index(&single.join("prompts.jsonl")),
+        common::prompt_lines_by_index(&merged.join("prompts.jsonl")),
         "prompt bytes per index"
     );
     for key in ["input_tokens", "output_tokens", "output_tokens_target"] {

@@ -239,6 +239,11 @@ fn threaded_in(
     };
     let out = dir.join(name);
     let mut args = vec!["--api", api, "--time-scale", "10"];
+    // Recorded messages without AIPerf's message_mode are its history mode (verbatim, at
+    // their own times) unless carry-forward is asked for.
+    if !extra.contains(&"--carry-forward") {
+        args.extend(["--carry-forward", "on"]);
+    }
     args.extend(extra);
     let stats = common::replay_against_mock(cfg, &trace, &out, &args);
     (bodies(&stats), read_jsonl(&out.join("requests.jsonl")))

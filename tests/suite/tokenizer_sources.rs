@@ -166,8 +166,8 @@ fn from_cache(out: &Path) -> bool {
     analysis[0]["from_cache"].as_bool().unwrap()
 }
 
-fn prompts_of(out: &Path) -> String {
-    std::fs::read_to_string(out.join("prompts.jsonl")).unwrap()
+fn prompts_of(out: &Path) -> Vec<String> {
+    common::prompt_lines_by_index(&out.join("prompts.jsonl"))
 }
 
 #[test]

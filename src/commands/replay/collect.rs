@@ -92,9 +92,17 @@ pub(super) fn collect(
         }
         match stages.records.recv_timeout(Duration::from_millis(50)) {
             Ok(first) => {
-                for r in std::iter::once(first).chain(stages.records.try_iter()) {
+                for mut r in std::iter::once(first).chain(stages.records.try_iter()) {
                     if write_failed.is_some() {
                         continue; // draining: nothing more can be kept
+                    }
+                    // A rebuilt turn's prompts.jsonl line, as sent.
+                    if let (Some(line), Some(log)) =
+                        (r.sent_prompt.take(), &stages.builder.prompt_log)
+                    {
+                        if let Err(e) = log.late(&line) {
+                            eprintln!("warning: {e}");
+                        }
                     }
                     if let Err(e) = writer.write(&r) {
                         on_write_error(&mut write_failed, &out.requests_path, e, &mut live);

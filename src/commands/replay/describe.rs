@@ -7,6 +7,39 @@ use crate::plan::{ReplayPlan, Targets};
 use crate::session::SessionMode;
 use crate::trace::Format;
 
+/// What a conversation's turn carries of its parent (`--carry-forward`), as this trace's
+/// records make it: synthetic turns their parent's prompt and answer; recorded messages
+/// threaded with the live answers, or sent verbatim at their own times.
+fn carrying(plan: &ReplayPlan, trace: &TraceInput) -> String {
+    use crate::session::CarryForward;
+    let carry = plan.sessions.carry_forward;
+    let synthetic = trace.stats.verbatim_records < trace.stats.records;
+    let messages = trace.stats.verbatim_records > 0;
+    let mut parts = Vec::new();
+    if synthetic {
+        parts.push(match carry.carries() {
+            true => "synthetic turns carry their parent's prompt and actual answer",
+            false => "synthetic turns are built from their own hash ids",
+        });
+    }
+    if messages {
+        parts.push(match (carry, trace.format.is_task_graph()) {
+            (CarryForward::On, _) | (CarryForward::Auto, true) => {
+                "recorded messages are threaded with the live answers"
+            }
+            (CarryForward::Off, _) => "recorded messages are sent as recorded (a delta turn with its recorded history)",
+            (CarryForward::Auto, false) => {
+                "recorded messages are sent verbatim, at their own times where they have one, \
+                 as AIPerf's history mode (message_mode delta threads the live answers)"
+            }
+        });
+    }
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!("; {} (--carry-forward {carry})", parts.join(", ")),
+    }
+}
+
 /// A rate with three significant digits (0.0370, 3.40, 1000).
 fn three_digits(x: f64) -> String {
     match x {
@@ -36,7 +69,19 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
         }
     };
     let mean = three_digits(p.records as f64 / span_s.max(1e-3));
+    // Turns that wait for a parent, over every pass of --loop (at most the records sent).
+    let waiting = (trace.stats.turns_with_parent * plan.passes).min(p.records);
+    let task_graph = trace.format.is_task_graph() && plan.load.pace == Pace::Trace;
     let mut line = match plan.load.pace {
+        // A task graph has no arrival times: every turn leaves when what it waits for has
+        // answered, so there is no rate to state (its span is the answers').
+        Pace::Trace if task_graph => format!(
+            "plan: {} tasks of {} turns, closed loop: each turn leaves when the turns it waits \
+             for have answered, after its recorded wait (no arrival times, so no rate); to \
+             {endpoints}",
+            p.records - waiting,
+            p.records,
+        ),
         Pace::Trace => format!(
             "plan: {} records over {span_s:.1} s at the trace's timing (--time-scale {}), mean \
              {mean} req/s, busiest second {busiest} requests; to {endpoints}",
@@ -100,10 +145,11 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
     }
     match (trace.stats.turns_with_parent, plan.session_mode) {
         (0, _) => {}
-        (n, SessionMode::AfterParent) => {
+        (_, SessionMode::AfterParent) => {
             line.push_str(&format!(
-                "; {n} turns wait for their parent's end (--session-mode after-parent)"
+                "; {waiting} turns wait for their parent's end (--session-mode after-parent)"
             ));
+            line.push_str(&carrying(plan, trace));
             if let Some(cap) = plan.sessions.max_active {
                 line.push_str(&format!(
                     "; at most {cap} sessions at once, the others wait for a place (--max-active-sessions)"
@@ -119,8 +165,8 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
                 ));
             }
         }
-        (n, SessionMode::Timestamp) => line.push_str(&format!(
-            "; {n} turns leave at their own time, answered or not (--session-mode timestamp)"
+        (_, SessionMode::Timestamp) => line.push_str(&format!(
+            "; {waiting} turns leave at their own time, answered or not (--session-mode timestamp)"
         )),
     }
     if let Some(d) = &plan.prompt_dataset {
@@ -174,6 +220,7 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
         ));
     }
     if matches!(plan.load.pace, Pace::Trace | Pace::Rate { .. })
+        && !task_graph
         && busiest as f64 > CHECK_RATE_PER_SENDER * plan.num_sender as f64
     {
         warnings.push(format!(

@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::setup::{turn_overheads, Prompts, Say};
+use super::carrying::turn_overheads;
+use super::setup::{Prompts, Say};
 use crate::error::{Error, Result};
 use crate::mock::{MockConfig, MockServer, PromptCounting};
 use crate::plan::{ReplayPlan, Targets};

@@ -6,6 +6,7 @@
 //! starts the threads, collects the records and finishes.
 
 mod cache_check;
+mod carrying;
 mod collect;
 mod describe;
 mod diagnose;
@@ -274,8 +275,8 @@ fn start(
     // and being built.
     let buffers = BufferPool::new(plan.channel_capacity + num_sender * lookahead + num_producer);
     let tokenizer_analysis = prompts.analyses.clone();
-    let carrying = plan.sessions.carry_forward && trace.stats.turns_with_parent > 0;
-    let seams = Arc::new(setup::seams(&prompts, carrying)?);
+    let carrying = plan.sessions.carry_forward.carries() && trace.stats.turns_with_parent > 0;
+    let seams = Arc::new(carrying::seams(&prompts, carrying)?);
     let builder = Arc::new(request_builder(
         plan,
         trace,
@@ -322,6 +323,7 @@ fn start(
             .map(|n| Arc::new(crate::sender::SessionCap::new(n))),
         session_bound_ns: trace.shaping.bound_ns(),
         seams,
+        save_prompts: plan.save_prompts,
     });
 
     let (tx, rx) = crossbeam_channel::bounded(plan.channel_capacity);
@@ -368,7 +370,8 @@ fn start(
             plan.time_scale,
         )
         .with_last_turns(last_turns)
-        .with_measure_cuts(Arc::clone(&measure_cuts)),
+        .with_measure_cuts(Arc::clone(&measure_cuts))
+        .with_carry(plan.sessions.carry_forward),
         Arc::clone(expected),
         Arc::clone(&builder),
         ToSenders {
@@ -529,12 +532,13 @@ fn request_builder(
         false => None,
     };
     let dataset = setup::prepare_dataset(plan, &prompts)?;
-    let carry = match plan.sessions.carry_forward && trace.stats.turns_with_parent > 0 {
-        true => Some(setup::turn_overheads(&prompts)?),
+    let carry = match plan.sessions.carry_forward.carries() && trace.stats.turns_with_parent > 0 {
+        true => Some(carrying::turn_overheads(&prompts)?),
         false => None,
     };
     Ok(RequestBuilder {
         carry,
+        carry_forward: plan.sessions.carry_forward,
         server_block: plan.server_block_size,
         dataset,
         styles,

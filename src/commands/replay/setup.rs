@@ -164,13 +164,20 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         (Format::Auto, _) => ", by auto: the first record has no chat_id; timestamps in ms",
         _ => "",
     };
+    // A task graph's turns have no arrival times: no span or rate to state.
+    let timing = match format.is_task_graph() {
+        true => format!("{} tasks", stats.records - stats.turns_with_parent),
+        false => format!(
+            "{:.1} s of trace time, {:.2} req/s",
+            stats.span_ms / 1000.0,
+            stats.mean_rate()
+        ),
+    };
     say.say(format!(
-        "trace {}: {} records ({:?}{chosen}), {:.1} s of trace time, {:.2} req/s",
+        "trace {}: {} records ({:?}{chosen}), {timing}",
         file.shown().display(),
         stats.records,
         format,
-        stats.span_ms / 1000.0,
-        stats.mean_rate()
     ));
     for w in stats.warnings() {
         eprintln!("warning: {w}");
@@ -413,49 +420,6 @@ pub fn prepare_prompts(
         counters,
         analyses,
     })
-}
-
-/// Carry-forward: per synthesiser, what its chat template adds around an answer and the
-/// next user message (0 for completions, and for a chat counted without a template).
-pub fn turn_overheads(prompts: &Prompts) -> Result<Vec<u64>> {
-    prompts
-        .wrappings
-        .iter()
-        .zip(&prompts.counters)
-        .zip(&prompts.synths)
-        .map(|((wrapping, counter), synth)| match wrapping {
-            Wrapping::Chat if counter.template_path().is_some() => counter
-                .turn_overhead(synth.vocab())
-                .map_err(|m| Error::Usage(format!("--carry-forward on: {m}"))),
-            _ => Ok(0),
-        })
-        .collect()
-}
-
-/// Carry-forward: how each endpoint's answers are counted in place, so carried turns keep
-/// their length exactly ([`crate::carry::seam`]); none when nothing is carried.
-pub fn seams(prompts: &Prompts, carry: bool) -> Result<crate::carry::Seams> {
-    if !carry || prompts.synths.is_empty() {
-        return Ok(crate::carry::Seams::default());
-    }
-    let per_synth: Vec<Option<Arc<crate::carry::Seam>>> = prompts
-        .synths
-        .iter()
-        .zip(&prompts.counters)
-        .zip(&prompts.wrappings)
-        .map(|((synth, counter), &wrapping)| {
-            crate::carry::Seam::new(Arc::clone(counter), wrapping, synth.vocab())
-                .map(|s| s.map(Arc::new))
-                .map_err(|m| Error::Usage(format!("--carry-forward on: {m}")))
-        })
-        .collect::<Result<_>>()?;
-    Ok(crate::carry::Seams(
-        prompts
-            .synth_of_endpoint
-            .iter()
-            .map(|&at| per_synth.get(at).cloned().flatten())
-            .collect(),
-    ))
 }
 
 /// The endpoints, resolved and probed, with their models and the headers every request

@@ -237,6 +237,7 @@ mod tests {
                 prefix_tokens: None,
                 wait_after_ms: None,
                 dag: None,
+                delta: false,
             },
             session: Some(TurnRecord {
                 root: "s".into(),
@@ -257,6 +258,7 @@ mod tests {
             connection_wait_ns: Some(2),
             resent_ns: Some(3),
             warmup: true,
+            sent_prompt: None,
         };
         let json = record.to_json();
         for key in json.as_object().unwrap().keys() {

@@ -292,3 +292,18 @@ pub fn canned_server(answer: fn(&[u8]) -> Vec<u8>) -> String {
     });
     format!("http://{addr}")
 }
+
+/// A run's prompts.jsonl lines in index order (a turn rebuilt around its parent's answer is
+/// written when it is sent, so the file itself is in that order only mostly).
+pub fn prompt_lines_by_index(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines: Vec<(u64, &str)> = text
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["index"].as_u64().unwrap(), l)
+        })
+        .collect();
+    lines.sort_by_key(|(i, _)| *i);
+    lines.into_iter().map(|(_, l)| l.to_string()).collect()
+}
