@@ -274,6 +274,13 @@ impl ExpectedPrefixHits {
         held.min(shape.tokens().saturating_sub(1)) / block * block
     }
 
+    /// Every cache empty again: the next `--loop` pass is modelled as the trace's own reuse
+    /// alone (`--loop-prompts repeat`, whose passes the servers meet warm: the verdict then
+    /// says `warm-cache`).
+    pub fn forget(&mut self) {
+        self.endpoints.clear();
+    }
+
     /// `endpoint` now holds `shape`.
     pub fn insert(&mut self, endpoint: u32, shape: &PromptShape) {
         let capacity = self.capacity;

@@ -292,7 +292,8 @@ pub struct ReplayArgs {
     /// What each --loop pass after the first sends: fresh (its own prompts: its synthetic
     /// records' hash ids mixed with the pass, recorded messages marked at the start of each
     /// conversation, so no pass meets a block an earlier one cached) or repeat (the first
-    /// pass's prompts again: a soak of a warm cache, whose hits the expected model predicts).
+    /// pass's prompts again: a soak of a warm cache, not the trace's traffic, which the
+    /// verdict calls warm-cache).
     #[arg(long, value_name = "HOW", value_parser = crate::cli::choice::<crate::pipeline::LoopPrompts>(), default_value_t)]
     pub loop_prompts: crate::pipeline::LoopPrompts,
 

@@ -34,7 +34,8 @@ crate::choices! {
         #[default]
         Fresh = "fresh",
         /// Every pass the first pass's prompts: from the second pass on, the servers' caches
-        /// hold them (a soak of a warm cache; the expected hits say so).
+        /// hold them (a soak of a warm cache, not the trace's traffic: the expected hits are
+        /// each pass's own reuse, so the verdict says `warm-cache`).
         Repeat = "repeat",
     }
 }
@@ -67,6 +68,11 @@ impl Salts {
         self.pass += 1;
         self.sessions.clear();
         self.openings.clear();
+    }
+
+    /// Whether each pass repeats the first's prompts (`--loop-prompts repeat`).
+    pub fn repeats(&self) -> bool {
+        self.loop_prompts == LoopPrompts::Repeat
     }
 
     /// This pass's own salt, when it has one (every pass after the first, unless repeated).

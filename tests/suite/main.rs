@@ -47,3 +47,4 @@ mod trace_input;
 mod tracelab;
 mod usage;
 mod verdict;
+mod verdict_matrix;

@@ -138,8 +138,10 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
             plan.passes,
             match plan.loop_prompts {
                 crate::pipeline::LoopPrompts::Fresh => "each pass with prompts of its own",
-                crate::pipeline::LoopPrompts::Repeat =>
-                    "every pass the first pass's prompts (--loop-prompts repeat: a warm cache)",
+                crate::pipeline::LoopPrompts::Repeat => {
+                    "every pass the first pass's prompts (--loop-prompts repeat: the passes after \
+                     the first meet a warm cache)"
+                }
             }
         ));
     }

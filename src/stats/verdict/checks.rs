@@ -210,7 +210,7 @@ pub fn sender_cpu_share(senders: &Value) -> Option<f64> {
 
 /// The servers' prefix caches against what the trace's reuse predicts: far above, a cache
 /// warmed before the run; far below, caching off or evicting.
-pub fn caches(s: &Summary, bounds: &Bounds, say: &mut Say) {
+pub fn caches(s: &Summary, run: Option<&Value>, bounds: &Bounds, say: &mut Say) {
     let (Some(observed), Some(expected)) = (s.prefix.observed_share(), s.prefix.expected_share())
     else {
         return;
@@ -218,12 +218,17 @@ pub fn caches(s: &Summary, bounds: &Bounds, say: &mut Say) {
     let points = (observed - expected) * 100.0;
     // A primed run's cache was filled on purpose (summary's "Primed" line).
     if points > bounds.get(Bound::WarmCachePoints) && !s.primed {
+        let repeated = run.is_some_and(|r| r["loop_prompts"] == "repeat" && r["loop"].as_u64() > Some(1));
+        let cause = match repeated {
+            true => "every --loop pass after the first replayed the first's prompts \
+                     (--loop-prompts repeat): give --loop-prompts fresh",
+            false => "the server's cache held these prompts before the run (an earlier \
+                      replay of the same trace); give --fresh-prompts, or restart the server",
+        };
         say(
             "warm-cache",
             format!(
-                "observed prefix-cache hits {} against {} expected (+{points:.1} points): the \
-                 server's cache held these prompts before the run (an earlier replay of the \
-                 same trace); give --fresh-prompts, or restart the server",
+                "observed prefix-cache hits {} against {} expected (+{points:.1} points): {cause}",
                 pct(observed),
                 pct(expected)
             ),
