@@ -7,6 +7,7 @@ mod common;
 
 mod agentic;
 mod anthropic;
+mod as_sent;
 mod carry_forward;
 mod chat_templates;
 mod connections;

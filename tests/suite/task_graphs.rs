@@ -532,3 +532,40 @@ fn a_task_graph_in_timestamp_mode_is_refused_not_sent_all_at_once() {
     assert!(!dir.join("r").join("requests.jsonl").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sent as chat, every prompt opens with the template's head, which a spawned sub-agent's
+/// first call shares with its task as it shares its system prompt: its plan counts both, and
+/// a server counting real tokens (the tokenizer mock) hits exactly that.
+#[test]
+fn a_sub_agents_plan_counts_the_template_head_it_shares() {
+    let dir = temp_dir("task-graphs-head");
+    // SmolLM2's template opens every prompt with a default system prompt (about 20 tokens).
+    let smol = common::tokenizer("smollm2");
+    let mock = common::MockProcess::start(&[
+        "--tokenizer",
+        path(&smol),
+        "--cache-blocks",
+        "100000",
+        "--cache-block-size",
+        "1",
+    ]);
+    let out = dir.join("chat");
+    let o = common::replay_against(&mock, &sample(), &out)
+        .args(["--tokenizer", path(&smol), "--api", "openai-chat"])
+        .args(["--server-block-size", "1", "--time-scale", "10"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows = read_jsonl(&out.join("requests.jsonl"));
+    let first_of = |name: &str| {
+        rows.iter()
+            .filter(|r| r["branch"] == name)
+            .min_by_key(|r| index(r))
+            .unwrap()
+    };
+    let sub = first_of("demo-1::sa:agent_001");
+    let planned = sub["planned_cached_tokens"].as_u64().unwrap();
+    assert!(planned > 80, "64 shared tokens and the head: {sub}");
+    assert_eq!(sub["cached_tokens"].as_u64(), Some(planned), "{sub}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

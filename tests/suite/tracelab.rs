@@ -305,3 +305,32 @@ fn session_options_that_cannot_hold_are_usage_errors() {
         assert!(err.contains(expected), "{extra:?}: {err}");
     }
 }
+
+/// A session's first round has no round before it whose context it could find cached: its
+/// `prefix_len` (here 40 tokens) plans no hit, so the first round's planned share is not the
+/// 0 % it observes against a plan it cannot meet.
+#[test]
+fn a_first_round_plans_no_hit() {
+    let dir = temp_dir("tracelab-round0");
+    let mut trace = String::from(
+        "session_id,arrival_time,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n",
+    );
+    for s in 0..3 {
+        trace.push_str(&format!("agent-{s},{},0,40,64,{OUTPUT},5\n", s * 5));
+        trace.push_str(&format!("agent-{s},{},1,120,32,{OUTPUT},0\n", s * 5));
+    }
+    let (rows, summary, table) = replay(&dir, "round0", &trace, &[]);
+    assert_eq!(rows.len(), 6, "{table}");
+    for r in &rows {
+        match r["turn"].as_u64() {
+            Some(1) => assert!(r["planned_cached_tokens"].is_null(), "{r}"),
+            _ => assert!(r["planned_cached_tokens"].is_u64(), "{r}"),
+        }
+    }
+    let rounds = summary["sessions"]["rounds"].as_array().unwrap();
+    assert!(
+        rounds.iter().all(|r| r["turn"] != 1 || r["planned_hit_share"].is_null()),
+        "{rounds:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
