@@ -23,7 +23,7 @@ use std::ops::Range;
 
 pub mod messages;
 pub mod seam;
-pub use seam::{Seam, Seams};
+pub use seam::{Seam, SeamCounter, SeamJob, Seams};
 
 /// How the prompt sits in a body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -80,9 +80,13 @@ impl Seam {
     /// The tokens `parent`'s answer adds to a turn that carries it (its turn boundaries
     /// included for a chat).
     pub fn measure(&self, parent: &History) -> Result<u64, String> {
-        let answer: String = serde_json::from_slice(&quoted(&parent.answer))
+        self.measure_job(&SeamJob::of(0, 0, parent))
+    }
+
+    fn measure_job(&self, job: &SeamJob) -> Result<u64, String> {
+        let answer: String = serde_json::from_slice(&quoted(&job.answer))
             .map_err(|e| format!("the answer is not a JSON string's inside: {e}"))?;
-        let added = match (parent.shape, self.wrapping) {
+        let added = match (job.shape, self.wrapping) {
             (Shape::Chat, Wrapping::Chat) => {
                 let three = self.counter.chat_ids(
                     &json!([
@@ -95,7 +99,7 @@ impl Seam {
                 (three.len() as u64).checked_sub(self.before_tokens + self.after_tokens)
             }
             (Shape::Completion, Wrapping::Completion) => {
-                let last = last_piece(&parent.prompt);
+                let last = job.last_piece.as_str();
                 let alone = self.counter.completion_ids(last)?.len() as u64;
                 let text = format!("{last}{answer}{}", self.after);
                 let all = self.counter.completion_ids(&text)?.len() as u64;
@@ -107,6 +111,83 @@ impl Seam {
     }
 }
 
+/// What counting one answer needs: the turn it ended, its endpoint, the prompt's shape and
+/// last piece, and the answer (JSON-escaped, as the server sent it).
+pub struct SeamJob {
+    pub index: u64,
+    pub endpoint: u32,
+    shape: Shape,
+    last_piece: String,
+    answer: Vec<u8>,
+}
+
+impl SeamJob {
+    pub fn of(index: u64, endpoint: u32, parent: &History) -> SeamJob {
+        SeamJob {
+            index,
+            endpoint,
+            shape: parent.shape,
+            last_piece: last_piece(&parent.prompt).to_string(),
+            answer: parent.answer.clone(),
+        }
+    }
+}
+
+/// Counts answers in place on a thread of its own: tokenizing a long answer takes
+/// milliseconds (about 3 ms for 1,000 words), which on a sender thread would hold up every
+/// send and every token's timestamp behind it. The sender hands each finished turn's answer
+/// over and goes on; its count comes back through [`SeamCounter::counted`], and the sender's
+/// poll is woken. A turn that carries the answer waits for its count, not the sender.
+pub struct SeamCounter {
+    jobs: Option<crossbeam_channel::Sender<SeamJob>>,
+    done: crossbeam_channel::Receiver<(u64, Option<u64>)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SeamCounter {
+    /// The thread `name`, counting with `seams`; each count wakes `waker`.
+    pub fn spawn(name: String, seams: Arc<Seams>, waker: Arc<mio::Waker>) -> std::io::Result<Self> {
+        let (jobs, job_rx) = crossbeam_channel::unbounded::<SeamJob>();
+        let (done_tx, done) = crossbeam_channel::unbounded();
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            for job in job_rx {
+                let counted = seams
+                    .of(job.endpoint)
+                    .and_then(|s| s.measure_job(&job).ok());
+                if done_tx.send((job.index, counted)).is_err() {
+                    return;
+                }
+                waker.wake().ok();
+            }
+        })?;
+        Ok(SeamCounter {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+        })
+    }
+
+    /// Counts `job`'s answer; false when nothing can (the thread is gone).
+    pub fn count(&self, job: SeamJob) -> bool {
+        self.jobs.as_ref().is_some_and(|j| j.send(job).is_ok())
+    }
+
+    /// The counts done since the last call: (turn, its answer's tokens in place, or None
+    /// where they could not be counted).
+    pub fn counted(&self) -> impl Iterator<Item = (u64, Option<u64>)> + '_ {
+        self.done.try_iter()
+    }
+}
+
+impl Drop for SeamCounter {
+    fn drop(&mut self) {
+        self.jobs.take(); // the thread ends when its queue closes
+        if let Some(t) = self.thread.take() {
+            t.join().ok();
+        }
+    }
+}
+
 /// The seams of each endpoint (None where nothing is carried).
 #[derive(Default)]
 pub struct Seams(pub Vec<Option<Arc<Seam>>>);
@@ -114,6 +195,11 @@ pub struct Seams(pub Vec<Option<Arc<Seam>>>);
 impl Seams {
     pub fn of(&self, endpoint: u32) -> Option<&Seam> {
         self.0.get(endpoint as usize)?.as_deref()
+    }
+
+    /// Whether any endpoint's answers are counted.
+    pub fn any(&self) -> bool {
+        self.0.iter().any(Option::is_some)
     }
 }
 

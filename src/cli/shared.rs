@@ -25,7 +25,8 @@ pub struct ResultArgs {
 
     /// A bound of the run's verdict, `NAME=VALUE` (repeatable): drift-p99-ms (50),
     /// late-share (0.05), stall-ms (1000), shard-skew-ms (50), sender-cpu (0.9),
-    /// failed-share (0.01), warm-cache-points (10), cold-cache-points (10), tail-samples (5).
+    /// failed-share (0.01), warm-cache-points (10), cold-cache-points (10), inexact-share
+    /// (0.05), tail-samples (5).
     /// A run outside any is INVALID, except tail-samples: a percentile with fewer samples
     /// beyond it prints n/a. README "Can I trust this run?" says why each default is what it
     /// is.

@@ -248,7 +248,8 @@ impl MockLoop {
             }
         }
         if let (Some(pool), Some(job)) = (&self.counting, &generation_state.count_job) {
-            generation_state.count_seq = Some(pool.submit((slot, generation, generation_state.id()), job.clone()));
+            generation_state.count_seq =
+                Some(pool.submit((slot, generation, generation_state.id()), job.clone()));
         }
         if let Some(f) = fault {
             self.log_fault(index, f);

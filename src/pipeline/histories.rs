@@ -38,7 +38,10 @@ fn take<T: Clone>(map: &mut HashMap<u64, (T, u32)>, parent: u64) -> Option<T> {
 /// The turn a task-graph record continues (its first parent), when it continues one.
 fn continued(record: &TraceRecord) -> Option<u64> {
     let dag = record.ids.dag.as_deref()?;
-    let back = dag.parents_back.first().filter(|_| dag.keeps_parent && !dag.fresh)?;
+    let back = dag
+        .parents_back
+        .first()
+        .filter(|_| dag.keeps_parent && !dag.fresh)?;
     record.index.checked_sub(*back)
 }
 

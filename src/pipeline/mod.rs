@@ -385,7 +385,10 @@ impl SharedReader {
                 self.sessions.new_pass();
                 self.passes.salts.new_pass();
                 if self.passes.salts.repeats() {
-                    self.expected.lock().unwrap_or_else(|p| p.into_inner()).forget();
+                    self.expected
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .forget();
                 }
                 if let Some(shard) = &mut self.shard {
                     shard.new_pass();

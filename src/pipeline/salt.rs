@@ -244,7 +244,11 @@ mod tests {
         let u1 = json!({"role": "user", "content": "hi"});
         // Whole-history turns: every record repeats the opening; each is marked alike.
         let mut t1 = messages("a", json!([sys, u1]), None);
-        let mut t2 = messages("a", json!([sys, u1, {"role": "assistant", "content": "yo"}]), None);
+        let mut t2 = messages(
+            "a",
+            json!([sys, u1, {"role": "assistant", "content": "yo"}]),
+            None,
+        );
         s.apply(&mut t1);
         s.apply(&mut t2);
         assert_eq!(first_text(&t1), first_text(&t2));
@@ -261,9 +265,17 @@ mod tests {
             fresh: true,
             ..DagIds::default()
         };
-        let mut r = messages("t", json!([{"role": "user", "content": [{"type": "image_url"}]}]), Some(root));
+        let mut r = messages(
+            "t",
+            json!([{"role": "user", "content": [{"type": "image_url"}]}]),
+            Some(root),
+        );
         let mut c = messages("t", json!([{"role": "tool", "content": "42"}]), Some(child));
-        let mut p = messages("t", json!([{"role": "user", "content": "sub"}]), Some(spawn));
+        let mut p = messages(
+            "t",
+            json!([{"role": "user", "content": "sub"}]),
+            Some(spawn),
+        );
         for rec in [&mut r, &mut c, &mut p] {
             s.apply(rec);
         }

@@ -180,7 +180,10 @@ pub fn load_run(
     let mut gaps = saved.unwrap_or_default();
     let config = run_config(dir);
     let bounds = bounds(config.as_ref(), opts)?;
-    let percentiles = Percentiles::new(&opts.percentiles, bounds.get(crate::stats::verdict::Bound::TailSamples));
+    let percentiles = Percentiles::new(
+        &opts.percentiles,
+        bounds.get(crate::stats::verdict::Bound::TailSamples),
+    );
     let block = config.as_ref().and_then(|c| c["block_size"].as_u64());
     let mut builder = SummaryBuilder::new(opts.slo.clone()).with_block_size(block);
     let mut data = RunData::default();

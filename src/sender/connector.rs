@@ -96,7 +96,7 @@ impl Connector {
     /// A probe waits `answer_within` for the answer to its GET.
     pub fn spawn(
         name: String,
-        waker: Waker,
+        waker: Arc<Waker>,
         dials: Vec<Dial>,
         answer_within: Duration,
     ) -> io::Result<Connector> {
@@ -104,7 +104,6 @@ impl Connector {
         let (done, opened) = crossbeam_channel::unbounded();
         let stopped = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&stopped);
-        let waker = Arc::new(waker);
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             for ask in todo {
                 if stop.load(Ordering::Relaxed) {

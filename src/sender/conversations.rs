@@ -37,6 +37,9 @@ pub struct Conversations {
     history_bytes: usize,
     /// Request buffers a rebuilt turn no longer needs, for the sender to give back.
     pub spent: Vec<Vec<u8>>,
+    /// Histories whose answer is being counted in place ([`crate::carry::SeamCounter`]),
+    /// with the released turns that wait for the count to carry it.
+    counting: HashMap<u64, Vec<PreparedRequest>>,
 }
 
 impl Conversations {
@@ -57,10 +60,42 @@ impl Conversations {
             self.parked_len += 1;
             return None;
         }
+        let carries = req.carry.is_some() && turn.link.keeps_parent && !turn.link.fresh;
         let e = self.latest_end(&req);
         release(&mut req, e);
+        // Its parent's answer is still being counted: it waits for the count, then carries it.
+        if let Some(waiting) = self.counting.get_mut(&parent).filter(|_| carries) {
+            waiting.push(req);
+            self.parked_len += 1;
+            return None;
+        }
         self.carry_into(&mut req, parent);
         Some(req)
+    }
+
+    /// Turn `index`'s answer is being counted in place: the turns that carry it wait.
+    pub fn counting(&mut self, index: u64) {
+        self.counting.entry(index).or_default();
+    }
+
+    /// Turn `index`'s answer was counted (`seam`: its tokens in place, None where they could
+    /// not be): the turns that waited for it carry it now, released.
+    pub fn counted(&mut self, index: u64, seam: Option<u64>) -> Vec<PreparedRequest> {
+        let waiting = self.counting.remove(&index).unwrap_or_default();
+        if let Some((h, _)) = self.histories.get_mut(&index) {
+            h.seam_tokens = seam;
+        }
+        self.parked_len -= waiting.len();
+        let mut released = waiting;
+        for req in &mut released {
+            self.carry_into(req, index);
+        }
+        released
+    }
+
+    /// Answers still being counted (the sender must not end before their turns go).
+    pub fn counts_pending(&self) -> bool {
+        !self.counting.is_empty()
     }
 
     /// The last to end of the turns a released request waited for (failed if any failed).
@@ -169,7 +204,7 @@ impl Conversations {
     /// Turns whose parent never came to this sender (it was not part of the replay, or
     /// failed before it was built): sent now, marked as if the parent had failed.
     pub fn orphans(&mut self, now_ns: u64) -> Vec<PreparedRequest> {
-        self.parked_len = 0;
+        self.parked_len -= self.parked.values().map(Vec::len).sum::<usize>();
         let mut orphans: Vec<PreparedRequest> = self.parked.drain().flat_map(|(_, v)| v).collect();
         for o in &mut orphans {
             release(
@@ -195,7 +230,12 @@ impl Conversations {
     /// A stop: turns not yet released are dropped unrecorded, like requests not yet due.
     pub fn clear(&mut self) -> Vec<PreparedRequest> {
         self.parked_len = 0;
-        self.parked.drain().flat_map(|(_, v)| v).collect()
+        let counting = self.counting.drain().flat_map(|(_, v)| v);
+        self.parked
+            .drain()
+            .flat_map(|(_, v)| v)
+            .chain(counting)
+            .collect()
     }
 }
 
@@ -274,6 +314,48 @@ mod tests {
         let o = c.orphans(900);
         assert_eq!((o.len(), o[0].scheduled_ns), (1, 900));
         assert!(o[0].session.as_ref().unwrap().parent_failed);
+    }
+
+    /// A turn that carries its parent's answer waits for the answer's count (done off the
+    /// sender thread), then goes; one that does not carry it goes at once.
+    #[test]
+    fn a_carrying_turn_waits_for_its_parents_answer_to_be_counted() {
+        let mut c = Conversations::default();
+        let mut child = turn(1, Some(0), 0, 0);
+        child.carry = Some(Box::new(crate::carry::CarrySlot {
+            shape: crate::carry::Shape::Completion,
+            prompt: 0..0,
+            content: 0..0,
+            content_tokens: 10,
+            turn_overhead: 0,
+            recorded: None,
+        }));
+        assert!(c.admit(child).is_none(), "parked behind its parent");
+        let history = crate::carry::History {
+            shape: crate::carry::Shape::Completion,
+            prompt: b" a".to_vec(),
+            own: Vec::new(),
+            content_tokens: 1,
+            answer: b"x".to_vec(),
+            answer_tokens: 1,
+            seam_tokens: None,
+            tool_calls: 0,
+        };
+        c.counting(0);
+        assert!(c.counts_pending());
+        assert!(
+            c.ended(0, 100, false, Some(history), 1).is_empty(),
+            "waits for the count"
+        );
+        assert_eq!(c.parked_len(), 1);
+        let released = c.counted(0, Some(3));
+        assert_eq!(released.len(), 1);
+        assert_eq!(released[0].scheduled_ns, 100);
+        assert!(!c.counts_pending() && c.parked_len() == 0);
+        // Without a carry slot, nothing waits for a count.
+        c.counting(5);
+        c.ended(5, 200, false, None, 1);
+        assert!(c.admit(turn(6, Some(5), 0, 0)).is_some());
     }
 
     #[test]

@@ -274,7 +274,9 @@ impl Exchange {
     /// of the server's prompt tokens.
     fn expected_cached_tokens(&self) -> Option<u64> {
         if let Some(share) = self.req.expected_share {
-            let prompt = self.prompt_tokens.filter(|_| !self.approximate_prompt_count)?;
+            let prompt = self
+                .prompt_tokens
+                .filter(|_| !self.approximate_prompt_count)?;
             return Some((share * prompt as f64) as u64);
         }
         self.req.expected_cached_tokens.map(|model| {

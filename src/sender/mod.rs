@@ -68,7 +68,8 @@ use pool::Pool;
 pub use start::StartGate;
 
 const TIMER: Token = Token(usize::MAX);
-/// The connector thread has opened a socket.
+/// A helper thread has something for the loop: the connector a socket, the seam counter a
+/// count (mio allows one waker a poll: they share it).
 const CONNECTED: Token = Token(usize::MAX - 1);
 const READ_BUF: usize = 64 << 10;
 /// How often in-flight requests are checked against `--request-timeout`.
@@ -284,6 +285,8 @@ struct SenderLoop {
     heap: BinaryHeap<PreparedRequest>,
     /// Turns waiting for their parent's record.
     conversations: Conversations,
+    /// Counts carried answers in place, off this thread (with carry-forward).
+    seam_counter: Option<crate::carry::SeamCounter>,
     /// Sessions' places and bound.
     active: ActiveSessions,
     /// Closed loop: requests dispatched and not yet recorded, and their cap.
@@ -335,12 +338,13 @@ impl SenderLoop {
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
         let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
+        let waker = Arc::new(Waker::new(poll.registry(), CONNECTED)?);
         let connector = Connector::spawn(
             format!(
                 "{}-connect",
                 std::thread::current().name().unwrap_or("sender")
             ),
-            Waker::new(poll.registry(), CONNECTED)?,
+            Arc::clone(&waker),
             cfg.targets
                 .iter()
                 .map(|t| Dial {
@@ -356,6 +360,17 @@ impl SenderLoop {
             .iter()
             .map(|_| Pool::new(FIRST_BACKOFF_NS))
             .collect();
+        let seam_counter = match cfg.seams.any() {
+            true => Some(crate::carry::SeamCounter::spawn(
+                format!(
+                    "{}-seams",
+                    std::thread::current().name().unwrap_or("sender")
+                ),
+                Arc::clone(&cfg.seams),
+                Arc::clone(&waker),
+            )?),
+            false => None,
+        };
         let in_flight_cap = cfg.in_flight_caps.get(id).copied();
         let active = ActiveSessions::new(cfg.session_cap.clone(), cfg.session_bound_ns);
         Ok(SenderLoop {
@@ -377,6 +392,7 @@ impl SenderLoop {
             pools,
             heap: BinaryHeap::new(),
             conversations: Conversations::default(),
+            seam_counter,
             active,
             open_requests: 0,
             in_flight_cap,
@@ -488,12 +504,18 @@ impl SenderLoop {
                 self.timer.drain();
                 self.armed_for = None;
             }
-            CONNECTED => self.take_opened(),
+            CONNECTED => {
+                self.take_opened();
+                self.take_seams();
+            }
             token => self.on_socket_event(token, event.is_read_closed()),
         }
     }
 
     fn finished(&mut self) -> bool {
+        if self.conversations.counts_pending() && self.cancel_at.is_none() {
+            return false; // their turns go once the counts come back
+        }
         let idle = (self.producers_done || self.cancel_at.is_some())
             && self.heap.is_empty()
             && !self.active.holding()

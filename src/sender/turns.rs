@@ -57,6 +57,39 @@ impl SenderLoop {
         }
     }
 
+    /// Has a finished turn's answer counted where its children put it, off this thread
+    /// ([`crate::carry::SeamCounter`]); the children that carry it wait for the count.
+    fn count_answer(&mut self, index: u64, endpoint: u32, h: &crate::carry::History) {
+        let Some(counter) = &self.seam_counter else {
+            return;
+        };
+        if matches!(h.shape, crate::carry::Shape::Messages(_))
+            || self.cfg.seams.of(endpoint).is_none()
+        {
+            return;
+        }
+        if counter.count(crate::carry::SeamJob::of(index, endpoint, h)) {
+            self.conversations.counting(index);
+        }
+    }
+
+    /// Answers counted since the last look: the turns that waited for them go.
+    pub(super) fn take_seams(&mut self) {
+        let Some(counter) = &self.seam_counter else {
+            return;
+        };
+        let counted: Vec<(u64, Option<u64>)> = counter.counted().collect();
+        for (index, seam) in counted {
+            let children = self.conversations.counted(index, seam);
+            self.give_spent();
+            if self.cancel_at.is_none() {
+                for child in children {
+                    self.schedule(child);
+                }
+            }
+        }
+    }
+
     pub(super) fn emit(&mut self, mut ex: Exchange, target: usize) {
         self.cfg.load.finished(target);
         self.open_requests = self.open_requests.saturating_sub(1);
@@ -100,17 +133,17 @@ impl SenderLoop {
                 // What is pasted is the answer's text: its reasoning is not sent back (as
                 // clients do, and templates drop it), so its tokens are not the history's.
                 let answered = record.answer_tokens().unwrap_or(0);
-                let seam = self.cfg.seams.of(target as u32);
                 let h = ok.then(|| {
                     let mut h = crate::carry::history(&bytes[start..], &slot, answer, answered);
                     h.tool_calls = record.tool_calls.unwrap_or(0);
-                    // Counted once here, where its children will put it.
-                    h.seam_tokens = seam.and_then(|s| s.measure(&h).ok());
                     h
                 });
                 self.cfg.buffers.give(bytes);
                 h
             });
+            if let Some(h) = history.as_ref().filter(|_| heirs > 0) {
+                self.count_answer(record.index, target as u32, h);
+            }
             let children =
                 self.conversations
                     .ended(record.index, end, !record.ok(), history, heirs);

@@ -19,6 +19,9 @@ pub struct PrefixHits {
     pub block: u64,
     pub observed_blocks: (u64, u64),
     pub expected_blocks: (u64, u64),
+    /// Over the requests with both figures: the cached tokens beyond each one's expected hits
+    /// (what no reuse of this run explains), and their prompt tokens.
+    pub unexplained: (u64, u64),
 }
 
 impl PrefixHits {
@@ -45,6 +48,17 @@ impl PrefixHits {
         if let Some(expected) = r.expected_cached_tokens {
             add(&mut self.expected, &mut self.expected_blocks, expected);
         }
+        if let (Some(cached), Some(expected)) = (r.cached_tokens, r.expected_cached_tokens) {
+            let beyond = cached.saturating_sub(expected);
+            self.unexplained = (self.unexplained.0 + beyond, self.unexplained.1 + prompt);
+        }
+    }
+
+    /// The share of prompt tokens served from cache beyond each request's expected hits: a
+    /// cache warmed before the run shows here even where the server keeps less than an
+    /// ideal cache elsewhere (a branch that lost its slot), which the overall shares mix in.
+    pub fn unexplained_share(&self) -> Option<f64> {
+        Self::share(self.unexplained)
     }
 
     pub fn any(&self) -> bool {
@@ -83,7 +97,8 @@ impl PrefixHits {
                "expected_hit_share": self.expected_share(),
                "cached_tokens": self.cached_tokens(),
                "expected_cached_tokens": self.expected_cached_tokens(),
-               "prompt_tokens": self.prompt_tokens()});
+               "prompt_tokens": self.prompt_tokens(),
+               "unexplained_hit_share": self.unexplained_share()});
         if self.block > 0 {
             v["block_size"] = json!(self.block);
             v["observed_block_hit_share"] = json!(Self::share(self.observed_blocks));
@@ -183,6 +198,9 @@ pub struct LengthMatch {
     pub checked: u64,
     pub exact: u64,
     pub max_abs_diff: u64,
+    /// Over the checked ones: the trace's tokens, and how many the server's counts were off.
+    pub target_tokens: u64,
+    pub abs_diff_tokens: u64,
     /// Successful requests with a target the server gave no (exact) count for.
     pub not_checked: u64,
 }
@@ -194,6 +212,8 @@ impl LengthMatch {
                 self.checked += 1;
                 self.exact += u64::from(target == actual);
                 self.max_abs_diff = self.max_abs_diff.max(target.abs_diff(actual));
+                self.target_tokens += target;
+                self.abs_diff_tokens += target.abs_diff(actual);
             }
             (Some(_), None) => self.not_checked += 1,
             (None, _) => {}
@@ -202,7 +222,8 @@ impl LengthMatch {
 
     pub fn to_json(&self) -> Value {
         json!({"checked": self.checked, "exact": self.exact, "max_abs_diff": self.max_abs_diff,
-               "not_checked": self.not_checked})
+               "not_checked": self.not_checked, "target_tokens": self.target_tokens,
+               "abs_diff_tokens": self.abs_diff_tokens})
     }
 
     /// `exact/checked (max diff N)`, or why nothing was checked.
@@ -222,6 +243,16 @@ impl LengthMatch {
             ));
         }
         s
+    }
+
+    /// The share of checked lengths that differ, and the tokens off as a share of the
+    /// trace's.
+    pub fn inexact_shares(&self) -> (f64, f64) {
+        let share = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
+        (
+            share(self.checked - self.exact, self.checked),
+            share(self.abs_diff_tokens, self.target_tokens),
+        )
     }
 
     /// Anything to say: a comparison, or requests that could not be compared.

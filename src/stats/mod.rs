@@ -570,7 +570,11 @@ mod tests {
         assert!(j["p99"].is_null() && j["p90"].is_number());
         assert_eq!(j["too_few_samples"], json!(["p99", "p99.9"]));
         assert_eq!(
-            (p.samples_needed(50.0), p.samples_needed(90.0), p.samples_needed(99.0)),
+            (
+                p.samples_needed(50.0),
+                p.samples_needed(90.0),
+                p.samples_needed(99.0)
+            ),
             (10, 50, 500)
         );
         assert!(p.holds(99.0, 500) && !p.holds(99.0, 499));
@@ -585,7 +589,8 @@ mod tests {
     fn matches_numpy_linear_interpolation() {
         // numpy: np.percentile([1,2,3,4,10], [25,50,75,90,99]) = [2, 3, 4, 7.6, 9.76];
         // mean 4, population std sqrt(10) = 3.1623
-        let d = Distribution::of(&mut [10.0, 2.0, 4.0, 1.0, 3.0], &Percentiles::new(&[], 0.0)).unwrap();
+        let d =
+            Distribution::of(&mut [10.0, 2.0, 4.0, 1.0, 3.0], &Percentiles::new(&[], 0.0)).unwrap();
         assert_eq!(d.mean, 4.0);
         assert!((d.std - 10f64.sqrt()).abs() < 1e-12);
         assert_eq!(d.median, 3.0);
@@ -646,6 +651,38 @@ mod tests {
         b.add(&record(0, 1000, None));
         let s = b.finish(&gaps, &Percentiles::default());
         assert!(!s.prefix.any() && s.to_json().get("prefix_cache").is_none());
+    }
+
+    /// A warm cache cannot hide behind a server that keeps less than an ideal cache
+    /// elsewhere: one request hit 90 tokens it had no reason to, another lost the 90 it
+    /// should have found; the overall shares agree, the tokens beyond each request's own
+    /// expected hits do not, and the verdict says warm-cache.
+    #[test]
+    fn hits_beyond_each_requests_expectation_are_a_warm_cache() {
+        let record = |index, cached, expected| RequestRecord {
+            index,
+            status: Some(200),
+            sent_ns: Some(1),
+            first_token_ns: Some(2),
+            end_ns: Some(3),
+            prompt_tokens: Some(100),
+            cached_tokens: Some(cached),
+            expected_cached_tokens: Some(expected),
+            ..RequestRecord::default()
+        };
+        let mut b = SummaryBuilder::new(None);
+        b.add(&record(0, 90, 0));
+        b.add(&record(1, 0, 90));
+        let s = b.finish(&Gaps::default(), &Percentiles::default());
+        assert_eq!(s.prefix.observed_share(), s.prefix.expected_share());
+        assert_eq!(s.prefix.unexplained_share(), Some(0.45));
+        assert_eq!(s.to_json()["prefix_cache"]["unexplained_hit_share"], 0.45);
+        let v = verdict::judge(&s, None, &Bounds::default());
+        assert_eq!(v.reasons[0].key, "warm-cache", "{v:?}");
+        assert!(
+            v.reasons[0].text.contains("45.0 % of the prompt tokens"),
+            "{v:?}"
+        );
     }
 
     /// Each endpoint's output rate is over its own active span: an instance 4x slower than

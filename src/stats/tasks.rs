@@ -232,6 +232,12 @@ mod tests {
         assert!((s.tool_wait_share.as_ref().unwrap().median - 8.0 / 50.0).abs() < 1e-9);
         let mut failed = TaskBuilder::default();
         failed.add(&turn(0, "t", &[], 0, 10), false);
-        assert_eq!(failed.finish(&crate::stats::Percentiles::default()).unwrap().good_tasks, 0);
+        assert_eq!(
+            failed
+                .finish(&crate::stats::Percentiles::default())
+                .unwrap()
+                .good_tasks,
+            0
+        );
     }
 }

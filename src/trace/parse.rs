@@ -156,22 +156,21 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
     });
     // AIPerf's message_mode: history (its default, sent verbatim) or delta (new messages only,
     // the live answers threaded between them).
-    let delta = match rec.message_mode.as_deref() {
-        None | Some("history") => false,
-        Some("delta") if matches!(input, Input::Messages { .. }) => true,
-        Some("delta") => {
-            return Err(fail(
+    let delta =
+        match rec.message_mode.as_deref() {
+            None | Some("history") => false,
+            Some("delta") if matches!(input, Input::Messages { .. }) => true,
+            Some("delta") => return Err(fail(
                 "field `message_mode`: \"delta\" is for `messages` records (their new messages \
                  only)"
                     .into(),
-            ))
-        }
-        Some(other) => {
-            return Err(fail(format!(
-                "field `message_mode`: expected \"history\" or \"delta\", got {other:?}"
-            )))
-        }
-    };
+            )),
+            Some(other) => {
+                return Err(fail(format!(
+                    "field `message_mode`: expected \"history\" or \"delta\", got {other:?}"
+                )))
+            }
+        };
     Ok(TraceRecord {
         index: raw.index,
         line: raw.line,

@@ -54,10 +54,17 @@ fn aiperf_messages_go_verbatim_at_their_times_and_delta_ones_live() {
     let trace = lines(&dir, "history.jsonl", &whole);
     // Answers take 400 ms: a turn that waited for the one before would leave after it.
     let out = dir.join("history");
-    let stats =
-        common::replay_against_mock(mock(400.0), &trace, &out, &["--api", "openai-chat", "--save-prompts"]);
+    let stats = common::replay_against_mock(
+        mock(400.0),
+        &trace,
+        &out,
+        &["--api", "openai-chat", "--save-prompts"],
+    );
     let sent = bodies(&stats);
-    assert_eq!(sent[1]["messages"], whole[1]["messages"], "verbatim, recorded answer kept");
+    assert_eq!(
+        sent[1]["messages"], whole[1]["messages"],
+        "verbatim, recorded answer kept"
+    );
     let rows = read_jsonl(&out.join("requests.jsonl"));
     let turn2 = rows.iter().find(|r| r["index"] == 1).unwrap();
     let first_end = rows.iter().find(|r| r["index"] == 0).unwrap()["end_ms"]
@@ -89,14 +96,24 @@ fn aiperf_messages_go_verbatim_at_their_times_and_delta_ones_live() {
     assert_eq!(m.len(), 3, "{m:?}");
     assert_eq!((&m[0], &m[2]["content"]), (&hello, &json!("How are you?")));
     assert_eq!(m[1]["role"], "assistant");
-    assert!(m[1]["content"].as_str().unwrap().contains("tok"), "the live answer");
+    assert!(
+        m[1]["content"].as_str().unwrap().contains("tok"),
+        "the live answer"
+    );
     // prompts.jsonl holds the body as sent: the threaded turn with the live answer.
     let saved = common::prompt_lines_by_index(&out.join("prompts.jsonl"));
     let line: Value = serde_json::from_str(&saved[1]).unwrap();
     assert_eq!(line["messages"], sent[1]["messages"]);
     // The plan line says which.
     let plan = common::bin()
-        .args(["replay", "--mock", "--api", "openai-chat", "--dry-run", "--trace"])
+        .args([
+            "replay",
+            "--mock",
+            "--api",
+            "openai-chat",
+            "--dry-run",
+            "--trace",
+        ])
         .arg(dir.join("history.jsonl"))
         .output()
         .unwrap();
@@ -122,10 +139,19 @@ fn a_delta_turn_sent_as_recorded_keeps_its_recorded_history() {
         mock(1.0),
         &trace,
         &dir.join("off"),
-        &["--api", "openai-chat", "--carry-forward", "off", "--save-prompts"],
+        &[
+            "--api",
+            "openai-chat",
+            "--carry-forward",
+            "off",
+            "--save-prompts",
+        ],
     );
     let sent = bodies(&off);
-    assert_eq!(sent[2]["messages"], json!([sys, u("one"), u("two"), u("three")]));
+    assert_eq!(
+        sent[2]["messages"],
+        json!([sys, u("one"), u("two"), u("three")])
+    );
     let rows = read_jsonl(&dir.join("off").join("requests.jsonl"));
     assert!(rows.iter().all(|r| r["carried_tokens"].is_null()));
     let live = common::replay_against_mock(
@@ -144,19 +170,36 @@ fn a_delta_turn_sent_as_recorded_keeps_its_recorded_history() {
     let saved = common::prompt_lines_by_index(&dir.join("live").join("prompts.jsonl"));
     assert_eq!(saved.len(), 3);
     let line: Value = serde_json::from_str(&saved[2]).unwrap();
-    assert_eq!(line["messages"], sent[2]["messages"], "prompts.jsonl is what was sent");
+    assert_eq!(
+        line["messages"], sent[2]["messages"],
+        "prompts.jsonl is what was sent"
+    );
     let summary = read_json(&dir.join("live").join("summary.json"));
     assert_eq!(summary["sessions"]["carried_forward"], 2);
     // The plan line of a task graph: tasks and turns over every pass, no rate.
     let plan = common::bin()
-        .args(["replay", "--mock", "--api", "openai-chat", "--dry-run", "--loop", "3"])
+        .args([
+            "replay",
+            "--mock",
+            "--api",
+            "openai-chat",
+            "--dry-run",
+            "--loop",
+            "3",
+        ])
         .args(["--trace", path(&trace)])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&plan.stdout);
-    assert!(said.contains("plan: 3 tasks of 9 turns, closed loop"), "{said}");
+    assert!(
+        said.contains("plan: 3 tasks of 9 turns, closed loop"),
+        "{said}"
+    );
     assert!(said.contains("6 turns wait for their parent"), "{said}");
-    assert!(!said.contains("req/s") && !said.contains("busiest"), "{said}");
+    assert!(
+        !said.contains("req/s") && !said.contains("busiest"),
+        "{said}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -177,7 +220,13 @@ fn a_carried_turns_saved_prompt_is_its_conversation_as_sent() {
         },
         &trace,
         &out,
-        &["--tokenizer", path(&qwen3), "--api", "openai-chat", "--save-prompts"],
+        &[
+            "--tokenizer",
+            path(&qwen3),
+            "--api",
+            "openai-chat",
+            "--save-prompts",
+        ],
     );
     let sent = bodies(&stats);
     let saved = common::prompt_lines_by_index(&out.join("prompts.jsonl"));
@@ -186,7 +235,9 @@ fn a_carried_turns_saved_prompt_is_its_conversation_as_sent() {
     for r in rows.iter().filter(|r| !r["carried_tokens"].is_null()) {
         let i = r["index"].as_u64().unwrap() as usize;
         let line: Value = serde_json::from_str(&saved[i]).unwrap();
-        let m = line["messages"].as_array().expect("a carried chat turn: its messages");
+        let m = line["messages"]
+            .as_array()
+            .expect("a carried chat turn: its messages");
         assert!(m.len() >= 3, "{line}");
         assert!(
             sent.iter().any(|b| b["messages"] == line["messages"]),

@@ -345,7 +345,9 @@ fn carried_prompts_are_exactly_their_input_length_on_every_family() {
             };
             let content = |len: u64| synth.content_len(len);
             for start in 0..HOSTILE_ANSWERS.len() {
-                let root = builder.build(&record(0, 120), 0, 0, 0, &mut caches).unwrap();
+                let root = builder
+                    .build(&record(0, 120), 0, 0, 0, &mut caches)
+                    .unwrap();
                 let mut payload = root.payload().to_vec();
                 let mut slot = carry::locate(&payload, content(120), overhead).unwrap();
                 let mut length = 120;

@@ -79,7 +79,10 @@ fn round_robin_spreads_records_evenly_by_weight() {
     assert_eq!(per[urls[0].as_str()]["ok"], 80);
     // 80 requests hold p50 but not p99 (it needs 500): null, as in the run's own figures.
     let ttft = &per[urls[0].as_str()]["ttft_ms"];
-    assert!(ttft["p50"].as_f64().unwrap() >= 1.0 && ttft["p99"].is_null(), "{ttft}");
+    assert!(
+        ttft["p50"].as_f64().unwrap() >= 1.0 && ttft["p99"].is_null(),
+        "{ttft}"
+    );
     let table = outcome.summary.to_table();
     assert!(
         table.contains("Per endpoint") && table.contains(&urls[2]),

@@ -168,7 +168,9 @@ fn three_shards_started_together_merge_into_the_single_run() {
         "drift_ms",
     ] {
         let mut values: Vec<f64> = all.iter().filter_map(|r| r[key].as_f64()).collect();
-        let recomputed = Distribution::of(&mut values, &llmreplay::stats::Percentiles::default()).unwrap().to_json();
+        let recomputed = Distribution::of(&mut values, &llmreplay::stats::Percentiles::default())
+            .unwrap()
+            .to_json();
         assert_eq!(summary[key], recomputed, "{key}");
     }
 

@@ -329,7 +329,9 @@ fn a_first_round_plans_no_hit() {
     }
     let rounds = summary["sessions"]["rounds"].as_array().unwrap();
     assert!(
-        rounds.iter().all(|r| r["turn"] != 1 || r["planned_hit_share"].is_null()),
+        rounds
+            .iter()
+            .all(|r| r["turn"] != 1 || r["planned_hit_share"].is_null()),
         "{rounds:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

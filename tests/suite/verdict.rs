@@ -85,7 +85,10 @@ fn a_small_clean_run_is_valid_and_says_which_tails_it_cannot_give() {
         "{note}"
     );
     assert!(summary["ttft_ms"]["p99"].is_null() && summary["ttft_ms"]["p90"].is_number());
-    assert_eq!(summary["ttft_ms"]["too_few_samples"], serde_json::json!(["p99"]));
+    assert_eq!(
+        summary["ttft_ms"]["too_few_samples"],
+        serde_json::json!(["p99"])
+    );
     let table = std::fs::read_to_string(clean.join("summary.txt")).unwrap();
     assert!(table.starts_with("Verdict: VALID"), "{table}");
     let p99 = table.lines().find(|l| l.starts_with("P99 TTFT")).unwrap();
@@ -102,7 +105,11 @@ fn a_small_clean_run_is_valid_and_says_which_tails_it_cannot_give() {
     ok(&again);
     let printed: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(printed["verdict"]["result"], "VALID");
-    assert!(printed["ttft_ms"]["p99"].is_number(), "{}", printed["ttft_ms"]);
+    assert!(
+        printed["ttft_ms"]["p99"].is_number(),
+        "{}",
+        printed["ttft_ms"]
+    );
     assert!(printed["verdict"]["notes"].as_array().unwrap().is_empty());
 
     // --strict: a completed run with an INVALID verdict (here every sender share of CPU is

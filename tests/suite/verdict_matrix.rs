@@ -39,7 +39,10 @@ fn verdict(out: &Path) -> (String, Vec<String>, Value) {
 /// A healthy run: VALID, but for timing reasons this machine's load may have earned.
 fn healthy(row: &str, out: &Path) {
     let (_, keys, summary) = verdict(out);
-    let design: Vec<&String> = keys.iter().filter(|k| !TIMING.contains(&k.as_str())).collect();
+    let design: Vec<&String> = keys
+        .iter()
+        .filter(|k| !TIMING.contains(&k.as_str()))
+        .collect();
     assert!(
         design.is_empty(),
         "{row}: a healthy run judged INVALID for {design:?}: {}",
@@ -123,7 +126,11 @@ fn healthy_runs_are_valid_by_default() {
     );
     let agentic = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agentic");
     for (row, sample, extra) in [
-        ("weka", "weka_sample.json", &["--max-active-sessions", "1"][..]),
+        (
+            "weka",
+            "weka_sample.json",
+            &["--max-active-sessions", "1"][..],
+        ),
         ("dag", "dag_sample.jsonl", &["--api", "openai-chat"][..]),
         ("atif", "atif_sample.json", &["--api", "openai-chat"][..]),
         ("otel", "otel_sample.json", &[][..]),
@@ -145,7 +152,11 @@ fn healthy_runs_are_valid_by_default() {
     ok("carried", &o);
     healthy("carried", &out);
     let (_, _, summary) = verdict(&out);
-    assert_eq!(summary["sessions"]["carried_forward"], 16, "{}", summary["sessions"]);
+    assert_eq!(
+        summary["sessions"]["carried_forward"], 16,
+        "{}",
+        summary["sessions"]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -191,7 +202,12 @@ fn each_planted_distortion_names_itself() {
         ok(run, &o);
     }
     healthy("messages first", &dir.join("first"));
-    distorted("messages again", &dir.join("again"), "warm-cache", &["--fresh-prompts"]);
+    distorted(
+        "messages again",
+        &dir.join("again"),
+        "warm-cache",
+        &["--fresh-prompts"],
+    );
     // ... and with --fresh-prompts the third run is cold again.
     let o = replay_against(&caching, &dag, &dir.join("fresh"))
         .args(["--api", "openai-chat", "--fresh-prompts"])
@@ -217,7 +233,14 @@ fn each_planted_distortion_names_itself() {
     let stalling = MockProcess::start(&["--fault", "stall:0.3", "--seed", "3"]);
     let out = dir.join("stalled");
     let o = replay_against(&stalling, &trace, &out)
-        .args(["--tokenizer", &tok, "--time-scale", "50", "--stall-timeout", "0.5"])
+        .args([
+            "--tokenizer",
+            &tok,
+            "--time-scale",
+            "50",
+            "--stall-timeout",
+            "0.5",
+        ])
         .args(["--first-token-timeout", "0.5"])
         .output()
         .unwrap();
@@ -280,5 +303,43 @@ fn a_burst_beyond_the_lookahead_is_not_blamed_on_the_producers() {
         summary["verdict"]
     );
     distorted("burst", &out, "schedule", &["waited behind a burst"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A sweep's steps are runs of a few dozen requests each: every one VALID by default (each
+/// says which tails it cannot give), and its table prints n/a where a step's p99 does not
+/// hold, never a p99 of two requests.
+#[test]
+fn a_sweeps_small_steps_are_valid() {
+    let dir = temp_dir("matrix-sweep");
+    let trace = common::text_trace(&dir, 40, 50, 4);
+    let out = dir.join("sweep");
+    let o = common::bin()
+        .args([
+            "sweep",
+            "--mock",
+            "--mock-ttft-ms",
+            "5",
+            "--goodput",
+            "ttft:5000",
+        ])
+        .args(["--start-scale", "1", "--max-steps", "2", "--bisect", "0"])
+        .args(["--trace", path(&trace), "--output", path(&out)])
+        .output()
+        .unwrap();
+    ok("sweep", &o);
+    let sweep = read_json(&out.join("sweep.json"));
+    let steps = sweep["steps"].as_array().unwrap();
+    assert!(!steps.is_empty(), "{sweep}");
+    for s in steps {
+        let step = PathBuf::from(s["dir"].as_str().unwrap());
+        healthy(&format!("step {}", s["scale"]), &step);
+        assert!(
+            s["ttft_p99_ms"].is_null() && s["ttft_p50_ms"].is_number(),
+            "{s}"
+        );
+    }
+    let table = std::fs::read_to_string(out.join("sweep.txt")).unwrap();
+    assert!(table.contains("p99      n/a"), "{table}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -50,4 +50,3 @@ pub fn seams(prompts: &Prompts, carry: bool) -> Result<crate::carry::Seams> {
             .collect(),
     ))
 }
-

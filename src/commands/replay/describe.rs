@@ -27,7 +27,9 @@ fn carrying(plan: &ReplayPlan, trace: &TraceInput) -> String {
             (CarryForward::On, _) | (CarryForward::Auto, true) => {
                 "recorded messages are threaded with the live answers"
             }
-            (CarryForward::Off, _) => "recorded messages are sent as recorded (a delta turn with its recorded history)",
+            (CarryForward::Off, _) => {
+                "recorded messages are sent as recorded (a delta turn with its recorded history)"
+            }
             (CarryForward::Auto, false) => {
                 "recorded messages are sent verbatim, at their own times where they have one, \
                  as AIPerf's history mode (message_mode delta threads the live answers)"

@@ -32,9 +32,8 @@ use crate::expected_cache::{ExpectedPrefixHits, SharedModel};
 use crate::fleet::{Load, Route, Router};
 use crate::load::Pace;
 use crate::pipeline::{
-    Salts,
     spawn_producers, BodyStyle, BufferPool, ChannelBudget, Passes, PromptLog, RequestBuilder,
-    ToSenders,
+    Salts, ToSenders,
 };
 use crate::plan::ReplayPlan;
 use crate::progress::{LiveProgress, Snapshot};

@@ -91,13 +91,22 @@ mod tests {
                          "mock": null, "realtime": false, "pin_cores": "auto",
                          "host": {"cpus": 2, "load_avg_1m": 3.5}});
         let c = late_client(Some(&run));
-        assert!(c.contains("server at http://127.0.0.1:8080/v1 runs on this host"), "{c}");
-        assert!(c.contains("--realtime") && c.contains("another host"), "{c}");
+        assert!(
+            c.contains("server at http://127.0.0.1:8080/v1 runs on this host"),
+            "{c}"
+        );
+        assert!(
+            c.contains("--realtime") && c.contains("another host"),
+            "{c}"
+        );
         assert!(c.contains("load average 3.5 on 2 cores"), "{c}");
         let rt = json!({"endpoints": ["https://[::1]:8443"], "mock": null, "realtime": true,
                         "pin_cores": "0,1"});
         let c = late_client(Some(&rt));
-        assert!(c.contains("[::1]") && !c.contains("--realtime") && !c.contains("taskset"), "{c}");
+        assert!(
+            c.contains("[::1]") && !c.contains("--realtime") && !c.contains("taskset"),
+            "{c}"
+        );
         let mock = json!({"endpoints": ["http://127.0.0.1:1"], "mock": {}, "realtime": false});
         assert!(late_client(Some(&mock)).contains("in-process mock"));
         let remote = json!({"endpoints": ["http://gpu1:8000"], "mock": null,

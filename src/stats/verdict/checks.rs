@@ -140,16 +140,18 @@ pub fn client(s: &Summary, run: Option<&Value>, bounds: &Bounds, say: &mut Say) 
     let arrived_late = senders.map_or(0, |s| s["arrived_late"].as_u64().unwrap_or(0));
     let share = arrived_late as f64 / s.total.max(1) as f64;
     if share > bounds.get(Bound::LateShare) {
-        let producers = run.and_then(|r| r["num_producer"].as_u64());
+        let producers = match run.and_then(|r| r["num_producer"].as_u64()) {
+            Some(n) => format!("its {n} producer thread(s)"),
+            None => "the producer threads".into(),
+        };
         say(
             "producers-behind",
             format!(
                 "{arrived_late} requests ({}) reached their sender after their send time with \
-                 nothing built behind them: the {} producer threads could not build prompts \
-                 as fast as the schedule needs them (give --num-producer more threads, or a \
-                 larger --block-cache-mb)",
+                 nothing built behind them: {producers} could not build prompts as fast as the \
+                 schedule needs them (give --num-producer more threads, or a larger \
+                 --block-cache-mb)",
                 pct(share),
-                producers.map_or("".into(), |n| n.to_string())
             ),
         );
     }
@@ -216,33 +218,52 @@ pub fn caches(s: &Summary, run: Option<&Value>, bounds: &Bounds, say: &mut Say) 
         return;
     };
     let points = (observed - expected) * 100.0;
+    let unexplained = s.prefix.unexplained_share().unwrap_or(0.0) * 100.0;
+    let warm_bound = bounds.get(Bound::WarmCachePoints);
     // A primed run's cache was filled on purpose (summary's "Primed" line).
-    if points > bounds.get(Bound::WarmCachePoints) && !s.primed {
-        let repeated = run.is_some_and(|r| r["loop_prompts"] == "repeat" && r["loop"].as_u64() > Some(1));
+    if (points > warm_bound || unexplained > warm_bound) && !s.primed {
+        let repeated =
+            run.is_some_and(|r| r["loop_prompts"] == "repeat" && r["loop"].as_u64() > Some(1));
         let cause = match repeated {
-            true => "every --loop pass after the first replayed the first's prompts \
-                     (--loop-prompts repeat): give --loop-prompts fresh",
-            false => "the server's cache held these prompts before the run (an earlier \
-                      replay of the same trace); give --fresh-prompts, or restart the server",
+            true => {
+                "every --loop pass after the first replayed the first's prompts \
+                     (--loop-prompts repeat): give --loop-prompts fresh"
+            }
+            false => {
+                "the server's cache held these prompts before the run (an earlier \
+                      replay of the same trace); give --fresh-prompts, or restart the server"
+            }
         };
         say(
             "warm-cache",
             format!(
-                "observed prefix-cache hits {} against {} expected (+{points:.1} points): {cause}",
+                "observed prefix-cache hits {} against {} expected ({points:+.1} points; \
+                 {unexplained:.1} % of the prompt tokens were served beyond what each \
+                 request's expected hits explain, bound {warm_bound}): {cause}",
                 pct(observed),
                 pct(expected)
             ),
         );
     }
     if -points > bounds.get(Bound::ColdCachePoints) && observed < expected / 2.0 {
+        let own = run.is_some_and(|r| r["extra_body"]["cache_prompt"] == false);
+        let cause = match own {
+            true => {
+                "this run's own --extra-body turns llama.cpp's caching off (cache_prompt: \
+                     false)"
+            }
+            false => {
+                "prefix caching off (vLLM --no-enable-prefix-caching, SGLang \
+                      --disable-radix-cache, llama.cpp cache_prompt false), a cache too small \
+                      for the working set, or a conversation spread over instances (give \
+                      --route session)"
+            }
+        };
         say(
             "cold-cache",
             format!(
                 "observed prefix-cache hits {} against {} expected ({points:.1} points): the \
-                 server kept far less than the trace reuses: prefix caching off (vLLM \
-                 --no-enable-prefix-caching, SGLang --disable-radix-cache, llama.cpp \
-                 cache_prompt false), a cache too small for the working set, or a \
-                 conversation spread over instances (give --route session)",
+                 server kept far less than the trace reuses: {cause}",
                 pct(observed),
                 pct(expected)
             ),
@@ -250,33 +271,46 @@ pub fn caches(s: &Summary, run: Option<&Value>, bounds: &Bounds, say: &mut Say) 
     }
 }
 
-/// The lengths the server counted against the trace's, and answers that bought nothing.
-pub fn lengths(s: &Summary, say: &mut Say) {
-    let m = &s.input_length_match;
-    if m.checked > m.exact {
+/// The lengths the server counted against the trace's (more than the bound's share of them,
+/// or of their tokens, off), and answers that bought nothing.
+pub fn lengths(s: &Summary, bounds: &Bounds, say: &mut Say) {
+    let bound = bounds.get(Bound::InexactShare);
+    let off = |m: &crate::stats::LengthMatch| {
+        let (requests, tokens) = m.inexact_shares();
+        (requests > bound || tokens > bound / 5.0).then_some((requests, tokens))
+    };
+    if let Some((share, tokens)) = off(&s.input_length_match) {
+        let m = &s.input_length_match;
         say(
             "inexact-input",
             format!(
-                "{} of {} input lengths differ from the trace's (up to {} tokens): the \
-                 tokenizer or chat template is not the served model's (give its \
-                 tokenizer_config.json too), or --input-length-of is not what the trace counts",
+                "{} of {} input lengths ({}) differ from the trace's, by {} of its tokens, up to \
+                 {} in one (bound {}): the tokenizer or chat template is not the served model's \
+                 (give its tokenizer_config.json too), or --input-length-of is not what the \
+                 trace counts",
                 m.checked - m.exact,
                 m.checked,
-                m.max_abs_diff
+                pct(share),
+                pct(tokens),
+                m.max_abs_diff,
+                pct(bound)
             ),
         );
     }
-    let m = &s.output_length_match;
-    if m.checked > m.exact {
+    if let Some((share, tokens)) = off(&s.output_length_match) {
+        let m = &s.output_length_match;
         say(
             "inexact-output",
             format!(
-                "{} of {} output lengths differ from the trace's (up to {} tokens): the server \
-                 stopped early or late, ignoring min_tokens or ignore_eos (give \
-                 --extra-body with the options it honours)",
+                "{} of {} output lengths ({}) differ from the trace's, by {} of its tokens, up \
+                 to {} in one (bound {}): the server stopped early or late, ignoring min_tokens \
+                 or ignore_eos (give --extra-body with the options it honours)",
                 m.checked - m.exact,
                 m.checked,
-                m.max_abs_diff
+                pct(share),
+                pct(tokens),
+                m.max_abs_diff,
+                pct(bound)
             ),
         );
     }

@@ -92,7 +92,7 @@ pub fn judge(s: &Summary, run: Option<&Value>, bounds: &Bounds) -> Verdict {
     checks::schedule(s, run, bounds, &mut say);
     checks::client(s, run, bounds, &mut say);
     checks::caches(s, run, bounds, &mut say);
-    checks::lengths(s, &mut say);
+    checks::lengths(s, bounds, &mut say);
     let mut notes = Vec::new();
     checks::thin_tails(s, &mut |key, text| notes.push(Reason { key, text }));
     Verdict {
