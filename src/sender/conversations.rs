@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::carry::{self, History};
+use crate::carry::{self, History, SeamCounter, SeamJob, Seams, Shape};
 use crate::pipeline::PreparedRequest;
 use crate::session::SessionLink;
 
@@ -40,9 +40,45 @@ pub struct Conversations {
     /// Histories whose answer is being counted in place ([`crate::carry::SeamCounter`]),
     /// with the released turns that wait for the count to carry it.
     counting: HashMap<u64, Vec<PreparedRequest>>,
+    /// Counts carried answers in place, off the sender thread (with carry-forward).
+    counter: Option<SeamCounter>,
 }
 
 impl Conversations {
+    /// Conversations whose carried answers `counter` counts (None: none is counted).
+    pub fn new(counter: Option<SeamCounter>) -> Conversations {
+        Conversations {
+            counter,
+            ..Conversations::default()
+        }
+    }
+
+    /// Has a finished turn's answer counted where its children put it, off the sender
+    /// thread; the children that carry it wait for the count.
+    pub fn count_answer(&mut self, index: u64, endpoint: u32, h: &History, seams: &Seams) {
+        let Some(counter) = &self.counter else {
+            return;
+        };
+        if matches!(h.shape, Shape::Messages(_)) || seams.of(endpoint).is_none() {
+            return;
+        }
+        if counter.count(SeamJob::of(index, endpoint, h)) {
+            self.counting(index);
+        }
+    }
+
+    /// The turns the counts done since the last look let go.
+    pub fn take_counted(&mut self) -> Vec<PreparedRequest> {
+        let counted: Vec<(u64, Option<u64>)> = match &self.counter {
+            Some(c) => c.counted().collect(),
+            None => return Vec::new(),
+        };
+        counted
+            .into_iter()
+            .flat_map(|(index, seam)| self.counted(index, seam))
+            .collect()
+    }
+
     /// A request entering the deadline heap: returned when it may be scheduled (no parent,
     /// or every turn it waits for ended: the deadline then moves to the release time), or
     /// kept.

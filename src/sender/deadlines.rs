@@ -78,10 +78,10 @@ impl SenderLoop {
             return;
         }
         if self.rx.backlog() > 0 {
-            self.queued_late += 1;
+            self.late.queued += 1;
             return;
         }
-        self.arrived_late += 1;
+        self.late.arrived += 1;
         self.progress
             .arrived_late
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -200,7 +200,8 @@ impl Inbox {
     }
 }
 
-/// What a sender thread hands back when it ends.
+/// What a sender thread hands back when it ends (all of them together, [`SenderReport::add`]).
+#[derive(Default)]
 pub struct SenderReport {
     /// The gaps between content chunks (ITL).
     pub gaps: Gaps,
@@ -219,6 +220,28 @@ pub struct SenderReport {
     pub queued_late: u64,
     /// The client ran out of file descriptors at least once (EMFILE, ENFILE).
     pub out_of_descriptors: bool,
+}
+
+impl SenderReport {
+    /// Adds another sender's report to this one.
+    pub fn add(&mut self, other: SenderReport) {
+        self.gaps.add(&other.gaps);
+        self.cpu_ns += other.cpu_ns;
+        self.reads += other.reads;
+        self.turns_cut += other.turns_cut;
+        self.sessions_dropped += other.sessions_dropped;
+        self.arrived_late += other.arrived_late;
+        self.queued_late += other.queued_late;
+        self.out_of_descriptors |= other.out_of_descriptors;
+    }
+}
+
+/// Requests a sender took after their send time: just built (the producers behind), or
+/// waiting in the channel behind others (a burst beyond the lookahead).
+#[derive(Default)]
+struct Lateness {
+    arrived: u64,
+    queued: u64,
 }
 
 /// A request that reaches its sender this long after its send time came late.
@@ -283,10 +306,8 @@ struct SenderLoop {
     free: Vec<usize>,
     pools: Vec<Pool>,
     heap: BinaryHeap<PreparedRequest>,
-    /// Turns waiting for their parent's record.
+    /// Turns waiting for their parent's record, and the counts of the answers they carry.
     conversations: Conversations,
-    /// Counts carried answers in place, off this thread (with carry-forward).
-    seam_counter: Option<crate::carry::SeamCounter>,
     /// Sessions' places and bound.
     active: ActiveSessions,
     /// Closed loop: requests dispatched and not yet recorded, and their cap.
@@ -315,10 +336,9 @@ struct SenderLoop {
     turns_cut: u64,
     /// See [`SenderReport::sessions_dropped`].
     sessions_dropped: u64,
-    /// See [`SenderReport::arrived_late`].
-    arrived_late: u64,
-    /// See [`SenderReport::queued_late`].
-    queued_late: u64,
+    /// Requests taken after their send time: see [`SenderReport::arrived_late`] and
+    /// [`SenderReport::queued_late`].
+    late: Lateness,
     /// The client ran out of file descriptors, and said so once.
     descriptors_warned: bool,
 }
@@ -391,8 +411,7 @@ impl SenderLoop {
             free: Vec::new(),
             pools,
             heap: BinaryHeap::new(),
-            conversations: Conversations::default(),
-            seam_counter,
+            conversations: Conversations::new(seam_counter),
             active,
             open_requests: 0,
             in_flight_cap,
@@ -411,8 +430,7 @@ impl SenderLoop {
             reads: 0,
             turns_cut: 0,
             sessions_dropped: 0,
-            arrived_late: 0,
-            queued_late: 0,
+            late: Lateness::default(),
             descriptors_warned: false,
         })
     }
@@ -463,8 +481,8 @@ impl SenderLoop {
             reads: self.reads,
             turns_cut: self.turns_cut,
             sessions_dropped: self.sessions_dropped,
-            arrived_late: self.arrived_late,
-            queued_late: self.queued_late,
+            arrived_late: self.late.arrived,
+            queued_late: self.late.queued,
             out_of_descriptors: self.descriptors_warned,
         })
     }

@@ -57,35 +57,13 @@ impl SenderLoop {
         }
     }
 
-    /// Has a finished turn's answer counted where its children put it, off this thread
-    /// ([`crate::carry::SeamCounter`]); the children that carry it wait for the count.
-    fn count_answer(&mut self, index: u64, endpoint: u32, h: &crate::carry::History) {
-        let Some(counter) = &self.seam_counter else {
-            return;
-        };
-        if matches!(h.shape, crate::carry::Shape::Messages(_))
-            || self.cfg.seams.of(endpoint).is_none()
-        {
-            return;
-        }
-        if counter.count(crate::carry::SeamJob::of(index, endpoint, h)) {
-            self.conversations.counting(index);
-        }
-    }
-
     /// Answers counted since the last look: the turns that waited for them go.
     pub(super) fn take_seams(&mut self) {
-        let Some(counter) = &self.seam_counter else {
-            return;
-        };
-        let counted: Vec<(u64, Option<u64>)> = counter.counted().collect();
-        for (index, seam) in counted {
-            let children = self.conversations.counted(index, seam);
-            self.give_spent();
-            if self.cancel_at.is_none() {
-                for child in children {
-                    self.schedule(child);
-                }
+        let released = self.conversations.take_counted();
+        self.give_spent();
+        if self.cancel_at.is_none() {
+            for child in released {
+                self.schedule(child);
             }
         }
     }
@@ -142,7 +120,9 @@ impl SenderLoop {
                 h
             });
             if let Some(h) = history.as_ref().filter(|_| heirs > 0) {
-                self.count_answer(record.index, target as u32, h);
+                let seams = &self.cfg.seams;
+                self.conversations
+                    .count_answer(record.index, target as u32, h, seams);
             }
             let children =
                 self.conversations

@@ -154,23 +154,7 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
         Value::String(s) => s,
         other => other.to_string(),
     });
-    // AIPerf's message_mode: history (its default, sent verbatim) or delta (new messages only,
-    // the live answers threaded between them).
-    let delta =
-        match rec.message_mode.as_deref() {
-            None | Some("history") => false,
-            Some("delta") if matches!(input, Input::Messages { .. }) => true,
-            Some("delta") => return Err(fail(
-                "field `message_mode`: \"delta\" is for `messages` records (their new messages \
-                 only)"
-                    .into(),
-            )),
-            Some(other) => {
-                return Err(fail(format!(
-                    "field `message_mode`: expected \"history\" or \"delta\", got {other:?}"
-                )))
-            }
-        };
+    let delta = message_mode(rec.message_mode.as_deref(), &input).map_err(fail)?;
     Ok(TraceRecord {
         index: raw.index,
         line: raw.line,
@@ -189,6 +173,23 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
         },
         extra: rec.extra,
     })
+}
+
+/// AIPerf's `message_mode`: history (its default, sent verbatim) or delta (new messages only,
+/// the live answers threaded between them); true for delta.
+fn message_mode(mode: Option<&str>, input: &Input) -> std::result::Result<bool, String> {
+    match mode {
+        None | Some("history") => Ok(false),
+        Some("delta") if matches!(input, Input::Messages { .. }) => Ok(true),
+        Some("delta") => Err(
+            "field `message_mode`: \"delta\" is for `messages` records (their new messages \
+             only)"
+                .into(),
+        ),
+        Some(other) => Err(format!(
+            "field `message_mode`: expected \"history\" or \"delta\", got {other:?}"
+        )),
+    }
 }
 
 /// Explains why the typed parse failed, naming the field where possible.

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use calamine::{open_workbook, Reader, Xlsx};
 use clap::Parser;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use llmreplay::cli::{Cli, Command};
 
@@ -59,9 +59,25 @@ fn fixture_summary_matches_numpy_reference() {
         .to_json();
     let reference = read_json(&fixture().join("reference.json"));
     assert_eq!(summary["requests"], reference["requests"]);
+    let lengths = &summary["input_length_match"];
+    for (key, want) in reference["input_length_match"].as_object().unwrap() {
+        assert_eq!(&lengths[key], want, "input_length_match.{key}");
+    }
+    // Its tokens, and how many the server's counts were off, from the records themselves.
+    let records = read_jsonl(&dir.join("requests.jsonl"));
+    let checked = records.iter().filter(|r| {
+        r["error"].is_null() && r["input_tokens"].is_u64() && r["prompt_tokens"].is_u64()
+    });
+    let (target, off) = checked.fold((0, 0), |(t, o), r| {
+        let (want, got) = (
+            r["input_tokens"].as_u64().unwrap(),
+            r["prompt_tokens"].as_u64().unwrap(),
+        );
+        (t + want, o + want.abs_diff(got))
+    });
     assert_eq!(
-        summary["input_length_match"],
-        reference["input_length_match"]
+        (&lengths["target_tokens"], &lengths["abs_diff_tokens"]),
+        (&json!(target), &json!(off))
     );
     for key in [
         "input_tokens",

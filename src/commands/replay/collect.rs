@@ -96,14 +96,7 @@ pub(super) fn collect(
                     if write_failed.is_some() {
                         continue; // draining: nothing more can be kept
                     }
-                    // A rebuilt turn's prompts.jsonl line, as sent.
-                    if let (Some(line), Some(log)) =
-                        (r.sent_prompt.take(), &stages.builder.prompt_log)
-                    {
-                        if let Err(e) = log.late(&line) {
-                            eprintln!("warning: {e}");
-                        }
-                    }
+                    log_sent_prompt(&mut r, stages);
                     if let Err(e) = writer.write(&r) {
                         on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
                     }
@@ -203,6 +196,15 @@ pub(super) fn collect(
         closed_unanswered,
         shard_lost,
     })
+}
+
+/// A rebuilt turn's prompts.jsonl line, as sent (`--save-prompts`).
+fn log_sent_prompt(r: &mut RequestRecord, stages: &Stages) {
+    if let (Some(line), Some(log)) = (r.sent_prompt.take(), &stages.builder.prompt_log) {
+        if let Err(e) = log.late(&line) {
+            eprintln!("warning: {e}");
+        }
+    }
 }
 
 /// The running shard's heartbeat: its counts so far.

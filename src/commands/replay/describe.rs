@@ -7,6 +7,40 @@ use crate::plan::{ReplayPlan, Targets};
 use crate::session::SessionMode;
 use crate::trace::Format;
 
+/// What the plan line says of conversations: how many turns wait for their parent, the
+/// session cap and bound, and what a turn carries of its parent.
+fn conversations(plan: &ReplayPlan, trace: &TraceInput, waiting: u64) -> String {
+    let p = &trace.preview;
+    let mut out = String::new();
+    match (trace.stats.turns_with_parent, plan.session_mode) {
+        (0, _) => {}
+        (_, SessionMode::AfterParent) => {
+            out.push_str(&format!(
+                "; {waiting} turns wait for their parent's end (--session-mode after-parent)"
+            ));
+            out.push_str(&carrying(plan, trace));
+            if let Some(cap) = plan.sessions.max_active {
+                out.push_str(&format!(
+                    "; at most {cap} sessions at once, the others wait for a place (--max-active-sessions)"
+                ));
+            }
+            if let Some(bound) = trace.bound_cutting_turns(plan) {
+                out.push_str(&format!(
+                    "; no turn leaves after {:.3} s: a session whose next turn would is cut, so \
+                     the answers' times decide how many of the {} records are sent (run.json's \
+                     schedule.turns_cut counts the others)",
+                    bound as f64 / 1e9,
+                    p.records
+                ));
+            }
+        }
+        (_, SessionMode::Timestamp) => out.push_str(&format!(
+            "; {waiting} turns leave at their own time, answered or not (--session-mode timestamp)"
+        )),
+    }
+    out
+}
+
 /// What a conversation's turn carries of its parent (`--carry-forward`), as this trace's
 /// records make it: synthetic turns their parent's prompt and answer; recorded messages
 /// threaded with the live answers, or sent verbatim at their own times.
@@ -147,32 +181,7 @@ pub fn describe(plan: &ReplayPlan, trace: &TraceInput) -> (String, Vec<String>) 
             }
         ));
     }
-    match (trace.stats.turns_with_parent, plan.session_mode) {
-        (0, _) => {}
-        (_, SessionMode::AfterParent) => {
-            line.push_str(&format!(
-                "; {waiting} turns wait for their parent's end (--session-mode after-parent)"
-            ));
-            line.push_str(&carrying(plan, trace));
-            if let Some(cap) = plan.sessions.max_active {
-                line.push_str(&format!(
-                    "; at most {cap} sessions at once, the others wait for a place (--max-active-sessions)"
-                ));
-            }
-            if let Some(bound) = trace.bound_cutting_turns(plan) {
-                line.push_str(&format!(
-                    "; no turn leaves after {:.3} s: a session whose next turn would is cut, so \
-                     the answers' times decide how many of the {} records are sent (run.json's \
-                     schedule.turns_cut counts the others)",
-                    bound as f64 / 1e9,
-                    p.records
-                ));
-            }
-        }
-        (_, SessionMode::Timestamp) => line.push_str(&format!(
-            "; {waiting} turns leave at their own time, answered or not (--session-mode timestamp)"
-        )),
-    }
+    line.push_str(&conversations(plan, trace, waiting));
     if let Some(d) = &plan.prompt_dataset {
         line.push_str(&format!(
             "; prompt text from {} cut or extended to each input_length (hash ids not used)",

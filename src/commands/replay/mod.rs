@@ -635,24 +635,13 @@ fn finish(
              input_length (one shorter than what the chat template adds cannot)"
         );
     }
-    let mut gaps = crate::stats::Gaps::default();
-    let mut sender_cpu_ns = 0;
-    let mut sender_reads = 0;
-    let (mut turns_cut, mut sessions_dropped) = (0, 0);
-    let (mut arrived_late, mut queued_late, mut out_of_descriptors) = (0, 0, false);
+    let mut senders = SenderReport::default();
     for s in stages.senders {
         let report: SenderReport = s
             .join()
             .map_err(|_| Error::Run("a sender thread panicked".into()))?
             .map_err(|e| Error::Run(format!("sender: {e}")))?;
-        gaps.add(&report.gaps);
-        sender_cpu_ns += report.cpu_ns;
-        sender_reads += report.reads;
-        turns_cut += report.turns_cut;
-        sessions_dropped += report.sessions_dropped;
-        arrived_late += report.arrived_late;
-        queued_late += report.queued_late;
-        out_of_descriptors |= report.out_of_descriptors;
+        senders.add(report);
     }
     if let Some(scraper) = stages.scraper {
         scraper.finish();
@@ -688,20 +677,20 @@ fn finish(
     run["ended"] = ending.to_json();
     // The planned records that a session bound kept from being sent (the schedule's count is
     // then an upper bound: sent + turns_cut = records).
-    run["schedule"]["turns_cut"] = json!(turns_cut);
+    run["schedule"]["turns_cut"] = json!(senders.turns_cut);
     // Sessions still waiting for a place at the bound (their turns are among those cut).
-    run["schedule"]["sessions_dropped"] = json!(sessions_dropped);
+    run["schedule"]["sessions_dropped"] = json!(senders.sessions_dropped);
     let end_ns = stages.clock.now_ns();
-    // For the verdict: how busy the senders were, and how many requests reached them late.
+    // For the verdict: how busy the senders were, how many requests reached them late, and
+    // (for its causes) how busy the machine was at the end.
     run["senders"] = json!({
         "threads": plan.num_sender,
-        "cpu_s": sender_cpu_ns as f64 / 1e9,
+        "cpu_s": senders.cpu_ns as f64 / 1e9,
         "wall_s": end_ns.saturating_sub(stages.t0_ns) as f64 / 1e9,
-        "arrived_late": arrived_late,
-        "queued_late": queued_late,
-        "out_of_descriptors": out_of_descriptors,
+        "arrived_late": senders.arrived_late,
+        "queued_late": senders.queued_late,
+        "out_of_descriptors": senders.out_of_descriptors,
     });
-    // For the verdict's causes: how busy the machine was at the end.
     run["host"] = crate::sys::host_load();
     run["clock"]["end"] = json!({
         "run_ns": end_ns.saturating_sub(stages.t0_ns),
@@ -716,7 +705,7 @@ fn finish(
     }
     report::write_json(&c.dir.join("run.json"), &run)?;
     // Everything in the directory is rendered from requests.jsonl, as `report DIR` does.
-    report::save_itl(&c.dir, &gaps)?;
+    report::save_itl(&c.dir, &senders.gaps)?;
     let summary = report::render(&c.dir, &c.requests_path, &plan.render)?;
     if let Some(e) = producer_error {
         return Err(e);
@@ -726,8 +715,8 @@ fn finish(
         dir: c.dir,
         requests_path: c.requests_path,
         copy_path: c.copy_path,
-        sender_cpu_s: sender_cpu_ns as f64 / 1e9,
-        sender_reads,
+        sender_cpu_s: senders.cpu_ns as f64 / 1e9,
+        sender_reads: senders.reads,
         connections_at_start: stages.connections_at_start,
         ending,
     })

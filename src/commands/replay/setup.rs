@@ -164,20 +164,12 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         (Format::Auto, _) => ", by auto: the first record has no chat_id; timestamps in ms",
         _ => "",
     };
-    // A task graph's turns have no arrival times: no span or rate to state.
-    let timing = match format.is_task_graph() {
-        true => format!("{} tasks", stats.records - stats.turns_with_parent),
-        false => format!(
-            "{:.1} s of trace time, {:.2} req/s",
-            stats.span_ms / 1000.0,
-            stats.mean_rate()
-        ),
-    };
     say.say(format!(
-        "trace {}: {} records ({:?}{chosen}), {timing}",
+        "trace {}: {} records ({:?}{chosen}), {}",
         file.shown().display(),
         stats.records,
         format,
+        timing(format, &stats),
     ));
     for w in stats.warnings() {
         eprintln!("warning: {w}");
@@ -306,6 +298,18 @@ fn shaping(plan: &ReplayPlan, stats: &TraceStats) -> Shaping {
         time_scale: plan.time_scale,
         wall_limit_ns: plan.wall_limit_s.map(|s| (s * 1e9) as u64),
         warmup: plan.warmup_requests,
+    }
+}
+
+/// A trace's span and rate; a task graph's tasks (its turns have no arrival times).
+fn timing(format: Format, stats: &TraceStats) -> String {
+    match format.is_task_graph() {
+        true => format!("{} tasks", stats.records - stats.turns_with_parent),
+        false => format!(
+            "{:.1} s of trace time, {:.2} req/s",
+            stats.span_ms / 1000.0,
+            stats.mean_rate()
+        ),
     }
 }
 
