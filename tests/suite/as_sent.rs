@@ -20,15 +20,6 @@ fn lines(dir: &Path, name: &str, records: &[Value]) -> std::path::PathBuf {
     file
 }
 
-/// The bodies the mock received, in arrival order.
-fn bodies(stats: &llmreplay::mock::MockStats) -> Vec<Value> {
-    stats
-        .bodies
-        .iter()
-        .map(|(_, b)| serde_json::from_str(b).unwrap())
-        .collect()
-}
-
 /// A mock that keeps the bodies it receives and answers after `ttft_ms`.
 fn mock(ttft_ms: f64) -> MockConfig {
     MockConfig {
@@ -51,16 +42,16 @@ fn aiperf_messages_go_verbatim_at_their_times_and_delta_ones_live() {
         json!({"session_id": "s", "messages": [hello, {"role": "assistant", "content": "Hi!"},
                {"role": "user", "content": "How are you?"}], "output_length": 8, "timestamp": 50}),
     ];
-    let trace = lines(&dir, "history.jsonl", &whole);
+    // The chat bodies the mock got (it answers after `ttft_ms`), and the run's directory.
+    let replay = |name: &str, records: &[Value], ttft_ms: f64| {
+        let trace = lines(&dir, &format!("{name}.jsonl"), records);
+        let out = dir.join(name);
+        let args = ["--api", "openai-chat", "--save-prompts"];
+        let stats = common::replay_against_mock(mock(ttft_ms), &trace, &out, &args);
+        (common::mock_bodies(&stats), out)
+    };
     // Answers take 400 ms: a turn that waited for the one before would leave after it.
-    let out = dir.join("history");
-    let stats = common::replay_against_mock(
-        mock(400.0),
-        &trace,
-        &out,
-        &["--api", "openai-chat", "--save-prompts"],
-    );
-    let sent = bodies(&stats);
+    let (sent, out) = replay("history", &whole, 400.0);
     assert_eq!(
         sent[1]["messages"], whole[1]["messages"],
         "verbatim, recorded answer kept"
@@ -83,15 +74,7 @@ fn aiperf_messages_go_verbatim_at_their_times_and_delta_ones_live() {
                "messages": [{"role": "user", "content": "How are you?"}],
                "output_length": 4, "delay": 10}),
     ];
-    let trace = lines(&dir, "delta.jsonl", &delta);
-    let out = dir.join("delta");
-    let stats = common::replay_against_mock(
-        mock(5.0),
-        &trace,
-        &out,
-        &["--api", "openai-chat", "--save-prompts"],
-    );
-    let sent = bodies(&stats);
+    let (sent, out) = replay("delta", &delta, 5.0);
     let m = sent[1]["messages"].as_array().unwrap();
     assert_eq!(m.len(), 3, "{m:?}");
     assert_eq!((&m[0], &m[2]["content"]), (&hello, &json!("How are you?")));
@@ -147,7 +130,7 @@ fn a_delta_turn_sent_as_recorded_keeps_its_recorded_history() {
             "--save-prompts",
         ],
     );
-    let sent = bodies(&off);
+    let sent = common::mock_bodies(&off);
     assert_eq!(
         sent[2]["messages"],
         json!([sys, u("one"), u("two"), u("three")])
@@ -160,7 +143,7 @@ fn a_delta_turn_sent_as_recorded_keeps_its_recorded_history() {
         &dir.join("live"),
         &["--api", "openai-chat", "--save-prompts"],
     );
-    let sent = bodies(&live);
+    let sent = common::mock_bodies(&live);
     let m = sent[2]["messages"].as_array().unwrap();
     let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(
@@ -228,7 +211,7 @@ fn a_carried_turns_saved_prompt_is_its_conversation_as_sent() {
             "--save-prompts",
         ],
     );
-    let sent = bodies(&stats);
+    let sent = common::mock_bodies(&stats);
     let saved = common::prompt_lines_by_index(&out.join("prompts.jsonl"));
     assert_eq!(saved.len(), 6);
     let rows = read_jsonl(&out.join("requests.jsonl"));

@@ -257,16 +257,6 @@ fn check_run(dir: &Path, args: &[String]) {
     }
 }
 
-/// Reasons that judge this machine's load (which the README's examples, run side by side
-/// on a busy machine, cannot promise), not the run's design.
-const TIMING: [&str; 5] = [
-    "schedule",
-    "late-sends",
-    "stall",
-    "sender-saturated",
-    "producers-behind",
-];
-
 /// A README example is a healthy run: VALID by default but for what this machine's load may
 /// earn, except against a mock that fails on purpose (`--fault`) or answers every request
 /// with one recorded stream (`--replay-stream`: its usage is the recording's, not the
@@ -275,14 +265,7 @@ fn verdict_holds(dir: &Path, line: &str) {
     if line.contains("--fault") || line.contains("--replay-stream") {
         return;
     }
-    let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
-    let design: Vec<&Value> = summary["verdict"]["reasons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| !TIMING.contains(&r["key"].as_str().unwrap()))
-        .collect();
+    let design = common::design_reasons(dir);
     assert!(design.is_empty(), "{line}: INVALID for {design:?}");
 }
 

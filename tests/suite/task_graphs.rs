@@ -50,15 +50,6 @@ fn replay_with(
     )
 }
 
-/// The bodies a mock kept (`keep_bodies`), in arrival order.
-fn bodies(stats: &llmreplay::mock::MockStats) -> Vec<Value> {
-    stats
-        .bodies
-        .iter()
-        .map(|(_, b)| serde_json::from_str(b).unwrap())
-        .collect()
-}
-
 fn ms(r: &Value, key: &str) -> f64 {
     r[key]
         .as_f64()
@@ -246,7 +237,10 @@ fn threaded_in(
     }
     args.extend(extra);
     let stats = common::replay_against_mock(cfg, &trace, &out, &args);
-    (bodies(&stats), read_jsonl(&out.join("requests.jsonl")))
+    (
+        common::mock_bodies(&stats),
+        read_jsonl(&out.join("requests.jsonl")),
+    )
 }
 
 fn threaded(dir: &Path, name: &str, extra: &[&str]) -> (Vec<Value>, Vec<Value>) {
@@ -356,7 +350,7 @@ fn dag_conversations_fork_with_their_history_spawn_fresh_and_join() {
     };
     let out = dir.join("dag");
     let stats = common::replay_against_mock(cfg, &trace, &out, &["--api", "openai-chat"]);
-    let bodies = bodies(&stats);
+    let bodies = common::mock_bodies(&stats);
     let rows = read_jsonl(&out.join("requests.jsonl"));
     assert_eq!((rows.len(), bodies.len()), (10, 10));
     assert!(rows.iter().all(|r| r["status"] == 200), "{rows:?}");
@@ -435,7 +429,7 @@ fn task_graph_turns_a_reused_connection_drops_are_resent_and_keep_their_history(
         assert!(rows.iter().all(|r| r["status"] == 200), "{name}: {rows:?}");
         check_order(&rows);
         // Each body's shape: its messages' roles, and its own last message.
-        let mut shapes: Vec<String> = bodies(&stats)
+        let mut shapes: Vec<String> = common::mock_bodies(&stats)
             .iter()
             .map(|b| {
                 let m = b["messages"].as_array().unwrap();

@@ -9,7 +9,9 @@ use std::process::Output;
 use serde_json::Value;
 
 use crate::common;
-use common::{bin, path, read_json, replay_against, replay_mock, temp_dir, tokenizer, MockProcess};
+use common::{
+    bin, path, read_json, replay_against, replay_mock, temp_dir, tokenizer, verdict, MockProcess,
+};
 
 /// Bounds that switch off the timing checks: a case that is not about the schedule must not
 /// depend on how busy the machine is (the starved case proves those checks).
@@ -23,19 +25,6 @@ const NO_TIMING: [&str; 8] = [
     "--bound",
     "sender-cpu=1",
 ];
-
-/// The verdict's reason keys and the summary.
-fn verdict(out: &Path) -> (String, Vec<String>, Value) {
-    let summary = read_json(&out.join("summary.json"));
-    let v = &summary["verdict"];
-    let keys = v["reasons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["key"].as_str().unwrap().to_string())
-        .collect();
-    (v["result"].as_str().unwrap().to_string(), keys, summary)
-}
 
 fn mooncake_trace(dir: &Path, n: usize) -> PathBuf {
     let trace = dir.join("t.jsonl");

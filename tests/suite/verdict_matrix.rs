@@ -12,42 +12,18 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::common;
-use common::{path, read_json, replay_against, replay_mock, temp_dir, tokenizer, MockProcess};
-
-/// The reasons that judge this machine's load rather than the run's design.
-const TIMING: [&str; 5] = [
-    "schedule",
-    "late-sends",
-    "stall",
-    "sender-saturated",
-    "producers-behind",
-];
-
-/// The verdict's word and its reason keys.
-fn verdict(out: &Path) -> (String, Vec<String>, Value) {
-    let summary = read_json(&out.join("summary.json"));
-    let v = &summary["verdict"];
-    let keys = v["reasons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["key"].as_str().unwrap().to_string())
-        .collect();
-    (v["result"].as_str().unwrap().to_string(), keys, summary)
-}
+use common::{
+    path, read_json, replay_against, replay_mock, temp_dir, tokenizer, verdict, MockProcess,
+};
 
 /// A healthy run: VALID, but for timing reasons this machine's load may have earned.
 fn healthy(row: &str, out: &Path) {
-    let (_, keys, summary) = verdict(out);
-    let design: Vec<&String> = keys
-        .iter()
-        .filter(|k| !TIMING.contains(&k.as_str()))
-        .collect();
+    let design = common::design_reasons(out);
     assert!(
         design.is_empty(),
-        "{row}: a healthy run judged INVALID for {design:?}: {}",
-        summary["verdict"]
+        "{row}: a healthy run judged INVALID for {design:?}"
     );
+    let summary = read_json(&out.join("summary.json"));
     // Nothing it prints is a percentile too few samples hold.
     for (key, d) in summary.as_object().unwrap() {
         if let Some(thin) = d.get("too_few_samples").and_then(Value::as_array) {

@@ -279,40 +279,38 @@ pub fn lengths(s: &Summary, bounds: &Bounds, say: &mut Say) {
         let (requests, tokens) = m.inexact_shares();
         (requests > bound || tokens > bound / 5.0).then_some((requests, tokens))
     };
-    if let Some((share, tokens)) = off(&s.input_length_match) {
-        let m = &s.input_length_match;
-        say(
+    let causes = [
+        (
             "inexact-input",
-            format!(
-                "{} of {} input lengths ({}) differ from the trace's, by {} of its tokens, up to \
-                 {} in one (bound {}): the tokenizer or chat template is not the served model's \
-                 (give its tokenizer_config.json too), or --input-length-of is not what the \
-                 trace counts",
-                m.checked - m.exact,
-                m.checked,
-                pct(share),
-                pct(tokens),
-                m.max_abs_diff,
-                pct(bound)
-            ),
-        );
-    }
-    if let Some((share, tokens)) = off(&s.output_length_match) {
-        let m = &s.output_length_match;
-        say(
+            "input",
+            &s.input_length_match,
+            "the tokenizer or chat template is not the served model's (give its \
+             tokenizer_config.json too), or --input-length-of is not what the trace counts",
+        ),
+        (
             "inexact-output",
-            format!(
-                "{} of {} output lengths ({}) differ from the trace's, by {} of its tokens, up \
-                 to {} in one (bound {}): the server stopped early or late, ignoring min_tokens \
-                 or ignore_eos (give --extra-body with the options it honours)",
-                m.checked - m.exact,
-                m.checked,
-                pct(share),
-                pct(tokens),
-                m.max_abs_diff,
-                pct(bound)
-            ),
-        );
+            "output",
+            &s.output_length_match,
+            "the server stopped early or late, ignoring min_tokens or ignore_eos (give \
+             --extra-body with the options it honours)",
+        ),
+    ];
+    for (key, what, m, cause) in causes {
+        if let Some((share, tokens)) = off(m) {
+            say(
+                key,
+                format!(
+                    "{} of {} {what} lengths ({}) differ from the trace's, by {} of its \
+                     tokens, up to {} in one (bound {}): {cause}",
+                    m.checked - m.exact,
+                    m.checked,
+                    pct(share),
+                    pct(tokens),
+                    m.max_abs_diff,
+                    pct(bound)
+                ),
+            );
+        }
     }
     if s.reasoning.ended_in_thinking > 0 {
         say(

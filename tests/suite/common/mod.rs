@@ -307,3 +307,47 @@ pub fn prompt_lines_by_index(path: &Path) -> Vec<String> {
     lines.sort_by_key(|(i, _)| *i);
     lines.into_iter().map(|(_, l)| l.to_string()).collect()
 }
+
+/// A run's verdict (summary.json): its word, its reasons' keys, and the summary.
+pub fn verdict(out: &Path) -> (String, Vec<String>, Value) {
+    let summary = read_json(&out.join("summary.json"));
+    let v = &summary["verdict"];
+    let keys = v["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect();
+    (v["result"].as_str().unwrap().to_string(), keys, summary)
+}
+
+/// The verdict's reasons that judge this machine's load (which a test on a busy machine
+/// cannot promise), not the run's design.
+pub const TIMING_REASONS: [&str; 5] = [
+    "schedule",
+    "late-sends",
+    "stall",
+    "sender-saturated",
+    "producers-behind",
+];
+
+/// A run's reasons other than [`TIMING_REASONS`]: what a healthy run must not have.
+pub fn design_reasons(out: &Path) -> Vec<Value> {
+    let summary = read_json(&out.join("summary.json"));
+    summary["verdict"]["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| !TIMING_REASONS.contains(&r["key"].as_str().unwrap()))
+        .cloned()
+        .collect()
+}
+
+/// The bodies a mock kept (`keep_bodies`), in arrival order.
+pub fn mock_bodies(stats: &llmreplay::mock::MockStats) -> Vec<Value> {
+    stats
+        .bodies
+        .iter()
+        .map(|(_, b)| serde_json::from_str(b).unwrap())
+        .collect()
+}
