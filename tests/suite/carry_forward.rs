@@ -354,7 +354,7 @@ fn carried_prompts_are_exactly_their_input_length_on_every_family() {
                 for round in 1..=3u64 {
                     let answer = HOSTILE_ANSWERS[(start + round as usize - 1) % 6];
                     let escaped = serde_json::to_string(answer).unwrap();
-                    let escaped = escaped[1..escaped.len() - 1].as_bytes().to_vec();
+                    let escaped = escaped.as_bytes()[1..escaped.len() - 1].to_vec();
                     // The server's completion_tokens, off on purpose.
                     let mut h = carry::history(&payload, &slot, escaped, 5);
                     h.seam_tokens = Some(seam.measure(&h).unwrap());
