@@ -124,7 +124,8 @@ fn each_api_streamed_and_not_sends_its_body_and_reads_its_answer() {
                 );
                 if stream {
                     assert_eq!(r["chunks"], OUTPUT, "{what}: one token per chunk");
-                    assert!(ttft >= 2.0 && ttft < e2el, "{what}: {r}");
+                    // Equal when a late mock's tokens all come in one read (a busy machine).
+                    assert!(ttft >= 2.0 && ttft <= e2el, "{what}: {r}");
                 } else {
                     assert_eq!(
                         ttft, e2el,
