@@ -42,7 +42,7 @@ const KEYS: StreamKeys = StreamKeys {
     ],
     cached_tokens: Some(b"\"cache_read_input_tokens\":"),
     completion_tokens: b"\"output_tokens\":",
-    error: b"\"type\":\"error\"",
+    error: (b"\"type\":", Some(b"error")),
 };
 
 impl Dialect for AnthropicMessages {
@@ -136,7 +136,7 @@ impl Dialect for AnthropicMessages {
 
     fn read_body(&self, v: &Value) -> FullResponse {
         let usage = v.get("usage");
-        let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+        let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(super::events::count);
         let parts = [
             "input_tokens",
             "cache_read_input_tokens",
@@ -482,6 +482,11 @@ mod tests {
         assert_eq!((ev.content, ev.prompt_tokens, ev.completion_tokens), (false, None, Some(15)));
         let err = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         assert_eq!(s.scan(err).error.as_deref(), Some("Overloaded"));
+        // As Anthropic's documentation writes it, with spaces; a nested type is no error.
+        let err = br#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#;
+        assert_eq!(s.scan(err).error.as_deref(), Some("Overloaded"));
+        let stop = br#"{"type": "message_stop", "note": {"type": "error_free"}}"#;
+        assert_eq!(s.scan(stop).error, None);
 
         let full = s.parse_body(br#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi there"}],"model":"m","stop_reason":"end_turn","usage":{"input_tokens":10,"cache_read_input_tokens":30,"output_tokens":2}}"#);
         assert_eq!(

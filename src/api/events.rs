@@ -53,8 +53,10 @@ pub struct StreamKeys {
     pub cached_tokens: Option<&'static [u8]>,
     /// The key in it of the completion tokens so far.
     pub completion_tokens: &'static [u8],
-    /// What marks an event without content as an error, besides a leading `{"error"`.
-    pub error: &'static [u8],
+    /// What marks an event without content as an error, besides a leading `"error"` key: a key,
+    /// and the string it must hold (any value where None). Spaces may stand around the colon
+    /// (Anthropic documents `{"type": "error", ...}`).
+    pub error: (&'static [u8], Option<&'static [u8]>),
 }
 
 /// Pre-built substring searchers for one API (built once per sender thread).
@@ -69,7 +71,7 @@ pub struct EventScanner {
     prompt_tokens: Vec<Finder<'static>>,
     cached_tokens: Option<Finder<'static>>,
     completion_tokens: Finder<'static>,
-    error_marker: Finder<'static>,
+    error_marker: (Finder<'static>, Option<&'static [u8]>),
 }
 
 impl EventScanner {
@@ -86,7 +88,7 @@ impl EventScanner {
             prompt_tokens: keys.prompt_tokens.iter().map(|k| Finder::new(*k)).collect(),
             cached_tokens: keys.cached_tokens.map(Finder::new),
             completion_tokens: Finder::new(keys.completion_tokens),
-            error_marker: Finder::new(keys.error),
+            error_marker: (Finder::new(keys.error.0), keys.error.1),
         }
     }
 
@@ -128,7 +130,7 @@ impl EventScanner {
         // An event that carries text is not an error, so the search for an error object (a
         // whole pass over the payload) is spent only on the few events without text.
         if !ev.content
-            && (payload.starts_with(b"{\"error\"") || self.error_marker.find(payload).is_some())
+            && (skip_ws(&payload[1..]).starts_with(b"\"error\"") || self.marks_error(payload))
         {
             ev.error = Some(error_message(payload));
             return ev;
@@ -154,6 +156,14 @@ impl EventScanner {
             }
         }
         ev
+    }
+
+    /// Whether the payload holds this dialect's error marker.
+    fn marks_error(&self, payload: &[u8]) -> bool {
+        match self.error_marker {
+            (ref key, Some(value)) => count_string_values(payload, key, value) > 0,
+            (ref key, None) => key.find(payload).is_some(),
+        }
     }
 
     /// Reads a whole (non-streamed) response body.
@@ -272,12 +282,34 @@ fn number_after(payload: &[u8], key: &Finder) -> Option<u64> {
     let at = key.find(payload)?;
     let rest = skip_ws(&payload[at + key.needle().len()..]);
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || digits > 19 {
+    let number = rest
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+        .count();
+    if digits == 0 {
+        return None;
+    }
+    if number > digits {
+        // A count some server wrote as a float (`6.758e3`): its value, not its first digits.
+        let text = std::str::from_utf8(&rest[..number]).ok()?;
+        return count_of(text.parse::<f64>().ok()?);
+    }
+    if digits > 19 {
         return None;
     }
     rest[..digits].iter().try_fold(0u64, |n, d| {
         n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
+}
+
+/// A token count as a JSON number: an integer, or a float with an integral value (as some
+/// servers write them); None for a fraction, a negative or one beyond 2^53.
+pub(super) fn count(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| count_of(v.as_f64()?))
+}
+
+fn count_of(x: f64) -> Option<u64> {
+    (x >= 0.0 && x.fract() == 0.0 && x <= 9_007_199_254_740_992.0).then_some(x as u64)
 }
 
 fn skip_ws(s: &[u8]) -> &[u8] {
@@ -288,6 +320,28 @@ fn skip_ws(s: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts written as floats are read as their value (`6.758e3` is 6758, not 6); a
+    /// fraction or a negative is no count.
+    #[test]
+    fn counts_written_as_floats_keep_their_value() {
+        let s = EventScanner::new(Api::OpenaiChat);
+        let usage = br#"{"choices":[],"usage":{"prompt_tokens":6.758e3,"completion_tokens":12.0}}"#;
+        let ev = s.scan(usage);
+        assert_eq!(
+            (ev.prompt_tokens, ev.completion_tokens),
+            (Some(6758), Some(12))
+        );
+        let odd = br#"{"choices":[],"usage":{"prompt_tokens":1.5,"completion_tokens":-3}}"#;
+        let ev = s.scan(odd);
+        assert_eq!((ev.prompt_tokens, ev.completion_tokens), (None, None));
+        let body = br#"{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":2E1,"completion_tokens":3.0}}"#;
+        let full = s.parse_body(body);
+        assert_eq!(
+            (full.prompt_tokens, full.completion_tokens),
+            (Some(20), Some(3))
+        );
+    }
 
     #[test]
     fn chat_events() {

@@ -49,7 +49,7 @@ const COMPLETION_KEYS: StreamKeys = StreamKeys {
     prompt_tokens: &[b"\"prompt_tokens\":"],
     cached_tokens: Some(b"\"cached_tokens\":"),
     completion_tokens: b"\"completion_tokens\":",
-    error: b"\"object\":\"error\"",
+    error: (b"\"object\":", Some(b"error")),
 };
 
 /// Appends the JSON body of `record` to `out`. With `saved`, also appends the record's
@@ -132,7 +132,7 @@ pub(super) fn first_model(body: &[u8]) -> Option<String> {
 /// A whole OpenAI answer: its usage, and whether some choice carries output.
 fn read_body(v: &Value) -> FullResponse {
     let usage = v.get("usage");
-    let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+    let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(super::events::count);
     let choices = v.get("choices").and_then(Value::as_array);
     let any = |f: &dyn Fn(&Value) -> bool| choices.is_some_and(|c| c.iter().any(f));
     fn tool_calls(choice: &Value) -> u64 {
@@ -153,11 +153,11 @@ fn read_body(v: &Value) -> FullResponse {
         prompt_tokens: count("prompt_tokens"),
         cached_tokens: usage
             .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
-            .and_then(Value::as_u64),
+            .and_then(super::events::count),
         completion_tokens: count("completion_tokens"),
         reasoning_tokens: usage
             .and_then(|u| u.pointer("/completion_tokens_details/reasoning_tokens"))
-            .and_then(Value::as_u64),
+            .and_then(super::events::count),
         content: answered || reasoning,
         answered,
         reasoning,

@@ -38,7 +38,7 @@ const KEYS: StreamKeys = StreamKeys {
     prompt_tokens: &[],
     cached_tokens: None,
     completion_tokens: b"\"generated_tokens\":",
-    error: b"\"error_type\":",
+    error: (b"\"error_type\":", None),
 };
 
 impl Dialect for Tgi {
@@ -93,7 +93,7 @@ impl Dialect for Tgi {
         FullResponse {
             completion_tokens: first
                 .pointer("/details/generated_tokens")
-                .and_then(Value::as_u64),
+                .and_then(super::events::count),
             content: nonempty(first.get("generated_text")),
             answer: text_of(first.get("generated_text")),
             ..FullResponse::default()

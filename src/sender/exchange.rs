@@ -289,9 +289,13 @@ impl Exchange {
     /// The record of this exchange; times are made relative to the run start `t0`.
     pub fn into_record(self, endpoint: &str, t0: u64) -> RequestRecord {
         let rel = |t: Option<u64>| t.map(|t| t.saturating_sub(t0));
-        let output_tokens = self
-            .completion_tokens
-            .or((self.chunks > 0).then_some(self.counted_tokens));
+        // The server's count, never below the tokens its events carried: Anthropic's
+        // message_start says `output_tokens: 1`, and a stream cut before message_delta
+        // would otherwise count one token.
+        let output_tokens = match self.completion_tokens {
+            Some(n) => Some(n.max(self.counted_tokens)),
+            None => (self.chunks > 0).then_some(self.counted_tokens),
+        };
         // OpenAI writes `reasoning_tokens: 0` for models that do not reason.
         let reasoning_tokens = match self.reasoning_tokens {
             Some(n) if n > 0 || self.reasoning_chunks > 0 => Some(n),
@@ -545,6 +549,39 @@ mod tests {
         assert!(steps[..steps.len() - 1]
             .iter()
             .all(|s| matches!(s, Step::NeedMore)));
+    }
+
+    /// An Anthropic stream whose final usage (`message_delta`) never came: its three text
+    /// deltas are three tokens, not the one `message_start` announced.
+    #[test]
+    fn an_anthropic_stream_without_its_final_usage_counts_its_deltas() {
+        let mut events = vec![(
+            "message_start",
+            r#"{"type": "message_start", "message": {"usage": {"input_tokens": 5, "output_tokens": 1}}}"#.to_string(),
+        )];
+        for word in ["a", "b", "c"] {
+            events.push(("content_block_delta", format!(
+                r#"{{"type": "content_block_delta", "index": 0, "delta": {{"type": "text_delta", "text": "{word}"}}}}"#
+            )));
+        }
+        events.push(("message_stop", r#"{"type": "message_stop"}"#.to_string()));
+        let mut body = String::new();
+        for (name, data) in events {
+            body += &format!("event: {name}\ndata: {data}\n\n");
+        }
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        let mut ex = Exchange::new(PreparedRequest::empty(0, 0), true);
+        ex.sent_ns = Some(SENT_NS);
+        let api = Api::from_name("anthropic-messages").unwrap();
+        let reads = [head.into_bytes(), body.into_bytes()];
+        feed_reads(&mut ex, api, reads.iter().map(|b| (&b[..], SENT_NS + MS)));
+        let record = ex.into_record("http://test", 0);
+        assert!(record.ok(), "{:?}", record.error);
+        assert_eq!((record.chunks, record.output_tokens), (3, Some(3)));
+        assert_eq!(record.prompt_tokens, Some(5));
     }
 
     #[test]

@@ -201,3 +201,51 @@ fn a_server_message_with_terminal_escapes_is_shown_whole_and_escaped() {
         "report.html names the error"
     );
 }
+
+/// An error event after the first tokens ends the request as failed in every dialect, in the
+/// shapes the servers document: Anthropic's `event: error` (`{"type": "error", ...}`, spaces
+/// after the colons as in its documentation), OpenAI-style `{"object": "error", ...}` (vLLM)
+/// and `{"error": {...}}`.
+#[test]
+fn an_error_event_after_the_first_tokens_fails_the_request_in_every_dialect() {
+    let dir = temp_dir("answers-error-event");
+    let anthropic = canned_server(|_| {
+        let mut body = String::from(
+            "event: message_start\ndata: {\"type\": \"message_start\", \"message\": {\"usage\": {\"input_tokens\": 3, \"output_tokens\": 1}}}\n\n\
+             event: content_block_start\ndata: {\"type\": \"content_block_start\", \"index\": 0, \"content_block\": {\"type\": \"text\", \"text\": \"\"}}\n\n",
+        );
+        for word in ["a", "b"] {
+            body += &format!(
+                "event: content_block_delta\ndata: {{\"type\": \"content_block_delta\", \"index\": 0, \"delta\": {{\"type\": \"text_delta\", \"text\": \" {word}\"}}}}\n\n"
+            );
+        }
+        body += "event: error\ndata: {\"type\": \"error\", \"error\": {\"type\": \"overloaded_error\", \"message\": \"Overloaded\"}}\n\n";
+        head("text/event-stream", body.as_bytes())
+    });
+    let got = run(&format!("{anthropic}/v1/messages"), &dir, "anthropic", &[]);
+    all_failed("anthropic error event", got, "http", "Overloaded");
+    let object_error: fn(&[u8]) -> Vec<u8> =
+        |_| chat_stream_ending_in(r#"{"object": "error", "message": "boom", "code": 500}"#);
+    let error_object: fn(&[u8]) -> Vec<u8> =
+        |_| chat_stream_ending_in(r#"{ "error": {"message": "boom", "code": 500}}"#);
+    for (case, answer) in [
+        ("object error", object_error),
+        ("error object", error_object),
+    ] {
+        let endpoint = format!("{}/v1/chat/completions", canned_server(answer));
+        let got = run(&endpoint, &dir, case, &[]);
+        all_failed(case, got, "http", "boom");
+    }
+}
+
+/// Two chat chunks, then `error` as an event.
+fn chat_stream_ending_in(error: &str) -> Vec<u8> {
+    let mut body = String::new();
+    for word in ["a", "b"] {
+        body += &format!(
+            "data: {{\"choices\": [{{\"index\": 0, \"delta\": {{\"content\": \" {word}\"}}}}]}}\n\n"
+        );
+    }
+    body += &format!("data: {error}\n\ndata: [DONE]\n\n");
+    head("text/event-stream", body.as_bytes())
+}
