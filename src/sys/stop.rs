@@ -1,4 +1,7 @@
-//! Stopping a run early on SIGINT/SIGTERM.
+//! Stopping a run early on SIGINT/SIGTERM, and on SIGHUP (the terminal or the ssh session
+//! closed): a hangup first points standard output and error, where they are not files, at
+//! /dev/null, since nobody reads them any more and a write to them would fail, then stops the
+//! run as SIGTERM does.
 //!
 //! The first signal asks the run to stop: producers stop reading the trace, senders send
 //! nothing new, requests in flight get `--drain-timeout` to finish and are then recorded as
@@ -52,13 +55,43 @@ extern "C" fn on_signal(_: libc::c_int) {
     }
 }
 
-/// Routes SIGINT and SIGTERM to [`signals_received`] (the binary's replay calls this once).
+extern "C" fn on_hangup(sig: libc::c_int) {
+    // SAFETY: open(2), fstat(2), dup2(2) and close(2) are async-signal-safe.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+        if null >= 0 {
+            for fd in [1, 2] {
+                let mut st: libc::stat = std::mem::zeroed();
+                let file =
+                    libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+                if !file {
+                    libc::dup2(null, fd);
+                }
+            }
+            libc::close(null);
+        }
+    }
+    on_signal(sig);
+}
+
+/// Routes SIGINT, SIGTERM and SIGHUP to [`signals_received`] (the binary's replay calls this
+/// once). A hangup ignored when the process started (`nohup`) stays ignored.
 pub fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    let handlers: [(libc::c_int, extern "C" fn(libc::c_int)); 3] = [
+        (libc::SIGINT, on_signal),
+        (libc::SIGTERM, on_signal),
+        (libc::SIGHUP, on_hangup),
+    ];
+    for (sig, handler) in handlers {
         // SAFETY: installs a handler that only touches an atomic and async-signal-safe calls.
         unsafe {
+            let mut before: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut before);
+            if sig == libc::SIGHUP && before.sa_sigaction == libc::SIG_IGN {
+                continue;
+            }
             let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_sigaction = handler as libc::sighandler_t;
             action.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
             libc::sigaction(sig, &action, std::ptr::null_mut());

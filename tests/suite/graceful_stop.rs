@@ -242,3 +242,31 @@ fn a_kill_during_the_drain_leaves_a_summary_that_says_stopping() {
     assert_eq!(s["verdict"]["result"], "INVALID");
     assert_eq!(s["verdict"]["reasons"][0]["key"], "ended");
 }
+
+/// A hangup (the terminal or ssh session closed) drains and writes everything as SIGTERM does,
+/// though nobody reads the output any more: writes to the closed pipes would fail.
+#[test]
+fn a_hangup_drains_and_writes_everything_though_nobody_reads_the_output() {
+    let dir = temp_dir("sighup");
+    let trace = write_trace(&dir);
+    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
+    let out = dir.join("run");
+    let mut child = replay_against(&mock, &trace, &out)
+        .args(["--drain-timeout", "0.3"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_records(&out.join("requests.jsonl"), 20);
+    // The session is gone: its pipes close, then the hangup comes.
+    drop((child.stdout.take(), child.stderr.take()));
+    // SAFETY: plain kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    let (status, _) = wait_bounded(&mut child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(130), "a stopped run exits 130");
+    let summary = common::read_json(&out.join("summary.json"));
+    let records = read_jsonl(&out.join("requests.jsonl"));
+    assert!((20..600).contains(&records.len()), "the stop came mid-run");
+    assert_eq!(summary["requests"]["total"], records.len(), "{summary}");
+    assert!(records.iter().any(|r| kind(r) == Some("cancelled")));
+}
