@@ -326,6 +326,29 @@ fn report_html_and_xlsx_hold_every_view() {
     }
 }
 
+/// A text longer than a spreadsheet cell holds (here a 40,000-character model name) is cut
+/// in results.xlsx with a note of its length; the run and its other outputs keep it whole.
+#[test]
+fn a_text_longer_than_a_cell_is_cut_in_the_workbook_and_whole_elsewhere() {
+    let model = "m".repeat(40_000);
+    let run = small_run("long-cell", "1", "1", &["--model", &model]);
+    let config = read_json(&run.join("run.json"));
+    assert_eq!(config["model"].as_str().map(str::len), Some(40_000));
+    let mut book: Xlsx<_> = open_workbook(run.join("results.xlsx")).unwrap();
+    let sheet = book.worksheet_range("Configuration").unwrap();
+    let cell = sheet
+        .rows()
+        .find(|r| r[0] == "model")
+        .map(|r| r[1].to_string())
+        .expect("a model row");
+    assert_eq!(cell.chars().count(), 32_767);
+    assert!(
+        cell.starts_with("mmmm") && cell.contains("cut: 40000 characters"),
+        "{}",
+        &cell[cell.len() - 80..]
+    );
+}
+
 #[test]
 fn report_rerenders_a_run_and_compares_two() {
     let a = small_run("cmp-a", "20", "2", &[]);

@@ -8,7 +8,7 @@ mod sheets;
 
 use std::path::Path;
 
-use rust_xlsxwriter::{Workbook, XlsxError};
+use rust_xlsxwriter::{Workbook, Worksheet, XlsxError};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -52,6 +52,29 @@ fn caught<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 
 fn xerr(e: XlsxError) -> Error {
     Error::Run(format!("results.xlsx: {e}"))
+}
+
+/// The most characters a spreadsheet cell holds.
+const CELL_CHARS: usize = 32_767;
+
+/// Writes `value` into a cell; a text longer than a cell holds (a join over 100,000
+/// sub-agents, a megabyte model name) is cut, with a note of how much was left out, rather
+/// than failing the book.
+fn text(sheet: &mut Worksheet, row: u32, col: u16, value: impl AsRef<str>) -> Result<()> {
+    let value = value.as_ref();
+    if value.len() <= CELL_CHARS || value.chars().count() <= CELL_CHARS {
+        return sheet.write_string(row, col, value).map(drop).map_err(xerr);
+    }
+    let chars = value.chars().count();
+    let note = format!(" ... (cut: {chars} characters in all, see the JSON outputs)");
+    let kept: String = value
+        .chars()
+        .take(CELL_CHARS - note.chars().count())
+        .collect();
+    sheet
+        .write_string(row, col, kept + &note)
+        .map(drop)
+        .map_err(xerr)
 }
 
 impl ResultsBook {

@@ -13,7 +13,7 @@ use std::path::Path;
 use rust_xlsxwriter::{Format, Worksheet};
 use serde_json::Value;
 
-use super::xerr;
+use super::{text, xerr};
 use crate::error::{Error, Result};
 use crate::record::RecordFormat;
 
@@ -183,12 +183,10 @@ fn write_row(sheet: &mut Worksheet, row: u32, record: &Value, formats: &[Format]
                     .map_err(xerr)?;
             }
             (_, Value::String(s)) => {
-                sheet.write_string(row, c, s).map_err(xerr)?;
+                text(sheet, row, c, s)?;
             }
             (_, other) => {
-                sheet
-                    .write_string(row, c, other.to_string())
-                    .map_err(xerr)?;
+                text(sheet, row, c, other.to_string())?;
             }
         }
     }

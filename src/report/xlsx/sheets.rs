@@ -4,7 +4,7 @@
 use rust_xlsxwriter::{Format, Worksheet};
 use serde_json::Value;
 
-use super::xerr;
+use super::{text, xerr};
 use crate::error::Result;
 use crate::stats::{percentile_key, SessionSummary, Summary};
 
@@ -99,15 +99,13 @@ pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) ->
             .map_err(xerr)?;
         for r in &v.reasons {
             row += 1;
-            sheet
-                .write_string(row, 0, format!("verdict: {}", r.key))
-                .map_err(xerr)?;
-            sheet.write_string(row, 1, &r.text).map_err(xerr)?;
+            text(sheet, row, 0, format!("verdict: {}", r.key))?;
+            text(sheet, row, 1, &r.text)?;
         }
         row += 2;
     }
     for (k, v) in &pairs {
-        sheet.write_string(row, 0, k).map_err(xerr)?;
+        text(sheet, row, 0, k)?;
         number(sheet, f, row, 1, Some(*v))?;
         row += 1;
     }
@@ -121,7 +119,7 @@ pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) ->
     for (l, d) in s.metrics() {
         let Some(d) = d else { continue };
         row += 1;
-        sheet.write_string(row, 0, l.key).map_err(xerr)?;
+        text(sheet, row, 0, l.key)?;
         let mut values = vec![d.count as f64, d.mean, d.median, d.std, d.min];
         values.extend(
             s.percentiles
@@ -141,9 +139,7 @@ pub fn summary(sheet: &mut Worksheet, f: &Formats, s: &Summary, dropped: u64) ->
         // A percentile too few samples hold says so rather than leaving its cell empty.
         for (c, p) in s.percentiles.list.iter().enumerate() {
             if !d.holds(*p) {
-                sheet
-                    .write_string(row, 6 + c as u16, d.not_held())
-                    .map_err(xerr)?;
+                text(sheet, row, 6 + c as u16, d.not_held())?;
             }
         }
     }
@@ -169,8 +165,8 @@ fn conversations(
     for (label, value) in s.lines() {
         row += 1;
         let label = label.trim_end_matches(':');
-        sheet.write_string(row, 0, label).map_err(xerr)?;
-        sheet.write_string(row, 1, value).map_err(xerr)?;
+        text(sheet, row, 0, label)?;
+        text(sheet, row, 1, value)?;
     }
     row += 2;
     let names = [
@@ -227,7 +223,7 @@ pub fn per_endpoint(sheet: &mut Worksheet, f: &Formats, s: &Summary) -> Result<(
     header(sheet, f, 0, &names)?;
     for (i, e) in s.per_endpoint.iter().enumerate() {
         let row = i as u32 + 1;
-        sheet.write_string(row, 0, &e.endpoint).map_err(xerr)?;
+        text(sheet, row, 0, &e.endpoint)?;
         let prefix = &e.prefix;
         let counts = [e.requests, e.ok, e.failed].map(|n| Some(n as f64));
         let rest = [
@@ -283,11 +279,11 @@ pub fn server_metrics(sheet: &mut Worksheet, f: &Formats, s: &Summary) -> Result
                 continue;
             };
             row += 1;
-            sheet.write_string(row, 0, &t.target).map_err(xerr)?;
+            text(sheet, row, 0, &t.target)?;
             if let Some(server) = &t.server {
-                sheet.write_string(row, 1, server).map_err(xerr)?;
+                text(sheet, row, 1, server)?;
             }
-            sheet.write_string(row, 2, name).map_err(xerr)?;
+            text(sheet, row, 2, name)?;
             let values = [
                 Some(series.mean),
                 Some(series.max),
@@ -314,20 +310,18 @@ pub fn configuration(sheet: &mut Worksheet, f: &Formats, run: &Value) -> Result<
     flatten(String::new(), run, &mut rows);
     for (i, (key, value)) in rows.iter().enumerate() {
         let row = i as u32 + 1;
-        sheet.write_string(row, 0, key).map_err(xerr)?;
+        text(sheet, row, 0, key)?;
         match value {
             Value::Number(n) => number(sheet, f, row, 1, n.as_f64())?,
             Value::Bool(b) => {
                 sheet.write_boolean(row, 1, *b).map_err(xerr)?;
             }
             Value::String(s) => {
-                sheet.write_string(row, 1, s).map_err(xerr)?;
+                text(sheet, row, 1, s)?;
             }
             Value::Null => {}
             other => {
-                sheet
-                    .write_string(row, 1, other.to_string())
-                    .map_err(xerr)?;
+                text(sheet, row, 1, other.to_string())?;
             }
         }
     }
