@@ -503,10 +503,15 @@ impl ReplayPlan {
             prime: a.prime,
             loop_prompts: a.loop_prompts,
             think_time_s: match a.think_time {
-                Some(t) if !(t >= 0.0 && t.is_finite()) => {
+                Some(t) if !(t >= 0.0 && t * 1e3 <= crate::trace::MAX_WAIT_MS) => {
+                    let t = match t.abs() < 1e9 {
+                        true => t.to_string(),
+                        false => format!("{t:e}"),
+                    };
                     return Err(Error::Usage(format!(
-                        "--think-time {t}: give a number of seconds, 0 or more"
-                    )))
+                        "--think-time {t}: give a number of seconds, 0 to {:e}",
+                        crate::trace::MAX_WAIT_MS / 1e3
+                    )));
                 }
                 t => t,
             },

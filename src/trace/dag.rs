@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::parse::MAX_LENGTH;
+use super::parse::{MAX_LENGTH, MAX_WAIT_MS};
 use super::{DagIds, Input, TraceRecord};
 use crate::error::{Error, Result};
 
@@ -163,6 +163,11 @@ impl Dag {
 
 type Fail = (u64, String);
 
+/// How deep conversations may start within each other (a spawn in a fork in a spawn...):
+/// far beyond any agent's, and a bound on the walk that places them (5,000 levels
+/// overflowed its stack).
+const MAX_NESTING: u32 = 128;
+
 /// Every task's turns, depth first, numbered from `base`.
 fn expand(
     read: &[Read],
@@ -246,7 +251,7 @@ fn expand(
     {
         let task = r.c.session_id.as_str();
         place(
-            task,
+            (task, 0),
             task,
             None,
             &by_id,
@@ -278,11 +283,11 @@ fn expand(
         .collect())
 }
 
-/// Writes conversation `id` of `task` (reached from `parent`, a position in `out`), then
-/// each child after the turn that branches to it.
+/// Writes conversation `id` of `task` (reached from `parent`, a position in `out`, at
+/// `depth` levels below the task's own), then each child after the turn that branches to it.
 #[allow(clippy::too_many_arguments)]
 fn place<'a>(
-    task: &str,
+    (task, depth): (&str, u32),
     id: &'a str,
     parent: Option<usize>,
     by_id: &HashMap<&'a str, &'a Read>,
@@ -295,9 +300,16 @@ fn place<'a>(
     if placed.insert(id, Vec::new()).is_some() {
         return Ok(());
     }
+    if depth > MAX_NESTING {
+        return Err((
+            r.line,
+            format!("conversation {id:?} starts more than {MAX_NESTING} levels below its task's (spawns and forks within each other)"),
+        ));
+    }
+    let below = (task, depth + 1);
     let keeps = reached.get(id).copied().unwrap_or(false);
     for child in &r.c.pre_session_spawns {
-        place(task, child, None, by_id, reached, joins, placed, out)?;
+        place(below, child, None, by_id, reached, joins, placed, out)?;
     }
     for (k, turn) in r.c.turns.iter().enumerate() {
         let before = match k {
@@ -317,6 +329,15 @@ fn place<'a>(
             waits.push(last);
         }
         let here = out.len();
+        if turn.delay.is_nan() || turn.delay > MAX_WAIT_MS {
+            return Err((
+                r.line,
+                format!(
+                    "conversation {id:?} turn {k}: field `delay`: {:e} ms, more than {MAX_WAIT_MS:e}",
+                    turn.delay
+                ),
+            ));
+        }
         let length = turn.max_tokens.filter(|&m| (1..=MAX_LENGTH).contains(&m));
         if turn.max_tokens.is_some() && length.is_none() {
             return Err((
@@ -354,7 +375,7 @@ fn place<'a>(
         for fork in &turn.forks {
             let (Fork::Ends(c) | Fork::Runs { child: c, .. }) = fork;
             heirs += 1;
-            place(task, c, Some(here), by_id, reached, joins, placed, out)?;
+            place(below, c, Some(here), by_id, reached, joins, placed, out)?;
         }
         for spawn in &turn.spawns {
             let children = match spawn {
@@ -362,7 +383,7 @@ fn place<'a>(
                 Spawn::Until { children, .. } => children.as_slice(),
             };
             for c in children {
-                place(task, c, Some(here), by_id, reached, joins, placed, out)?;
+                place(below, c, Some(here), by_id, reached, joins, placed, out)?;
             }
         }
         if let Some(d) = out[here].ids.dag.as_mut() {
@@ -471,6 +492,19 @@ mod tests {
                 "field `join_at`: 0 must be after 0",
             ),
             (c("r", r#","wat":1"#), "unknown field `wat`"),
+            (
+                c("r", r#","delay":1e300"#),
+                "field `delay`: 1e300 ms, more than 1e10",
+            ),
+            // A chain of spawns 5,000 deep (each conversation spawning the next).
+            (
+                (0..5000)
+                    .map(|i| c(&format!("s{i}"), &format!(r#","spawns":["s{}"]"#, i + 1)))
+                    .chain([c("s5000", "")])
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                "conversation \"s129\" starts more than 128 levels below its task's",
+            ),
         ];
         for (text, expected) in cases {
             let e = load(&text).unwrap_err().to_string();

@@ -16,7 +16,7 @@ mod tracelab;
 mod weka;
 
 pub use order::{OrderStats, OrderedReader, WINDOW as ORDER_WINDOW};
-pub use parse::parse_record;
+pub use parse::{parse_record, MAX_WAIT_MS};
 pub use reader::{detect_format, RawLine, ReadOptions, Skipped, TraceReader};
 pub use source::{TraceFile, MAX_LINE_BYTES};
 

@@ -16,6 +16,10 @@ use crate::error::{Error, Result};
 pub const MAX_LENGTH: u64 = 10_000_000;
 /// Largest timestamp accepted, in ms (~31,000 years; epoch milliseconds fit easily).
 pub const MAX_TIMESTAMP_MS: f64 = 1e15;
+/// Longest wait a trace or the user can put between a turn and the one before it (a think
+/// time, a tool's run, a DAG `delay`), in ms: 1e10 (about 116 days), so that waits added up
+/// at run time stay far inside a schedule.
+pub const MAX_WAIT_MS: f64 = 1e10;
 
 #[derive(Deserialize)]
 struct RawRecord {

@@ -195,6 +195,13 @@ impl TraceReader {
                     Documents::Atif(a) => a.next(self.index)?,
                     Documents::Otel(o) => o.next(self.index)?,
                 };
+                if let Some(wait) = record.as_ref().and_then(too_long_a_wait) {
+                    return Err(Error::Trace {
+                        file: self.path.clone(),
+                        line: wait.0,
+                        message: wait.1,
+                    });
+                }
                 self.index += u64::from(record.is_some());
                 return Ok(record);
             }
@@ -336,4 +343,22 @@ pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> R
             }
         }
     }
+}
+
+/// A task turn's wait after the turn before it (its `delay`, think time, or the gap between
+/// its timestamps) beyond [`super::MAX_WAIT_MS`]: its line and what to say. Bounded here, as
+/// the trace is read before the run, so that no sum of waits overflows a schedule.
+fn too_long_a_wait(record: &TraceRecord) -> Option<(u64, String)> {
+    let wait = record.ids.dag.as_ref()?.wait_ms;
+    (wait.is_nan() || wait > super::MAX_WAIT_MS).then(|| {
+        (
+            record.line,
+            format!(
+                "a turn of task {:?} waits {wait:e} ms after the turn before it (its delay, think \
+                 time or timestamps), more than {:e} ms (about 116 days)",
+                record.ids.session_id.as_deref().unwrap_or("?"),
+                super::MAX_WAIT_MS
+            ),
+        )
+    })
 }

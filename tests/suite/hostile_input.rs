@@ -185,7 +185,36 @@ fn schedules_past_the_bound_are_refused_before_anything_is_sent() {
             "wait.csv:2: column `tool_wait_after_ms`: 1e17 is out of range",
         ),
     ];
-    for (name, text, said) in cases {
+    // Waits in the agentic formats, bounded as their traces are read.
+    let agentic = |name: &str| {
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/agentic")
+                .join(name),
+        )
+        .unwrap()
+    };
+    let u = r#"[{"role":"user","content":"hi"}]"#;
+    let waits = [
+        (
+            "weka.json",
+            agentic("weka_sample.json").replacen(r#""t": 1.6"#, r#""t": 1e300"#, 1),
+            "waits 1e303 ms after the turn before it",
+        ),
+        (
+            "atif.json",
+            agentic("atif_sample.json").replacen("2026-10-05T12:00:05", "9999-10-05T12:00:05", 1),
+            "ms after the turn before it (its delay, think time or timestamps)",
+        ),
+        (
+            "dag.jsonl",
+            format!(
+                r#"{{"session_id":"a","turns":[{{"messages":{u}}},{{"messages":{u},"delay":1e300}}]}}"#
+            ),
+            "dag.jsonl:1: conversation \"a\" turn 1: field `delay`: 1e300 ms",
+        ),
+    ];
+    for (name, text, said) in cases.into_iter().chain(waits) {
         let trace = dir.join(name);
         std::fs::write(&trace, text).unwrap();
         let out = dir.join(format!("run-{name}"));
@@ -215,6 +244,24 @@ fn schedules_past_the_bound_are_refused_before_anything_is_sent() {
             "{name}: nothing was sent"
         );
     }
+}
+
+/// A think time no run can wait is refused before anything is sent (1e300 s aborted the run
+/// after its first turn).
+#[test]
+fn a_think_time_past_the_bound_is_a_usage_error() {
+    let dir = temp_dir("hostile-think");
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agentic/dag_sample.jsonl");
+    let o = replay_mock(&trace, &dir.join("run"))
+        .args(["--think-time", "1e300"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--think-time 1e300: give a number of seconds, 0 to 1e7"),
+        "{stderr}"
+    );
 }
 
 /// Out of file descriptors mid-run (400 requests in flight at once against a slow server,
