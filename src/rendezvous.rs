@@ -156,14 +156,27 @@ pub fn beats(dir: &Path, count: u32) -> Vec<Option<Beat>> {
     (0..count).map(|i| beat(dir, i)).collect()
 }
 
-/// The shard count of the run met in `dir`, from the heartbeats there (`watch`, `merge`).
-pub fn count_in(dir: &Path) -> Option<u32> {
+/// The shard count of the run met in `dir`, from the heartbeats there (`watch`, `merge`);
+/// None when there are none. A heartbeat claiming more shards than a run has is an error
+/// naming it (one claimed 4,294,967,295, and `watch` tried to read them all).
+pub fn count_in(dir: &Path) -> Option<Result<u32, String>> {
     let entries = fs::read_dir(dir.join("live")).ok()?;
-    entries
-        .flatten()
-        .filter_map(|e| read_note::<Beat>(&e.path()).ok().flatten())
-        .map(|b| b.count)
-        .max()
+    let mut count = None;
+    for e in entries.flatten() {
+        let Ok(Some(b)) = read_note::<Beat>(&e.path()) else {
+            continue;
+        };
+        if b.count == 0 || b.count > crate::shard::MAX_SHARDS {
+            return Some(Err(format!(
+                "{}: a heartbeat claiming {} shards (a run has 1 to {})",
+                e.path().display(),
+                b.count,
+                crate::shard::MAX_SHARDS
+            )));
+        }
+        count = count.max(Some(b.count));
+    }
+    count.map(Ok)
 }
 
 /// Whether a heartbeat says its shard is gone: ended badly, or silent past `timeout` while it
@@ -498,7 +511,15 @@ mod tests {
         write_whole(&live_path(&d, 1), &old).unwrap();
         let why = a.lost_peers().remove(0).1;
         assert!(why.starts_with("shard 1/2 no heartbeat for 4."), "{why}");
-        assert_eq!(count_in(&d), Some(2));
+        assert_eq!(count_in(&d), Some(Ok(2)));
+        let claims = Beat {
+            index: 0,
+            count: u32::MAX,
+            ..old
+        };
+        write_whole(&live_path(&d, 0), &claims).unwrap();
+        let err = count_in(&d).unwrap().unwrap_err();
+        assert!(err.contains("claiming 4294967295 shards"), "{err}");
         let _ = fs::remove_dir_all(d);
     }
 

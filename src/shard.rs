@@ -43,6 +43,9 @@ pub struct Shard {
     pub by: ShardBy,
 }
 
+/// The most shards one run has: what `watch` and `merge` will read heartbeats for.
+pub const MAX_SHARDS: u32 = 65_536;
+
 /// The environment variables a shard's index and count may come from.
 pub const INDEX_VARS: [&str; 2] = ["JOB_COMPLETION_INDEX", "SLURM_PROCID"];
 
@@ -79,6 +82,11 @@ impl Shard {
         if n == 0 || index >= n {
             return Err(format!(
                 "shard {index} of {n}: the index must be below the count (0-based, 0..{n})"
+            ));
+        }
+        if n > MAX_SHARDS {
+            return Err(format!(
+                "shard {index} of {n}: a run has at most {MAX_SHARDS} shards"
             ));
         }
         Ok(Some(Shard {

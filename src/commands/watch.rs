@@ -36,13 +36,15 @@ impl View {
         let mut v = View::default();
         let now = unix_ns_now();
         for dir in dirs {
-            let count = rendezvous::count_in(dir).ok_or_else(|| {
-                Error::Usage(format!(
-                    "{}: no heartbeats (live/<i>) here: give the directory the shards were \
-                     given as --rendezvous",
-                    dir.display()
-                ))
-            })?;
+            let count = rendezvous::count_in(dir)
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "{}: no heartbeats (live/<i>) here: give the directory the shards were \
+                         given as --rendezvous",
+                        dir.display()
+                    ))
+                })?
+                .map_err(Error::Usage)?;
             v.shards += count;
             for (i, beat) in rendezvous::beats(dir, count).into_iter().enumerate() {
                 let Some(b) = beat else {

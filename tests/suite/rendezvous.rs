@@ -455,3 +455,16 @@ fn a_shard_that_fails_while_preparing_stops_the_run_and_merge_stops_waiting() {
         &["every shard of the run has ended: shard 1/2 failed: "],
     );
 }
+
+/// A heartbeat claiming more shards than a run has (4,294,967,295) is an error naming the
+/// file, not an attempt to read them all.
+#[test]
+fn watch_refuses_a_heartbeat_claiming_absurdly_many_shards() {
+    let dir = temp_dir("rendezvous-claims");
+    std::fs::create_dir_all(dir.join("live")).unwrap();
+    let beat = json!({"index": 0, "count": u32::MAX, "unix_ns": 0, "state": "running",
+        "sent": 0, "done": 0, "failed": 0, "late": 0, "output_tokens": 0, "run_s": 0.0});
+    std::fs::write(dir.join("live").join("0"), beat.to_string()).unwrap();
+    let watched = bin().args(["watch", "--once"]).arg(&dir).output().unwrap();
+    ended_with(&watched, 1, &["claiming 4294967295 shards"]);
+}
