@@ -12,7 +12,9 @@ fn main() {
     };
     llmreplay::temporary_files_beside_outputs(&cli);
     let code = llmreplay::run(cli).unwrap_or_else(|e| {
-        eprintln!("error: {}", llmreplay::secrets::redact(&e.to_string()));
+        let said = e.to_string();
+        let said = llmreplay::secrets::redact(&said);
+        eprintln!("error: {}", llmreplay::printable::printable_lines(&said));
         e.exit_code()
     });
     std::process::exit(code);

@@ -16,12 +16,22 @@ fn unsafe_char(c: char) -> bool {
 
 /// `text` with every unsafe character escaped; borrowed when there is none.
 pub fn printable(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(unsafe_char) {
+    escaped(text, unsafe_char)
+}
+
+/// The same, but for newlines and tabs: for the tool's own messages of several lines, which
+/// may quote what a server or a certificate said.
+pub fn printable_lines(text: &str) -> Cow<'_, str> {
+    escaped(text, |c| c != '\n' && c != '\t' && unsafe_char(c))
+}
+
+fn escaped(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !text.chars().any(&escape) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        match unsafe_char(c) {
+        match escape(c) {
             true => out.extend(c.escape_default()),
             false => out.push(c),
         }
@@ -44,5 +54,7 @@ mod tests {
         assert!(!shown.chars().any(unsafe_char));
         assert_eq!(printable(&shown), shown, "idempotent");
         assert!(matches!(printable("plain é ✓"), Cow::Borrowed(_)));
+        let lines = printable_lines("error: a\n\thint: \u{1b}[2Jb");
+        assert_eq!(lines, "error: a\n\thint: \\u{1b}[2Jb");
     }
 }

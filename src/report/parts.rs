@@ -6,9 +6,11 @@ use std::fmt::Write as _;
 /// The marker of an empty chart: [`section`] gathers these into one line.
 pub const EMPTY: &str = "<p class=\"empty\">";
 
-/// `s` with HTML's special characters escaped.
+/// `s` with HTML's special characters escaped, and control and bidirectional characters
+/// (a server's model name, an error it wrote) as their Rust escapes.
 pub fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
+    crate::printable::printable_lines(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")

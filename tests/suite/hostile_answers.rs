@@ -249,3 +249,47 @@ fn chat_stream_ending_in(error: &str) -> Vec<u8> {
     body += &format!("data: {error}\n\ndata: [DONE]\n\n");
     head("text/event-stream", body.as_bytes())
 }
+
+/// A model name with control characters reaches neither the terminal nor a page as it is: a
+/// server naming one in `/v1/models` is refused with the name escaped, and one given with
+/// `--model` is escaped in report.html.
+#[test]
+fn a_model_name_with_control_characters_is_never_shown_raw() {
+    let dir = temp_dir("answers-model-escape");
+    let url = canned_server(|_| {
+        head(
+            "application/json",
+            br#"{"data":[{"id":"evil\u001b]0;owned\u0007\u001b[2J"}]}"#,
+        )
+    });
+    let o = bin()
+        .args([
+            "replay",
+            "--endpoint",
+            &format!("{url}/v1/chat/completions"),
+        ])
+        .arg("--trace")
+        .arg(text_trace(&dir, 2, 1, 4))
+        .arg("--output")
+        .arg(dir.join("refused"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(r"evil\u{1b}]0;owned\u{7}"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}') && !String::from_utf8_lossy(&o.stdout).contains('\u{1b}'));
+
+    let out = dir.join("given");
+    let o = bin()
+        .args(["replay", "--mock", "--model", "m\u{1b}[2Jx"])
+        .arg("--trace")
+        .arg(text_trace(&dir, 2, 1, 4))
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains(r"m\u{1b}[2Jx"), "the model is shown, escaped");
+    assert!(!html.contains('\u{1b}'));
+}

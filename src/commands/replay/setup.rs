@@ -598,7 +598,11 @@ fn discover_model(
         PROBE_TIMEOUT,
     ) {
         Ok((200, body)) => match (discovery.model)(&body) {
-            Some(m) => return Ok(m),
+            // A name with control characters would reach the terminal and every report.
+            Some(m) => match crate::printable::printable(&m) {
+                std::borrow::Cow::Borrowed(_) => return Ok(m),
+                shown => format!("GET {path} names a model with control characters: {shown}"),
+            },
             None => format!("GET {path} names no model"),
         },
         Ok((status, _)) => format!("GET {path} answered {status}"),
