@@ -137,7 +137,7 @@ fn write_whole(path: &Path, value: &impl Serialize) -> crate::error::Result<()> 
 
 /// Reads `path` as JSON: None when absent; an error naming the file when unreadable.
 fn read_note<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
-    match fs::read(path) {
+    match crate::sys::small_file::read(path, crate::sys::small_file::NOTE_CAP) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| format!("{}: not a note of llmreplay's ({e})", path.display())),

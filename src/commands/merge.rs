@@ -139,7 +139,8 @@ fn wait_for_shards(dirs: &[PathBuf], wait: Duration) -> Result<()> {
     // run.json is written whole (renamed into place): one that does not parse will not.
     for d in dirs {
         let path = d.join("run.json");
-        if let Ok(text) = fs::read_to_string(&path) {
+        let cap = crate::sys::small_file::RUN_FILE_CAP;
+        if let Ok(text) = crate::sys::small_file::read_text(&path, cap) {
             if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
                 return Err(Error::Trace {
                     file: path,

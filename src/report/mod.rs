@@ -26,6 +26,7 @@ pub use xlsx::ResultsBook;
 use crate::error::{Error, Result};
 use crate::record::RecordFormat;
 use crate::stats::{verdict, Bounds, Gaps, Percentiles, Slo, Summary, SummaryBuilder};
+use crate::sys::small_file;
 
 /// Creates the output directory, refusing a non-empty one unless `force`.
 pub fn prepare_dir(dir: &Path, force: bool) -> Result<()> {
@@ -147,7 +148,8 @@ pub fn load_itl(dir: &Path) -> Result<Option<Gaps>> {
     if !path.is_file() {
         return Ok(None);
     }
-    let text = fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let text =
+        small_file::read_text(&path, small_file::RUN_FILE_CAP).map_err(|e| Error::io(&path, e))?;
     let bad = |m: String| Error::Trace {
         file: path.clone(),
         line: 1,
@@ -314,7 +316,7 @@ pub fn render(dir: &Path, requests: &Path, opts: &RenderOptions) -> Result<Summa
 
 /// A run directory's `run.json`, when it has a readable one.
 pub fn run_config(dir: &Path) -> Option<Value> {
-    fs::read_to_string(dir.join("run.json"))
+    small_file::read_text(&dir.join("run.json"), small_file::RUN_FILE_CAP)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
 }

@@ -6,6 +6,7 @@ pub mod affinity;
 pub mod clock;
 pub mod limits;
 pub mod rx_stamp;
+pub mod small_file;
 pub mod sockopt;
 pub mod stop;
 pub mod wall_start;

@@ -155,10 +155,13 @@ impl TlsTarget {
 /// The mock's TLS: one certificate chain and key from PEM files, ALPN http/1.1.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
     let certs = read_certs(cert)?;
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::NoKey {
+    let no_key = |message: String| TlsError::NoKey {
         path: key.to_path_buf(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let pem = crate::sys::small_file::read(key, crate::sys::small_file::PEM_CAP)
+        .map_err(|e| no_key(e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| no_key(e.to_string()))?;
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
@@ -173,12 +176,15 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsEr
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| TlsError::ReadCerts {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+    let failed = |message: String| TlsError::ReadCerts {
+        path: path.to_path_buf(),
+        message,
+    };
+    let pem = crate::sys::small_file::read(path, crate::sys::small_file::PEM_CAP)
+        .map_err(|e| failed(e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| failed(e.to_string()))?;
     if certs.is_empty() {
         return Err(TlsError::NoCert(path.to_path_buf()));
     }

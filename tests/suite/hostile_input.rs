@@ -321,3 +321,43 @@ fn running_out_of_descriptors_is_the_clients_limit_not_the_endpoints() {
         summary["connection_wait_ms"]
     );
 }
+
+/// Files read whole are regular files of a bounded size: `--ca-cert /dev/zero` and a FIFO
+/// (no writer) as `--ca-cert` or as a run's run.json end at once with an error naming the
+/// file, instead of filling memory or hanging.
+#[test]
+fn devices_and_fifos_named_as_small_files_are_refused_at_once() {
+    let dir = temp_dir("hostile-small-files");
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) on a path we own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let trace = common::text_trace(&dir, 2, 1, 4);
+    for (case, ca) in [("device", Path::new("/dev/zero")), ("fifo", fifo.as_path())] {
+        let o = bin()
+            .args(["replay", "--quiet", "--model", "m"])
+            .args(["--endpoint", "https://127.0.0.1:9", "--ca-cert"])
+            .arg(ca)
+            .arg("--trace")
+            .arg(&trace)
+            .arg("--output")
+            .arg(dir.join(case))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{case}: {stderr}");
+        let what = if case == "fifo" { "a FIFO" } else { "a device" };
+        assert!(
+            stderr.contains(ca.to_str().unwrap()) && stderr.contains(what),
+            "{case}: {stderr}"
+        );
+    }
+    // A run directory whose run.json is a FIFO: report says so rather than wait for a writer.
+    let run = dir.join("run");
+    let o = replay_mock(&trace, &run).output().unwrap();
+    assert!(o.status.success());
+    std::fs::remove_file(run.join("run.json")).unwrap();
+    std::fs::rename(&fifo, run.join("run.json")).unwrap();
+    let o = bin().args(["report"]).arg(&run).output().unwrap();
+    assert!(o.status.code().is_some(), "report ended");
+}
