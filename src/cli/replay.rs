@@ -325,7 +325,7 @@ pub struct ReplayArgs {
 
     /// Think time between a parent's end and its next turn, in wall seconds (default: the
     /// trace's start-to-start gap between the two, scaled by --time-scale; the traces give no
-    /// service time to subtract).
+    /// service time to subtract). 0 to 1e7 seconds; a trace's own waits may be up to 1e10 ms.
     #[arg(long, value_name = "SECS")]
     pub think_time: Option<f64>,
 

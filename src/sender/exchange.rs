@@ -289,11 +289,11 @@ impl Exchange {
     /// The record of this exchange; times are made relative to the run start `t0`.
     pub fn into_record(self, endpoint: &str, t0: u64) -> RequestRecord {
         let rel = |t: Option<u64>| t.map(|t| t.saturating_sub(t0));
-        // The server's count, never below the tokens its events carried: Anthropic's
-        // message_start says `output_tokens: 1`, and a stream cut before message_delta
-        // would otherwise count one token.
+        // The server's count, never below one token per event that carried output:
+        // Anthropic's message_start says `output_tokens: 1`, and a stream cut before
+        // message_delta would otherwise count one token.
         let output_tokens = match self.completion_tokens {
-            Some(n) => Some(n.max(self.counted_tokens)),
+            Some(n) => Some(n.max(self.chunks)),
             None => (self.chunks > 0).then_some(self.counted_tokens),
         };
         // OpenAI writes `reasoning_tokens: 0` for models that do not reason.

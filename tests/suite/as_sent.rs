@@ -88,21 +88,20 @@ fn aiperf_messages_go_verbatim_at_their_times_and_delta_ones_live() {
     let line: Value = serde_json::from_str(&saved[1]).unwrap();
     assert_eq!(line["messages"], sent[1]["messages"]);
     // The plan line says which.
-    let plan = common::bin()
-        .args([
-            "replay",
-            "--mock",
-            "--api",
-            "openai-chat",
-            "--dry-run",
-            "--trace",
-        ])
-        .arg(dir.join("history.jsonl"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&plan.stdout);
+    let said = plan_line(&dir.join("history.jsonl"), &[]);
     assert!(said.contains("sent verbatim, at their own times"), "{said}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What `replay --mock --api openai-chat --dry-run` says of `trace`, with `extra`.
+fn plan_line(trace: &Path, extra: &[&str]) -> String {
+    let plan = common::bin()
+        .args(["replay", "--mock", "--api", "openai-chat", "--dry-run"])
+        .args(extra)
+        .args(["--trace", path(trace)])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&plan.stdout).into_owned()
 }
 
 /// A DAG's delta turns: threaded live by default (the answers between them), and with
@@ -160,20 +159,7 @@ fn a_delta_turn_sent_as_recorded_keeps_its_recorded_history() {
     let summary = read_json(&dir.join("live").join("summary.json"));
     assert_eq!(summary["sessions"]["carried_forward"], 2);
     // The plan line of a task graph: tasks and turns over every pass, no rate.
-    let plan = common::bin()
-        .args([
-            "replay",
-            "--mock",
-            "--api",
-            "openai-chat",
-            "--dry-run",
-            "--loop",
-            "3",
-        ])
-        .args(["--trace", path(&trace)])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&plan.stdout);
+    let said = plan_line(&trace, &["--loop", "3"]);
     assert!(
         said.contains("plan: 3 tasks of 9 turns, closed loop"),
         "{said}"
