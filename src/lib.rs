@@ -253,10 +253,11 @@ pub fn run(cli: Cli) -> Result<i32> {
             })
         }
         Command::K8sJob(args) => {
-            print!(
-                "{}",
-                commands::k8s_job::manifest(&plan::hosts::k8s_job_plan(&args)?)
-            );
+            let plan = plan::hosts::k8s_job_plan(&args)?;
+            for w in &plan.warnings {
+                eprintln!("warning: {w}");
+            }
+            print!("{}", commands::k8s_job::manifest(&plan));
             Ok(0)
         }
         Command::Inspect(args) => {

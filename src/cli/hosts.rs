@@ -188,6 +188,14 @@ pub struct K8sJobArgs {
     #[arg(long, value_parser = crate::cli::choice::<ShardBy>(), default_value_t)]
     pub shard_by: ShardBy,
 
+    /// Environment variable VAR of every shard pod, from key KEY of the Kubernetes Secret
+    /// SECRET (repeatable): how a credential reaches the pods without being written into the
+    /// manifest. The API key (`--api-key-env`, default OPENAI_API_KEY) comes this way; a
+    /// header refers to one as `$(VAR)`, which Kubernetes fills in:
+    /// `--secret-env AUTH=llm-auth:token -- ... -H 'Authorization: Bearer $(AUTH)'`.
+    #[arg(long, value_name = "VAR=SECRET:KEY")]
+    pub secret_env: Vec<String>,
+
     /// The replay options every shard runs, after `--` (paths as the pods see them: the
     /// inputs under /inputs). --shard, --start-at and --output are the manifest's.
     #[arg(last = true, value_name = "REPLAY OPTIONS", required = true)]

@@ -43,6 +43,9 @@ pub fn manifest(p: &K8sJobPlan) -> String {
         // every later pod (the inputs volume is mounted read-only).
         json!({"name": "LLMREPLAY_CACHE_DIR", "value": format!("{RESULTS_DIR}/tokenizer-cache")}),
     ];
+    env.extend(p.secret_env.iter().map(|(var, secret, key)| {
+        json!({"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    }));
     if let Some(at) = p.start_at_unix_ns {
         args.extend([json!("--start-at"), json!("$(LLMREPLAY_START_AT)")]);
         env.insert(

@@ -200,6 +200,10 @@ pub struct K8sJobPlan {
     pub shard_by: ShardBy,
     /// The replay options every shard runs (already checked to parse).
     pub replay: Vec<String>,
+    /// `--secret-env`: (variable, Secret, key).
+    pub secret_env: Vec<(String, String, String)>,
+    /// What the user should hear (printed on stderr, not in the manifest).
+    pub warnings: Vec<String>,
 }
 
 /// Where the inputs volume is mounted in the pods (`k8s-job`).
@@ -291,9 +295,23 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
         (_, Some(c)) => Inputs::Claim(c.clone()),
         (None, None) => Inputs::None,
     };
+    let secret_env = a
+        .secret_env
+        .iter()
+        .map(|s| secret_env(s))
+        .collect::<Result<Vec<_>>>()?;
+    let mut warnings = Vec::new();
     if let crate::cli::Command::Replay(r) = &cli.command {
         // The combinations a shard refuses (a closed loop, --max-error-rate, ...), now.
         super::ReplayPlan::from_args(r)?;
+        refuse_clear_credentials(r)?;
+        let key = &r.api_key_env;
+        if std::env::var_os(key).is_some() && !secret_env.iter().any(|(v, _, _)| v == key) {
+            warnings.push(format!(
+                "{key} is set here, but the pods will not have it: give \
+                 --secret-env {key}=SECRET:KEY (a Kubernetes Secret holding the key)"
+            ));
+        }
         // With no inputs volume the pods see only the image's files and URLs.
         fn unseen(p: &Option<std::path::PathBuf>) -> Option<&std::path::PathBuf> {
             p.as_ref().filter(|p| {
@@ -365,5 +383,71 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
         results_claim: a.results_claim.clone(),
         shard_by: a.shard_by,
         replay: a.replay.clone(),
+        secret_env,
+        warnings,
     })
+}
+
+/// `VAR=SECRET:KEY`, checked: an environment variable's name, a Secret's, a key's.
+fn secret_env(spec: &str) -> Result<(String, String, String)> {
+    let parsed = spec.split_once('=').and_then(|(var, from)| {
+        let (secret, key) = from.split_once(':')?;
+        let var_ok = var
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let name_ok = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        };
+        (var_ok && name_ok(secret) && name_ok(key))
+            .then(|| (var.to_string(), secret.to_string(), key.to_string()))
+    });
+    parsed.ok_or_else(|| {
+        Error::Usage(format!(
+            "--secret-env {spec:?}: give VAR=SECRET:KEY (an environment variable, a Secret's \
+             name, a key in it), e.g. OPENAI_API_KEY=llm-auth:api-key"
+        ))
+    })
+}
+
+/// Header names whose values are credentials.
+fn credential_header(name: &str) -> bool {
+    let name = name.trim().to_ascii_lowercase();
+    ["auth", "key", "token", "secret", "password", "cookie"]
+        .iter()
+        .any(|w| name.contains(w))
+}
+
+/// A credential written in the replay options would stand in clear in the manifest, which
+/// is applied, kept and shared: refused, with the way to keep it in a Secret.
+fn refuse_clear_credentials(r: &crate::cli::ReplayArgs) -> Result<()> {
+    for h in &r.headers {
+        let (name, value) = h.split_once(':').unwrap_or((h, ""));
+        if credential_header(name) && !value.contains("$(") {
+            return Err(Error::Usage(format!(
+                "-H '{}: ***': the manifest would hold this value in clear; keep it in a \
+                 Kubernetes Secret and refer to it: --secret-env VAR=SECRET:KEY before `--`, \
+                 and -H '{}: $(VAR)' after it (Kubernetes fills in $(VAR))",
+                name.trim(),
+                name.trim()
+            )));
+        }
+    }
+    for e in &r.endpoints {
+        let url = e.split(',').next().unwrap_or_default();
+        let authority = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let authority = authority.split('/').next().unwrap_or_default();
+        if authority.contains('@') {
+            return Err(Error::Usage(
+                "--endpoint with a user and password: the manifest would hold them in clear; \
+                 give them as a header from a Secret instead (--secret-env AUTH=SECRET:KEY, \
+                 -H 'Authorization: Basic $(AUTH)')"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -113,3 +113,92 @@ fn the_api_key_and_header_values_appear_in_no_output() {
         "{run}"
     );
 }
+
+/// `k8s-job` writes no credential into the manifest: a literal credential header or a URL's
+/// password is refused (the value never echoed), a header referring to a Secret through
+/// `--secret-env` becomes the pods' `secretKeyRef`, and an API key set here but not passed is
+/// warned of.
+#[test]
+fn k8s_job_writes_no_credential_into_the_manifest() {
+    let job = |before: &[&str], after: &[&str]| {
+        bin()
+            .args(["k8s-job", "--shards", "2"])
+            .args(before)
+            .args(["--", "--trace", "/assets/t.jsonl", "--model", "m"])
+            .args(after)
+            .env("OPENAI_API_KEY", "sk-here-not-there-1234")
+            .output()
+            .unwrap()
+    };
+    for (after, said) in [
+        (
+            &[
+                "--endpoint",
+                "http://llm:8000",
+                "-H",
+                "Authorization: Bearer sk-clear-9f2e",
+            ][..],
+            "-H 'Authorization: ***'",
+        ),
+        (
+            &[
+                "--endpoint",
+                "http://llm:8000",
+                "-H",
+                "x-api-key: sk-clear-9f2e",
+            ][..],
+            "-H 'x-api-key: ***'",
+        ),
+        (
+            &["--endpoint", "http://user:sk-clear-9f2e@llm:8000"][..],
+            "a user and password",
+        ),
+    ] {
+        let o = job(&[], after);
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(said) && err.contains("--secret-env"), "{err}");
+        assert!(
+            !out.contains("sk-clear") && !err.contains("sk-clear"),
+            "{err}"
+        );
+    }
+    let o = job(
+        &["--secret-env", "AUTH=llm-auth:token"],
+        &[
+            "--endpoint",
+            "http://llm:8000",
+            "-H",
+            "Authorization: Bearer $(AUTH)",
+            "-H",
+            "anthropic-version: 2023-06-01",
+        ],
+    );
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("secretKeyRef") && out.contains("llm-auth"),
+        "{out}"
+    );
+    assert!(out.contains("Bearer $(AUTH)") && out.contains("anthropic-version"));
+    assert!(
+        !out.contains("sk-here-not-there"),
+        "the local API key stays here"
+    );
+    assert!(
+        err.contains("OPENAI_API_KEY is set here, but the pods will not have it"),
+        "{err}"
+    );
+    let o = job(
+        &["--secret-env", "not a spec"],
+        &["--endpoint", "http://llm:8000"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("give VAR=SECRET:KEY"));
+}
