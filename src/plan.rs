@@ -31,6 +31,8 @@ pub use sweep::{SweepAxis, SweepPlan};
 
 /// Threads of one kind a run may start: more is a typo, not a plan.
 const MAX_THREADS: usize = 256;
+/// Most `--loop` passes: 2^32 left a dry run previewing for hours, silently.
+const MAX_PASSES: u64 = 1_000_000;
 
 /// `--fresh-prompts`: the prompt seed salted per run (the arrivals keep theirs), so that no
 /// block of this run is one a server cached from an earlier run. The salt is the run's start
@@ -498,6 +500,12 @@ impl ReplayPlan {
             },
             passes: match a.passes {
                 0 => return Err(Error::Usage("--loop must be at least 1".into())),
+                n if n > MAX_PASSES => {
+                    return Err(Error::Usage(format!(
+                        "--loop {n}: at most {MAX_PASSES} passes (for a longer soak, loop a \
+                         longer trace, or bound the run with --duration)"
+                    )))
+                }
                 n => n,
             },
             prime: a.prime,

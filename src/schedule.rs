@@ -279,11 +279,21 @@ impl Preview {
             return Some(format!("nothing would be sent: {why}"));
         }
         if let Some((n, ts)) = self.past_bound {
+            let years = ts / shaping.time_scale / 3.156e10;
+            const BOUND: &str = "a schedule holds at most 2^63 ns (292 years)";
+            // At a --rate the paced time is the rate's, not the record's timestamp.
+            if let crate::load::Pace::Rate { per_s, .. } = shaping.load.pace {
+                return Some(format!(
+                    "record {n} would be sent more than 292 years after the start at --rate \
+                     {per_s:e} and --time-scale {}: {BOUND}; raise --rate, or send fewer \
+                     records (--max-requests)",
+                    shaping.time_scale
+                ));
+            }
             return Some(format!(
-                "record {n} of the trace (timestamp {ts:e} ms) would be sent {:.0e} years after \
-                 the start at --time-scale {}: a schedule holds at most 2^63 ns (292 years); fix \
-                 its timestamp, or raise --time-scale",
-                ts / shaping.time_scale / 3.156e10,
+                "record {n} of the trace (timestamp {ts:e} ms) would be sent {years:.0e} years \
+                 after the start at --time-scale {}: {BOUND}; fix its timestamp, or raise \
+                 --time-scale",
                 shaping.time_scale
             ));
         }

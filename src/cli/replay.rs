@@ -285,7 +285,7 @@ pub struct ReplayArgs {
 
     /// Replay the trace N times (soak runs): each pass starts one mean gap after the previous
     /// pass's last record; indices go on (pass k's record i is k x records + i);
-    /// --max-requests counts per pass, --duration over the whole run.
+    /// --max-requests counts per pass, --duration over the whole run. At most 1,000,000.
     #[arg(long = "loop", value_name = "N", default_value_t = 1)]
     pub passes: u64,
 

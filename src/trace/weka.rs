@@ -98,6 +98,8 @@ pub struct Weka {
     /// `"global"` scope: trace id → our id, over the whole file.
     global: HashMap<u64, u64>,
     next_block: u64,
+    /// Each session id seen, and its session's number: an id is one task.
+    seen: HashMap<String, u64>,
 }
 
 impl Weka {
@@ -109,6 +111,7 @@ impl Weka {
             read: 0,
             global: HashMap::new(),
             next_block: 0,
+            seen: HashMap::new(),
         }
     }
 
@@ -150,6 +153,13 @@ impl Weka {
 
     /// Places a session's calls in its graph and queues them, numbered from `base`.
     fn expand(&mut self, s: &Session, base: u64) -> std::result::Result<(), String> {
+        if let Some(first) = self.seen.get(&s.id) {
+            return Err(format!(
+                "field `id`: {:?} is also session {first}'s: two sessions would run as one task",
+                s.id
+            ));
+        }
+        self.seen.insert(s.id.clone(), self.read);
         if s.block_size != BLOCK_TOKENS {
             return Err(format!(
                 "field `block_size`: {} tokens; llmreplay reads WEKA sessions of {BLOCK_TOKENS}-token blocks",
@@ -444,6 +454,10 @@ mod tests {
             (
                 "{\"id\":\"b\",\n\"requests\":[{\"t\":0,\"type\":\"q\"}]}",
                 "w.json:2: not a WEKA session: unknown variant `q`",
+            ),
+            (
+                &format!("{text}\n{text}"),
+                "session 2 (\"x\"): field `id`: \"x\" is also session 1's",
             ),
         ];
         for (text, expected) in cases {

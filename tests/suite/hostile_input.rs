@@ -264,6 +264,38 @@ fn a_think_time_past_the_bound_is_a_usage_error() {
     );
 }
 
+/// A rate too low for any schedule is named as the rate, not blamed on a timestamp; a loop
+/// of 2^32 passes is refused rather than previewed for hours.
+#[test]
+fn a_rate_too_low_for_a_schedule_is_named_as_the_rate() {
+    let dir = temp_dir("hostile-rate");
+    let trace = common::text_trace(&dir, 3, 1, 2);
+    let o = replay_mock(&trace, &dir.join("run"))
+        .args(["--rate", "1e-300", "--dry-run"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default();
+    assert!(
+        error.contains("at --rate 1e-300") && !error.contains("timestamp"),
+        "{stderr}"
+    );
+    let o = replay_mock(&trace, &dir.join("loop"))
+        .args(["--loop", "4294967296", "--dry-run"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--loop 4294967296: at most 1000000 passes"),
+        "{stderr}"
+    );
+}
+
 /// Out of file descriptors mid-run (400 requests in flight at once against a slow server,
 /// ulimit -n 200): the client's limit is named and the endpoint is not put into backoff, so
 /// every request still gets a connection another frees and succeeds; the verdict says the
