@@ -179,6 +179,8 @@ fn agent(
     let mut prev_at: Option<f64> = None;
     let mut user_at: Option<f64> = None;
     let mut joins: Vec<usize> = Vec::new();
+    // Each embedded sub-agent runs once, at its first reference.
+    let mut referenced: HashMap<&str, usize> = HashMap::new();
     for (i, step) in t.steps.iter().enumerate() {
         let at = step.timestamp.as_deref().and_then(seconds);
         match step.source.as_str() {
@@ -244,6 +246,13 @@ fn agent(
                         let sub = embedded.get(id).ok_or_else(|| {
                             format!("step {}: subagent_trajectory_ref {id:?} is not among its subagent_trajectories", i + 1)
                         })?;
+                        if let Some(first) = referenced.insert(id, i + 1) {
+                            return Err(format!(
+                                "step {}: subagent_trajectory_ref {id:?} again (first at step \
+                                 {first}): a sub-agent's trajectory runs once",
+                                i + 1
+                            ));
+                        }
                         let name = format!("{branch}::sa:{id}");
                         joins.extend(agent(sub, task, &name, prev, line, calls)?);
                     }
@@ -378,6 +387,25 @@ mod tests {
             .to_string();
         assert!(
             e.contains("trajectory 1: step 1: field `source`: \"robot\""),
+            "{e}"
+        );
+    }
+
+    /// A sub-agent referenced twice would replay twice as one branch: an error naming both
+    /// steps.
+    #[test]
+    fn a_sub_agent_referenced_twice_is_an_error() {
+        let sample = include_str!("../../tests/data/agentic/atif_sample.json");
+        let one = r#"[{"trajectory_id": "explore-1"}]"#;
+        let twice = sample.replacen(
+            one,
+            r#"[{"trajectory_id": "explore-1"}, {"trajectory_id": "explore-1"}]"#,
+            1,
+        );
+        assert_ne!(twice, sample);
+        let e = load(&twice).unwrap_err().to_string();
+        assert!(
+            e.contains("subagent_trajectory_ref \"explore-1\" again (first at step 3)"),
             "{e}"
         );
     }
