@@ -251,12 +251,20 @@ fn a_hangup_drains_and_writes_everything_though_nobody_reads_the_output() {
     let trace = write_trace(&dir);
     let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
     let out = dir.join("run");
-    let mut child = replay_against(&mock, &trace, &out)
-        .args(["--drain-timeout", "0.3"])
+    let mut cmd = replay_against(&mock, &trace, &out);
+    cmd.args(["--drain-timeout", "0.3"])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(std::process::Stdio::piped());
+    // Hangups as a terminal delivers them, even where this test runs under nohup (which the
+    // replay would respect, rightly ignoring the signal).
+    // SAFETY: signal(2) is async-signal-safe, as a pre_exec hook must be.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
     wait_for_records(&out.join("requests.jsonl"), 20);
     // The session is gone: its pipes close, then the hangup comes.
     drop((child.stdout.take(), child.stderr.take()));
@@ -269,4 +277,36 @@ fn a_hangup_drains_and_writes_everything_though_nobody_reads_the_output() {
     assert!((20..600).contains(&records.len()), "the stop came mid-run");
     assert_eq!(summary["requests"]["total"], records.len(), "{summary}");
     assert!(records.iter().any(|r| kind(r) == Some("cancelled")));
+}
+
+/// Under `nohup` (SIGHUP ignored when the run starts) a hangup stays ignored: the run goes
+/// on sending, and stops only when asked with SIGINT.
+#[test]
+fn under_nohup_a_hangup_is_ignored() {
+    let dir = temp_dir("sighup-nohup");
+    let trace = write_trace(&dir);
+    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
+    let out = dir.join("run");
+    let mut cmd = replay_against(&mock, &trace, &out);
+    cmd.args(["--drain-timeout", "0.3"])
+        .stdout(std::process::Stdio::null());
+    // SAFETY: signal(2) is async-signal-safe, as a pre_exec hook must be.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let records = out.join("requests.jsonl");
+    wait_for_records(&records, 20);
+    // SAFETY: plain kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    let at_hangup = read_jsonl(&records).len();
+    // It keeps recording after the hangup: more records than there were, still running.
+    wait_for_records(&records, at_hangup + 20);
+    assert!(child.try_wait().unwrap().is_none(), "the hangup stopped it");
+    interrupt(&child);
+    let (status, _) = wait_bounded(&mut child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(130));
 }
