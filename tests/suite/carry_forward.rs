@@ -244,7 +244,11 @@ fn a_reasoning_parent_carries_its_answer_and_the_turn_stays_exact() {
             let args = args(&trace, &out, &mock, api, &["--carry-forward", "on"]);
             assert_eq!(common::replay_in_process(&args).summary.ok, 9);
             mock.stop().unwrap();
-            read_jsonl(&out.join("requests.jsonl"))
+            // In index order: records are written as requests end, which a busy machine
+            // may reorder between the two runs.
+            let mut records = read_jsonl(&out.join("requests.jsonl"));
+            records.sort_by_key(|r| r["index"].as_u64());
+            records
         };
         let (plain, reasoned) = (run(0), run(10));
         for (p, r) in plain.iter().zip(&reasoned) {
