@@ -1,7 +1,7 @@
 //! Ctrl-C keeps what was measured: SIGINT to the real binary mid-run stops scheduling, lets
 //! short requests finish, records long ones as `cancelled`, and writes every output.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -243,11 +243,11 @@ fn a_kill_during_the_drain_leaves_a_summary_that_says_stopping() {
     assert_eq!(s["verdict"]["reasons"][0]["key"], "ended");
 }
 
-/// A hangup (the terminal or ssh session closed) drains and writes everything as SIGTERM does,
-/// though nobody reads the output any more: writes to the closed pipes would fail.
-#[test]
-fn a_hangup_drains_and_writes_everything_though_nobody_reads_the_output() {
-    let dir = temp_dir("sighup");
+/// A replay against a slow mock whose SIGHUP starts as `hangup` (`SIG_DFL`: as a terminal
+/// delivers it, even where the tests run under nohup; `SIG_IGN`: under nohup), its output
+/// piped; returned once 20 records are in.
+fn with_hangup(name: &str, hangup: libc::sighandler_t) -> (MockProcess, PathBuf, Child) {
+    let dir = temp_dir(name);
     let trace = write_trace(&dir);
     let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
     let out = dir.join("run");
@@ -255,21 +255,31 @@ fn a_hangup_drains_and_writes_everything_though_nobody_reads_the_output() {
     cmd.args(["--drain-timeout", "0.3"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    // Hangups as a terminal delivers them, even where this test runs under nohup (which the
-    // replay would respect, rightly ignoring the signal).
     // SAFETY: signal(2) is async-signal-safe, as a pre_exec hook must be.
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            libc::signal(libc::SIGHUP, hangup);
             Ok(())
         });
     }
-    let mut child = cmd.spawn().unwrap();
+    let child = cmd.spawn().unwrap();
     wait_for_records(&out.join("requests.jsonl"), 20);
-    // The session is gone: its pipes close, then the hangup comes.
-    drop((child.stdout.take(), child.stderr.take()));
+    (mock, out, child)
+}
+
+fn hang_up(child: &Child) {
     // SAFETY: plain kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+}
+
+/// A hangup (the terminal or ssh session closed) drains and writes everything as SIGTERM does,
+/// though nobody reads the output any more: writes to the closed pipes would fail.
+#[test]
+fn a_hangup_drains_and_writes_everything_though_nobody_reads_the_output() {
+    let (_mock, out, mut child) = with_hangup("sighup", libc::SIG_DFL);
+    // The session is gone: its pipes close, then the hangup comes.
+    drop((child.stdout.take(), child.stderr.take()));
+    hang_up(&child);
     let (status, _) = wait_bounded(&mut child, Duration::from_secs(20));
     assert_eq!(status.code(), Some(130), "a stopped run exits 130");
     let summary = common::read_json(&out.join("summary.json"));
@@ -283,25 +293,9 @@ fn a_hangup_drains_and_writes_everything_though_nobody_reads_the_output() {
 /// on sending, and stops only when asked with SIGINT.
 #[test]
 fn under_nohup_a_hangup_is_ignored() {
-    let dir = temp_dir("sighup-nohup");
-    let trace = write_trace(&dir);
-    let mock = MockProcess::start(&["--ttft-ms", "10", "--itl-ms", "20"]);
-    let out = dir.join("run");
-    let mut cmd = replay_against(&mock, &trace, &out);
-    cmd.args(["--drain-timeout", "0.3"])
-        .stdout(std::process::Stdio::null());
-    // SAFETY: signal(2) is async-signal-safe, as a pre_exec hook must be.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().unwrap();
+    let (_mock, out, mut child) = with_hangup("sighup-nohup", libc::SIG_IGN);
     let records = out.join("requests.jsonl");
-    wait_for_records(&records, 20);
-    // SAFETY: plain kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    hang_up(&child);
     let at_hangup = read_jsonl(&records).len();
     // It keeps recording after the hangup: more records than there were, still running.
     wait_for_records(&records, at_hangup + 20);
