@@ -278,7 +278,20 @@ fn a_burst_beyond_the_lookahead_is_not_blamed_on_the_producers() {
         "{}",
         summary["verdict"]
     );
-    distorted("burst", &out, "schedule", &["waited behind a burst"]);
+    // Drift p99 past its bound, or many late sends, or both (how late the last of 3,000
+    // sends is depends on the machine): either names the burst.
+    let named = summary["verdict"]["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["key"] == "schedule" || r["key"] == "late-sends")
+        .any(|r| {
+            r["text"]
+                .as_str()
+                .unwrap()
+                .contains("waited behind a burst")
+        });
+    assert!(named, "{}", summary["verdict"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
