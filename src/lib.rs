@@ -232,6 +232,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Merge(args) => {
+            crate::sys::stop::exit_on_signal();
             let merged = commands::merge::run(&plan::hosts::merge_plan(&args)?)?;
             print_summary(&merged.summary, args.results.output_format);
             eprint!("{merged}");

@@ -72,9 +72,25 @@ pub struct ReadyNote {
     pub count: u32,
     /// What makes shards one run's (the trace's digest): a shard of another run is refused.
     pub run: String,
+    /// `--run-id`, when given: shards of another id are refused too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
     /// This shard's clock when it was ready (Unix ns).
     pub unix_ns: u64,
     pub host: String,
+}
+
+/// `refused/<i>`: a shard that would not join because the directory holds an earlier run's
+/// files. It touches nothing of that run; this note is what tells `merge` the run now asked
+/// for never started, so that the earlier one's results are not passed off as its own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RefusedNote {
+    pub index: u32,
+    pub count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub unix_ns: u64,
+    pub why: String,
 }
 
 /// `live/<i>`: a shard's heartbeat and live counts.
@@ -82,6 +98,9 @@ pub struct ReadyNote {
 pub struct Beat {
     pub index: u32,
     pub count: u32,
+    /// The run's id (`--run-id`, or the one minted once the start is agreed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
     /// When it was written, by the shard's clock (Unix ns).
     pub unix_ns: u64,
     pub state: Option<State>,
@@ -126,6 +145,24 @@ fn ready_path(dir: &Path, i: u32) -> PathBuf {
 
 fn live_path(dir: &Path, i: u32) -> PathBuf {
     dir.join("live").join(i.to_string())
+}
+
+fn refused_path(dir: &Path, i: u32) -> PathBuf {
+    dir.join("refused").join(i.to_string())
+}
+
+/// The shards that refused to join the meeting in `dir` (an earlier run's files there), in
+/// index order.
+pub fn refusals(dir: &Path) -> Vec<RefusedNote> {
+    let Ok(entries) = fs::read_dir(dir.join("refused")) else {
+        return Vec::new();
+    };
+    let mut notes: Vec<RefusedNote> = entries
+        .flatten()
+        .filter_map(|e| read_note(&e.path()).ok().flatten())
+        .collect();
+    notes.sort_by_key(|n| n.index);
+    notes
 }
 
 /// Writes `value` as JSON to `path` whole ([`crate::report::write_atomic`]: a temporary name,
@@ -204,6 +241,7 @@ impl Rendezvous {
         dir: &Path,
         index: u32,
         count: u32,
+        run_id: Option<&str>,
         heartbeat_timeout: Duration,
     ) -> Result<Rendezvous, String> {
         for sub in ["ready", "live"] {
@@ -212,16 +250,34 @@ impl Rendezvous {
         }
         let own = ready_path(dir, index);
         if own.exists() {
-            return Err(format!(
-                "--rendezvous {}: {} is there already, from an earlier run; give each run a \
-                 directory of its own (or empty this one)",
+            let earlier = read_note::<ReadyNote>(&own)
+                .ok()
+                .flatten()
+                .and_then(|n| n.run_id)
+                .map_or(String::new(), |id| format!(" (run {id})"));
+            let why = format!(
+                "--rendezvous {}: {} is there already, from an earlier run{earlier}; give each \
+                 run a directory of its own (or empty this one)",
                 dir.display(),
                 own.display()
-            ));
+            );
+            let note = RefusedNote {
+                index,
+                count,
+                run_id: run_id.map(String::from),
+                unix_ns: unix_ns_now(),
+                why: why.clone(),
+            };
+            let _ = fs::create_dir_all(dir.join("refused"));
+            if let Err(e) = write_whole(&refused_path(dir, index), &note) {
+                eprintln!("warning: {e}");
+            }
+            return Err(why);
         }
         let now = Arc::new(Mutex::new(Beat {
             index,
             count,
+            run_id: run_id.map(String::from),
             state: Some(State::Preparing),
             ..Beat::default()
         }));
@@ -258,8 +314,14 @@ impl Rendezvous {
         *now = Beat {
             index: self.index,
             count: self.count,
+            run_id: now.run_id.take(),
             ..beat
         };
+    }
+
+    /// The run's id from now on (minted once the start is agreed).
+    pub fn name_run(&self, run_id: &str) {
+        self.now.lock().unwrap_or_else(|p| p.into_inner()).run_id = Some(run_id.to_string());
     }
 
     /// Says this shard is ready (`run`: the trace's digest) and waits for every other; returns
@@ -271,10 +333,17 @@ impl Rendezvous {
         timeout: Duration,
         stop: impl Fn() -> bool,
     ) -> Result<u64, String> {
+        let run_id = self
+            .now
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .run_id
+            .clone();
         let note = ReadyNote {
             index: self.index,
             count: self.count,
             run: run.to_string(),
+            run_id: run_id.clone(),
             unix_ns: unix_ns_now(),
             host: crate::sys::hostname().unwrap_or_default(),
         };
@@ -293,15 +362,21 @@ impl Rendezvous {
             let mut waiting = Vec::new();
             for i in 0..self.count {
                 match read_note::<ReadyNote>(&ready_path(&self.dir, i))? {
-                    Some(n) if n.count != self.count || n.run != run => {
+                    Some(n) if n.count != self.count || n.run != run || n.run_id != run_id => {
+                        let id = |id: &Option<String>| {
+                            id.as_deref()
+                                .map_or(String::new(), |id| format!(", run {id}"))
+                        };
                         return Err(format!(
-                            "{}: shard {i} of another run ({} shards, trace {}; this one: {} \
-                             shards, trace {run}); give each run a directory of its own",
+                            "{}: shard {i} of another run ({} shards, trace {}{}; this one: {} \
+                             shards, trace {run}{}); give each run a directory of its own",
                             ready_path(&self.dir, i).display(),
                             n.count,
                             n.run,
-                            self.count
-                        ))
+                            id(&n.run_id),
+                            self.count,
+                            id(&run_id),
+                        ));
                     }
                     Some(n) => latest = latest.max(n.unix_ns),
                     None => waiting.push(i),
@@ -437,7 +512,7 @@ mod tests {
     fn every_shard_computes_the_same_instant_from_the_latest_readiness() {
         let d = dir("instant");
         let mut shards: Vec<Rendezvous> = (0..3)
-            .map(|i| Rendezvous::join(&d, i, 3, Duration::from_secs(10)).unwrap())
+            .map(|i| Rendezvous::join(&d, i, 3, None, Duration::from_secs(10)).unwrap())
             .collect();
         // Shards 0 and 1 ready; 2 not yet: the barrier does not pass.
         let err = shards[0]
@@ -466,13 +541,21 @@ mod tests {
             .unwrap();
         assert_eq!(starts[0], latest + START_LEAD.as_nanos() as u64);
         // A second run in the same directory is refused, and so is another run's shard.
-        let again = Rendezvous::join(&d, 0, 3, Duration::from_secs(10))
+        let again = Rendezvous::join(&d, 0, 3, None, Duration::from_secs(10))
             .err()
             .unwrap();
         assert!(again.contains("from an earlier run"), "{again}");
+        // It leaves a note saying so, for merge, and nothing of the earlier run is touched.
+        let refused = refusals(&d);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(
+            (refused[0].index, refused[0].why.as_str()),
+            (0, again.as_str())
+        );
+        assert_eq!(beat(&d, 0).unwrap().state, Some(State::Ready));
         let d2 = dir("other");
-        let mut a = Rendezvous::join(&d2, 0, 2, Duration::from_secs(10)).unwrap();
-        let mut b = Rendezvous::join(&d2, 1, 2, Duration::from_secs(10)).unwrap();
+        let mut a = Rendezvous::join(&d2, 0, 2, None, Duration::from_secs(10)).unwrap();
+        let mut b = Rendezvous::join(&d2, 1, 2, None, Duration::from_secs(10)).unwrap();
         let _ = a.wait_ready("t1", Duration::ZERO, || false);
         let e = b.wait_ready("t2", Duration::ZERO, || false).unwrap_err();
         assert!(e.contains("another run"), "{e}");
@@ -484,8 +567,8 @@ mod tests {
     #[test]
     fn a_failed_silent_or_stopped_shard_is_lost_and_a_done_one_is_not() {
         let d = dir("lost");
-        let mut a = Rendezvous::join(&d, 0, 2, Duration::from_secs(3)).unwrap();
-        let mut b = Rendezvous::join(&d, 1, 2, Duration::from_secs(3)).unwrap();
+        let mut a = Rendezvous::join(&d, 0, 2, None, Duration::from_secs(3)).unwrap();
+        let mut b = Rendezvous::join(&d, 1, 2, None, Duration::from_secs(3)).unwrap();
         assert_eq!(a.lost_peers(), []);
         // A failure before the start ends the barrier for the others.
         b.end(State::Failed, "no tokenizer");
@@ -526,9 +609,9 @@ mod tests {
     #[test]
     fn every_lost_shard_is_named_not_only_the_first() {
         let d = dir("lost-all");
-        let a = Rendezvous::join(&d, 0, 3, Duration::from_secs(3)).unwrap();
+        let a = Rendezvous::join(&d, 0, 3, None, Duration::from_secs(3)).unwrap();
         let mut others: Vec<Rendezvous> = (1..3)
-            .map(|i| Rendezvous::join(&d, i, 3, Duration::from_secs(3)).unwrap())
+            .map(|i| Rendezvous::join(&d, i, 3, None, Duration::from_secs(3)).unwrap())
             .collect();
         others[1].end(State::Failed, "out of memory");
         assert_eq!(

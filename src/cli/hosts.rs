@@ -80,6 +80,14 @@ pub struct ShardArgs {
     #[arg(long, value_parser = crate::cli::choice::<OnShardLoss>(), default_value_t, requires = "rendezvous")]
     pub on_shard_loss: OnShardLoss,
 
+    /// The run's name, the same for every shard (Slurm's job id, a Kubernetes Job's uid): kept
+    /// in run.json, the heartbeats and the readiness notes; shards of another id are refused
+    /// at the barrier and by `merge`. Without it, a run whose shards agree on a start
+    /// (--rendezvous or --start-at), and a run of one host, get one minted from the start
+    /// instant and the trace's digest.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+
     /// Scrape --server-metrics / --scrape-server from every shard (by default only shard 0
     /// scrapes, so that N hosts do not multiply the scrapes).
     #[arg(long)]
@@ -104,6 +112,16 @@ pub struct MergeArgs {
     /// Write into a non-empty OUT.
     #[arg(long)]
     pub force: bool,
+
+    /// The --rendezvous directory the shards met in (found from their run.json otherwise):
+    /// its heartbeats end the merge at once when the run was called off before its start,
+    /// or when a shard refused to join because an earlier run's files are there.
+    #[arg(long, value_name = "DIR")]
+    pub rendezvous: Option<PathBuf>,
+
+    /// Exit with status 4 when the merged run's verdict is INVALID (as replay --strict).
+    #[arg(long)]
+    pub strict: bool,
 
     #[command(flatten)]
     pub results: ResultArgs,

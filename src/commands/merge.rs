@@ -24,7 +24,7 @@ use crate::stats::{Distribution, Summary};
 
 /// run.json fields that make the schedule and the prompts: shards that differ in any of them
 /// are not shards of one run.
-const SAME_RUN: [&str; 24] = [
+const SAME_RUN: [&str; 25] = [
     "version",
     "trace_digest",
     "format",
@@ -49,6 +49,8 @@ const SAME_RUN: [&str; 24] = [
     "exact_output",
     "record_itl",
     "measure_from",
+    // Last: a run's other fields say more of how two runs differ.
+    "run_id",
 ];
 
 /// One shard, read back.
@@ -93,7 +95,7 @@ pub struct Merged {
 }
 
 pub fn run(plan: &MergePlan) -> Result<Merged> {
-    wait_for_shards(&plan.dirs, plan.wait)?;
+    wait_for_shards(plan)?;
     let shards = read_shards(&plan.dirs)?;
     report::prepare_dir(&plan.out, plan.force)?;
     let mut rows = Vec::new();
@@ -122,7 +124,11 @@ pub fn run(plan: &MergePlan) -> Result<Merged> {
     merge_prompts(&shards, &plan.out, &mut notes)?;
     merge_itl(&shards, &plan.out, &mut notes)?;
     copy_server_metrics(&shards, &plan.out, &mut notes)?;
-    report::write_json(&plan.out.join("run.json"), &merged_run_json(&shards, &rows))?;
+    let mut run = merged_run_json(&shards, &rows);
+    if plan.strict {
+        run["strict"] = json!(true);
+    }
+    report::write_json(&plan.out.join("run.json"), &run)?;
     let summary = report::render(&plan.out, &requests, &plan.render)?;
     let merged = Merged {
         summary,
@@ -134,8 +140,11 @@ pub fn run(plan: &MergePlan) -> Result<Merged> {
     Ok(merged)
 }
 
-/// `--wait`: until every shard's run.json says how its run ended.
-fn wait_for_shards(dirs: &[PathBuf], wait: Duration) -> Result<()> {
+/// `--wait`: until every shard's run.json says how its run ended, or its heartbeat says it is
+/// gone. Ends at once, exit status 2, when the meeting says the run never started (a shard
+/// refused an earlier run's directory, or every shard ended before writing run.json).
+fn wait_for_shards(plan: &MergePlan) -> Result<()> {
+    let dirs = &plan.dirs;
     // run.json is written whole (renamed into place): one that does not parse will not.
     for d in dirs {
         let path = d.join("run.json");
@@ -157,35 +166,141 @@ fn wait_for_shards(dirs: &[PathBuf], wait: Duration) -> Result<()> {
     let finished = |d: &PathBuf| {
         report::run_config(d).is_some_and(|r| r["ended"].is_object() || lost(&r).is_some())
     };
-    let deadline = Instant::now() + wait;
+    let deadline = Instant::now() + plan.wait;
     loop {
-        let pending: Vec<String> = dirs
-            .iter()
-            .filter(|d| !finished(d))
-            .map(|d| d.display().to_string())
-            .collect();
+        let meeting = Meeting::find(plan);
+        if let Some(refused) = meeting.as_ref().and_then(Meeting::refused) {
+            return Err(Error::Run(refused));
+        }
+        let pending: Vec<&PathBuf> = dirs.iter().filter(|d| !finished(d)).collect();
         if pending.is_empty() {
             return Ok(());
         }
+        let names = || {
+            pending
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         // A shard that failed before it wrote run.json: its heartbeat, and every other
         // shard's, says the meeting is over; waiting longer would find nothing new.
-        if let Some(why) = meeting_over(dirs) {
+        let over = meeting.as_ref().map(Meeting::over);
+        if let Some(Over::Ended(why)) = &over {
             return Err(Error::Run(format!(
                 "not finished: {} has no run.json, and every shard of the run has ended: {why}",
-                pending.join(", ")
+                names()
             )));
         }
-        if Instant::now() >= deadline {
-            let why = match wait.is_zero() {
+        // A shard gone quiet while the others have ended is waited for until its heartbeat
+        // is old enough to call it lost, whatever --wait says.
+        let settling = matches!(over, Some(Over::Settling));
+        if Instant::now() >= deadline && !settling {
+            let why = match plan.wait.is_zero() {
                 true => "(add --wait SECS to wait for shards still running)".to_string(),
-                false => format!("after waiting {} s", wait.as_secs()),
+                false => format!("after waiting {} s", plan.wait.as_secs()),
             };
-            return Err(Error::Usage(format!(
+            return Err(Error::Run(format!(
                 "not finished: {} has no run.json saying how its run ended {why}",
-                pending.join(", ")
+                names()
             )));
         }
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The `--rendezvous` directory the shards met in, as merge reads it.
+struct Meeting {
+    dir: PathBuf,
+    count: u32,
+    timeout: Duration,
+}
+
+/// What the heartbeats say of a run not all of whose shards have finished.
+enum Over {
+    /// Every shard has ended (done, failed, stopped or silent): why those that did not
+    /// finish ended.
+    Ended(String),
+    /// The others have ended, and the rest have not written a heartbeat for two beats: they
+    /// are lost once silent for the heartbeat timeout.
+    Settling,
+    Running,
+}
+
+impl Meeting {
+    /// `--rendezvous`, else the directory some shard's run.json names.
+    fn find(plan: &MergePlan) -> Option<Meeting> {
+        let run = plan.dirs.iter().find_map(|d| report::run_config(d));
+        let named = run.as_ref().and_then(|r| r["rendezvous"]["dir"].as_str());
+        let dir = plan.rendezvous.clone().or(named.map(PathBuf::from))?;
+        let timeout = run
+            .as_ref()
+            .and_then(|r| r["rendezvous"]["heartbeat_timeout_s"].as_f64())
+            .unwrap_or(15.0);
+        let count = match run.as_ref().and_then(|r| r["shard"]["count"].as_u64()) {
+            Some(c) => c as u32,
+            None => crate::rendezvous::count_in(&dir)?.ok()?,
+        };
+        Some(Meeting {
+            dir,
+            count,
+            timeout: Duration::from_secs_f64(timeout),
+        })
+    }
+
+    /// A shard that refused to join: the directory holds an earlier run, and the run asked
+    /// for now never started. Its files are the earlier run's, not this one's.
+    fn refused(&self) -> Option<String> {
+        let refused = crate::rendezvous::refusals(&self.dir);
+        let first = refused.first()?;
+        Some(format!(
+            "the run never started: shard {}/{} refused to join ({}); the shard directories \
+             hold an earlier run, which is not merged as this one's",
+            first.index,
+            first.count,
+            crate::printable::printable(&first.why)
+        ))
+    }
+
+    fn over(&self) -> Over {
+        let now = crate::sys::wall_start::unix_ns_now();
+        use crate::rendezvous::State;
+        let (mut whys, mut quiet, mut running) = (Vec::new(), false, false);
+        let beats = crate::rendezvous::beats(&self.dir, self.count);
+        for (i, beat) in beats.into_iter().enumerate() {
+            // One that never joined: still coming (a pod not yet scheduled), unless every
+            // other has ended, when the run is off without it.
+            let Some(beat) = beat else {
+                whys.push((false, format!("shard {i}/{} never joined", self.count)));
+                continue;
+            };
+            let lost = crate::rendezvous::lost_because(&beat, now, self.timeout);
+            match (beat.state, lost) {
+                (Some(State::Done), _) => {}
+                // The causes first: shards that failed or went silent, then those stopped
+                // for them.
+                (state, Some(why)) => whys.push((
+                    state == Some(State::Stopped),
+                    format!("shard {i}/{} {why}", self.count),
+                )),
+                (_, None) => {
+                    let age = now.saturating_sub(beat.unix_ns);
+                    match age > 2 * crate::rendezvous::BEAT_EVERY.as_nanos() as u64 {
+                        true => quiet = true,
+                        false => running = true,
+                    }
+                }
+            }
+        }
+        if running {
+            return Over::Running;
+        }
+        if quiet {
+            return Over::Settling;
+        }
+        whys.sort_by_key(|(stopped, _)| *stopped);
+        let whys: Vec<String> = whys.into_iter().map(|(_, w)| w).collect();
+        Over::Ended(whys.join("; "))
     }
 }
 
@@ -317,38 +432,6 @@ fn last_beat(run: &Value) -> Option<(crate::rendezvous::Beat, f64)> {
     let dir = Path::new(run["rendezvous"]["dir"].as_str()?);
     let beat = crate::rendezvous::beat(dir, run["shard"]["index"].as_u64()? as u32)?;
     Some((beat, run["rendezvous"]["heartbeat_timeout_s"].as_f64()?))
-}
-
-/// When every shard of the run met in the `--rendezvous` directory some shard's run.json names
-/// has ended (done, failed, stopped or silent): why the ones that did not finish ended.
-fn meeting_over(dirs: &[PathBuf]) -> Option<String> {
-    let run = dirs.iter().find_map(|d| report::run_config(d))?;
-    let dir = Path::new(run["rendezvous"]["dir"].as_str()?);
-    let timeout = Duration::from_secs_f64(run["rendezvous"]["heartbeat_timeout_s"].as_f64()?);
-    let count = run["shard"]["count"].as_u64()? as u32;
-    let now = crate::sys::wall_start::unix_ns_now();
-    use crate::rendezvous::State;
-    let mut whys = Vec::new();
-    for (i, beat) in crate::rendezvous::beats(dir, count).into_iter().enumerate() {
-        let beat = beat?;
-        let lost = crate::rendezvous::lost_because(&beat, now, timeout);
-        match (beat.state, lost) {
-            (Some(State::Done), _) => {}
-            // The causes first: shards that failed or went silent, then those stopped for them.
-            (state, Some(why)) => whys.push((
-                state == Some(State::Stopped),
-                format!("shard {i}/{count} {why}"),
-            )),
-            (_, None) => return None, // still running
-        }
-    }
-    whys.sort_by_key(|(stopped, _)| *stopped);
-    Some(
-        whys.into_iter()
-            .map(|(_, w)| w)
-            .collect::<Vec<_>>()
-            .join("; "),
-    )
 }
 
 /// Why a shard that wrote no end is gone (its heartbeat failed, stopped or went silent).

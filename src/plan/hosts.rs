@@ -20,6 +20,41 @@ pub struct HostsPlan {
     pub rendezvous: Option<RendezvousPlan>,
     /// Scraping was asked for, but this shard leaves it to shard 0.
     pub scrape_left_to_shard0: bool,
+    /// `--run-id`, checked.
+    pub run_id: Option<String>,
+}
+
+/// `--run-id`: a name for paths and labels (letters, digits, `.`, `_`, `-`; 1 to 128).
+pub fn run_id(id: &str) -> Result<String> {
+    let ok = (1..=128).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && !id.starts_with('.');
+    match ok {
+        true => Ok(id.to_string()),
+        false => Err(Error::Usage(format!(
+            "--run-id {id:?}: give 1 to 128 letters, digits, '.', '_' or '-' (not starting \
+             with '.'): it names directories"
+        ))),
+    }
+}
+
+/// The id of a run given none: the agreed start (UTC, to the millisecond) and the trace's
+/// digest, which every shard of the run computes alike.
+pub fn minted_run_id(start_unix_ns: u64, trace_digest: &str) -> String {
+    let at = wall_start::rfc3339_utc(start_unix_ns);
+    let compact: String = at.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    let hex = trace_digest.rsplit(':').next().unwrap_or_default();
+    let digest: String = hex
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    match digest.is_empty() {
+        true => compact,
+        false => format!("{compact}-{digest}"),
+    }
 }
 
 /// `--rendezvous DIR` and its bounds.
@@ -152,6 +187,7 @@ pub fn hosts_plan(a: &ShardArgs, c: &Context) -> Result<HostsPlan> {
         scrape_left_to_shard0: c.scrapes
             && !a.scrape_every_shard
             && shard.is_some_and(|s| s.index > 0),
+        run_id: a.run_id.as_deref().map(run_id).transpose()?,
     })
 }
 
@@ -162,6 +198,7 @@ pub fn asked(a: &ShardArgs) -> bool {
         || a.start_at.is_some()
         || a.ntp.is_some()
         || a.rendezvous.is_some()
+        || a.run_id.is_some()
 }
 
 /// `merge`, validated.
@@ -172,6 +209,9 @@ pub struct MergePlan {
     pub wait: std::time::Duration,
     pub force: bool,
     pub render: crate::report::RenderOptions,
+    /// `--rendezvous`: where the shards met (else found from their run.json).
+    pub rendezvous: Option<std::path::PathBuf>,
+    pub strict: bool,
 }
 
 /// Where the pods find the trace (and tokenizer).
@@ -252,6 +292,8 @@ pub fn merge_plan(a: &crate::cli::MergeArgs) -> Result<MergePlan> {
         wait: std::time::Duration::from_secs_f64(a.wait),
         force: a.force,
         render: super::parts::render_options(&a.results)?,
+        rendezvous: a.rendezvous.clone(),
+        strict: a.strict,
     })
 }
 

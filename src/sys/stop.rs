@@ -99,6 +99,30 @@ pub fn install_signal_handlers() {
     }
 }
 
+/// For a command that sends nothing (`merge`): SIGINT, SIGTERM and SIGHUP end the process at
+/// once with [`STOPPED_EXIT_CODE`] (as PID 1 in a container, SIGTERM would otherwise be
+/// ignored, and a Job's delete wait out its grace period). A merge cut short leaves no
+/// summary.json, which it writes last but one.
+pub fn exit_on_signal() {
+    extern "C" fn on_stop(_: libc::c_int) {
+        const MSG: &[u8] = b"\nstopped by a signal\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(STOPPED_EXIT_CODE);
+        }
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs a handler that only makes async-signal-safe calls.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_stop as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
 /// The run is about to send: from now on a signal stops it and keeps what it measured.
 pub fn run_started() {
     RUNNING.store(true, Ordering::SeqCst);

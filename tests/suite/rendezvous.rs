@@ -468,3 +468,170 @@ fn watch_refuses_a_heartbeat_claiming_absurdly_many_shards() {
     let watched = bin().args(["watch", "--once"]).arg(&dir).output().unwrap();
     ended_with(&watched, 1, &["claiming 4294967295 shards"]);
 }
+
+/// Runs the shard commands at once and waits for each; returns their outputs.
+fn run_all(cmds: Vec<Command>) -> Vec<Output> {
+    let children: Vec<Child> = cmds.into_iter().map(|mut c| c.spawn().unwrap()).collect();
+    children
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| wait(c, &format!("shard {i}")))
+        .collect()
+}
+
+/// A rerun in the directories of an earlier run (a Kubernetes Job applied again on the same
+/// volume): every shard refuses to join, and merge says the run never started instead of
+/// merging the earlier run's files as this one's, `--force` or not.
+#[test]
+fn a_rerun_over_an_earlier_run_is_refused_and_merge_does_not_pass_off_the_old_one() {
+    let Setup {
+        dir,
+        trace,
+        mock,
+        rv,
+        outs,
+    } = setup("rendezvous-rerun", 20, 5, 2);
+    let shards = || -> Vec<Command> {
+        (0..2)
+            .map(|i| {
+                let mut c = shard_cmd(&mock, &trace, &outs[i], i, 2, &rv);
+                c.args(["--run-id", "job-7f3a", "--force"]);
+                c
+            })
+            .collect()
+    };
+    for out in run_all(shards()) {
+        ended_with(&out, 0, &[]);
+    }
+    let first = dir.join("merged");
+    ended_with(&merge(&first, &outs, &["--rendezvous", path(&rv)]), 0, &[]);
+    assert_eq!(read_json(&first.join("run.json"))["run_id"], "job-7f3a");
+    assert_eq!(read_json(&rv.join("live").join("1"))["run_id"], "job-7f3a");
+    // The same commands again.
+    for out in run_all(shards()) {
+        ended_with(&out, 2, &["from an earlier run (run job-7f3a)"]);
+    }
+    let again = merge(
+        &dir.join("merged-again"),
+        &outs,
+        &["--rendezvous", path(&rv), "--wait", "3600", "--force"],
+    );
+    ended_with(
+        &again,
+        2,
+        &[
+            "the run never started: shard 0/2 refused to join",
+            "earlier run",
+        ],
+    );
+    assert!(!dir.join("merged-again").join("summary.json").exists());
+    // The earlier run's files are as they were: its merge still holds.
+    let first_records = read_jsonl(&first.join("requests.jsonl")).len();
+    assert_eq!(first_records, 20);
+}
+
+/// A run called off before its start (an endpoint unreachable, an output directory that
+/// cannot be written, a shard that never came) leaves no run.json; merge reads the
+/// heartbeats and ends at once, naming the shard and the reason, instead of waiting out
+/// `--wait`.
+#[test]
+fn merge_ends_at_once_when_the_run_was_called_off_before_its_start() {
+    for (case, broken, reason) in [
+        (
+            "unreachable",
+            vec!["--endpoint", "http://127.0.0.1:1"],
+            "shard 1/2 failed: ",
+        ),
+        (
+            "unwritable",
+            vec!["--output", "/proc/llmreplay-cannot-write-here"],
+            "shard 1/2 failed: ",
+        ),
+        ("absent", vec![], "shard 1/2 never joined"),
+    ] {
+        let Setup {
+            dir,
+            trace,
+            mock,
+            rv,
+            outs,
+        } = setup(&format!("rendezvous-off-{case}"), 20, 5, 2);
+        let mut cmds = vec![shard_cmd(&mock, &trace, &outs[0], 0, 2, &rv)];
+        cmds[0].args(["--ready-timeout", "2"]);
+        if !broken.is_empty() {
+            // The same shard command, with the broken option in place of its own.
+            let base = shard_cmd(&mock, &trace, &outs[1], 1, 2, &rv);
+            let mut args: Vec<String> = base
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let at = args.iter().position(|a| a == broken[0]).unwrap();
+            args[at + 1] = broken[1].to_string();
+            let mut c = bin();
+            c.args(&args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            cmds.push(c);
+        }
+        for out in run_all(cmds) {
+            assert_eq!(out.status.code(), Some(2), "{case}");
+        }
+        assert!(!outs[0].join("run.json").exists(), "{case}");
+        let merged = merge(
+            &dir.join("merged"),
+            &outs,
+            &["--rendezvous", path(&rv), "--wait", "3600"],
+        );
+        ended_with(&merged, 2, &["every shard of the run has ended", reason]);
+    }
+}
+
+/// A shard killed in the run's last seconds, its fellows done: merge, given no --wait, waits
+/// for its heartbeat to go silent long enough to call it lost, then merges and names it
+/// (exit 2), instead of refusing the run as "not finished".
+#[test]
+fn a_shard_killed_in_the_last_seconds_is_merged_as_lost() {
+    let Setup {
+        dir,
+        trace,
+        mock,
+        rv,
+        outs,
+    } = setup("rendezvous-last-seconds", 200, 10, 2);
+    let first = shard_cmd(&mock, &trace, &outs[0], 0, 2, &rv)
+        .args(["--heartbeat-timeout", "4", "--on-shard-loss", "continue"])
+        .spawn()
+        .unwrap();
+    let mut second = shard_cmd(&mock, &trace, &outs[1], 1, 2, &rv)
+        .args(["--heartbeat-timeout", "4"])
+        .spawn()
+        .unwrap();
+    let beat = |i: u32| -> Option<Value> {
+        serde_json::from_slice(&std::fs::read(rv.join("live").join(i.to_string())).ok()?).ok()
+    };
+    until("shard 1 sending", || {
+        beat(1).is_some_and(|b| b["sent"].as_u64() >= Some(5))
+    });
+    second.kill().unwrap();
+    second.wait().unwrap();
+    ended_with(&wait(first, "shard 0"), 0, &[]);
+    // Its last heartbeat is more than two beats old (quiet), but not yet past the timeout
+    // unless the machine was slow; either way merge must end with it named as lost.
+    let now_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    until("shard 1 quiet", || {
+        beat(1).is_some_and(|b| now_ns() - b["unix_ns"].as_u64().unwrap() > 2_500_000_000)
+    });
+    let merged = dir.join("merged");
+    ended_with(&merge(&merged, &outs, &[]), 2, &[]);
+    let table = std::fs::read_to_string(merged.join("shards.txt")).unwrap();
+    assert!(table.contains("shard 1/2 ended lost"), "{table}");
+    assert_eq!(
+        read_json(&merged.join("summary.json"))["ended"]["how"],
+        "stopped-by-shard-loss"
+    );
+}

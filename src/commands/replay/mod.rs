@@ -153,7 +153,15 @@ fn run_trace(
     }
     let scrape = setup::scrape_config(plan, &fleet, say)?;
     let at = time_zero::meet(plan, &trace, meeting.as_deref_mut(), say)?;
-    let starting = time_zero::Starting { clock_check, at };
+    let run_id = time_zero::run_id(plan, &trace, at);
+    if let (Some(rv), Some(id)) = (meeting.as_deref(), &run_id) {
+        rv.name_run(id);
+    }
+    let starting = time_zero::Starting {
+        clock_check,
+        at,
+        run_id,
+    };
     let stages = start(
         plan, &trace, prompts, &fleet, &out, scrape, &expected, starting, say,
     )?;
@@ -246,7 +254,11 @@ fn start(
     starting: time_zero::Starting,
     say: &Say,
 ) -> Result<Stages> {
-    let time_zero::Starting { clock_check, at } = starting;
+    let time_zero::Starting {
+        clock_check,
+        at,
+        run_id,
+    } = starting;
     let num_sender = plan.num_sender;
     let cores = core_affinity::get_core_ids().map_or(1, |c| c.len());
     let num_producer = plan
@@ -459,6 +471,7 @@ fn start(
             connections_at_start,
             common_start,
             clock_check: clock_check.as_ref(),
+            run_id: run_id.as_deref(),
             tokenizer_analysis: &tokenizer_analysis,
             measure_cuts: &measure_cuts,
         };

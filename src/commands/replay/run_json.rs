@@ -21,6 +21,8 @@ pub struct Resolved<'a> {
     pub common_start: Option<crate::sys::wall_start::StartReport>,
     /// `--ntp`: the clock check before the start.
     pub clock_check: Option<&'a crate::ntp::ClockCheck>,
+    /// `--run-id`, or the one minted ([`super::time_zero::run_id`]).
+    pub run_id: Option<&'a str>,
     /// `--measure-from mid`: each conversation's first measured turn.
     pub measure_cuts: &'a crate::session::MeasureCuts,
     /// Per synthesiser: the tokenizer files' digests, and whether the analysis was cached.
@@ -206,6 +208,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
             _ => Value::Null,
         },
     );
+    put("run_id", json!(r.run_id));
     put(
         "trace_digest",
         json!(r.trace.shares.as_ref().map(|(_, digest)| digest)),

@@ -29,15 +29,38 @@ pub(super) const LATE_START_NS: u64 = 1_000_000;
 pub(super) struct Starting {
     pub(super) clock_check: Option<ClockCheck>,
     pub(super) at: Option<u64>,
+    pub(super) run_id: Option<String>,
+}
+
+/// The run's id: `--run-id`; else minted from the agreed instant (every shard mints the same),
+/// or, for a run of one host, from its own start. A shard with no agreed start has none: its
+/// fellows could not mint the same.
+pub(super) fn run_id(plan: &ReplayPlan, trace: &TraceInput, at: Option<u64>) -> Option<String> {
+    if let Some(id) = &plan.hosts.run_id {
+        return Some(id.clone());
+    }
+    let digest = trace.shares.as_ref().map_or("", |(_, d)| d.as_str());
+    let at = match (at, plan.hosts.shard) {
+        (Some(at), _) => at,
+        (None, None) => wall_start::unix_ns_now(),
+        (None, Some(_)) => return None,
+    };
+    Some(crate::plan::hosts::minted_run_id(at, digest))
 }
 
 /// `--rendezvous`: this shard joins the meeting (before anything else, so that a failure
 /// while preparing is seen by the others).
 pub(super) fn join(plan: &ReplayPlan) -> Result<Option<Rendezvous>> {
     match (&plan.hosts.rendezvous, plan.hosts.shard) {
-        (Some(r), Some(s)) => Rendezvous::join(&r.dir, s.index, s.count, r.heartbeat_timeout)
-            .map(Some)
-            .map_err(Error::Run),
+        (Some(r), Some(s)) => Rendezvous::join(
+            &r.dir,
+            s.index,
+            s.count,
+            plan.hosts.run_id.as_deref(),
+            r.heartbeat_timeout,
+        )
+        .map(Some)
+        .map_err(Error::Run),
         _ => Ok(None),
     }
 }
