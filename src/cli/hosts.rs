@@ -157,9 +157,16 @@ pub struct K8sJobArgs {
     #[arg(long, value_name = "IMAGE", default_value = concat!("llmreplay:", env!("CARGO_PKG_VERSION")))]
     pub image: String,
 
-    /// The Job's name (the merge Job is NAME-merge; results go to RESULTS/NAME/).
+    /// The Job's name (the merge Job is NAME-merge).
     #[arg(long, value_name = "NAME", default_value = "llmreplay")]
     pub name: String,
+
+    /// This run's id: results go to /results/NAME/ID/ and every pod's run.json and
+    /// heartbeat carry it. By default one is minted from the time the manifest is written
+    /// (YYYYMMDD-HHMMSS, UTC), so each manifest is a new run; a manifest applied again over
+    /// its earlier run's files is refused by every shard, and its merge exits 2.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
 
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,

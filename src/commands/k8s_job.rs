@@ -1,13 +1,16 @@
 //! `llmreplay k8s-job`: a Kubernetes Indexed Job that replays one trace from N pods as the
 //! N shards of one run, and a Job that merges them.
 //!
-//! The pods meet in a directory of the shared results volume (`--rendezvous`): each waits at
-//! the readiness barrier until all are ready, however long scheduling and image pulls take,
-//! and each stops when another is lost. Every pod reads its index from
-//! `JOB_COMPLETION_INDEX` (`--shard-count N` makes the replay read it). Shards write to one
-//! ReadWriteMany volume; the merge Job waits for them (`merge --wait`, bounded by the
-//! deadline), so both Jobs can be applied at once. The manifest is typed-checked in the
-//! tests against Kubernetes' own API structs.
+//! Each manifest is one run, with an id of its own (`--run-id`, or minted when written): its
+//! files go to `/results/NAME/ID/` on the shared volume. The pods meet in its `meet/`
+//! (`--rendezvous`): each waits at the readiness barrier until all are ready, however long
+//! scheduling and image pulls take, and each stops when another is lost. Every pod reads its
+//! index from `JOB_COMPLETION_INDEX` (`--shard-count N` makes the replay read it). The merge
+//! Job waits for them (`merge --wait`, bounded by the deadline, and ended at once by the
+//! heartbeats when the run is called off), so both Jobs can be applied at once. A manifest
+//! applied again finds its run's files: every shard refuses, and merge exits 2. The manifest
+//! is type-checked in the tests against Kubernetes' own API structs, and validated in CI
+//! against the schemas of every version from [`MIN_KUBERNETES`].
 
 use serde_json::{json, Map, Value};
 
@@ -16,13 +19,23 @@ pub use crate::plan::hosts::{Inputs, K8sJobPlan, INPUTS_DIR};
 pub const RESULTS_DIR: &str = "/results";
 /// The merge Job may run this long past the shards' deadline (reading and rendering).
 const MERGE_SLACK_S: u64 = 900;
+/// The oldest Kubernetes the manifest is for: `backoffLimitPerIndex` and the `FailIndex`
+/// action are on by default from 1.29.
+pub const MIN_KUBERNETES: &str = "1.29";
+/// Finished Jobs (and their pods, with their logs) are deleted after a day; the results stay
+/// on the claim.
+const TTL_AFTER_FINISHED_S: u64 = 86_400;
+/// The image's user (Containerfile): the pods run as it, and own what they write.
+const IMAGE_UID: u64 = 65532;
 
 /// The two Jobs, as one YAML stream.
 pub fn manifest(p: &K8sJobPlan) -> String {
-    let results = format!("{RESULTS_DIR}/{}", p.name);
+    let results = format!("{RESULTS_DIR}/{}/{}", p.name, p.run_id);
     let mut args: Vec<Value> = vec![json!("replay")];
     args.extend(p.replay.iter().map(|a| json!(a)));
     args.extend([
+        json!("--run-id"),
+        json!(p.run_id),
         json!("--shard-count"),
         json!(p.shards.to_string()),
         json!("--shard-by"),
@@ -72,11 +85,12 @@ pub fn manifest(p: &K8sJobPlan) -> String {
             }));
         }
     }
-    let labels = json!({"app.kubernetes.io/name": "llmreplay", "llmreplay/run": p.name});
+    let labels = json!({"app.kubernetes.io/name": "llmreplay", "llmreplay/run": p.name,
+                        "llmreplay/run-id": p.run_id});
     // The image runs as a non-root user on a read-only root: it writes only to /results.
     let security = json!({
         "runAsNonRoot": true,
-        "runAsUser": 65532,
+        "runAsUser": IMAGE_UID,
         "readOnlyRootFilesystem": true,
         "allowPrivilegeEscalation": false,
         "capabilities": {"drop": ["ALL"]},
@@ -94,10 +108,16 @@ pub fn manifest(p: &K8sJobPlan) -> String {
             "metadata": metadata,
             "spec": {
                 "activeDeadlineSeconds": deadline_s,
+                "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
                         "restartPolicy": "Never",
+                        // A volume owned by root is made writable for the image's group.
+                        "securityContext": {
+                            "fsGroup": IMAGE_UID,
+                            "fsGroupChangePolicy": "OnRootMismatch",
+                        },
                         "containers": [container],
                         "volumes": volumes,
                     },
@@ -132,7 +152,8 @@ pub fn manifest(p: &K8sJobPlan) -> String {
     spec["podFailurePolicy"] = json!({"rules": [
         {"action": "FailIndex",
          "onExitCodes": {"containerName": "replay", "operator": "NotIn", "values": [0]}},
-        {"action": "FailIndex", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        {"action": "FailIndex",
+         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]});
     // One shard a node where the cluster can: shards on one node share its cores and NIC.
     spec["template"]["spec"]["topologySpreadConstraints"] = json!([{
@@ -144,10 +165,12 @@ pub fn manifest(p: &K8sJobPlan) -> String {
     spec["template"]["metadata"]["labels"]["llmreplay/part"] = json!("shard");
     let mut merge_args = vec![json!("merge"), json!(format!("{results}/merged"))];
     merge_args.extend((0..p.shards).map(|i| json!(format!("{results}/shard-{i}"))));
+    // No --force: a merged run already there is this run's, merged once.
     merge_args.extend([
+        json!("--rendezvous"),
+        json!(format!("{results}/meet")),
         json!("--wait"),
         json!(p.deadline_s.to_string()),
-        json!("--force"),
     ]);
     let mut merge_job = job(
         &format!("{}-merge", p.name),
@@ -172,11 +195,16 @@ pub fn manifest(p: &K8sJobPlan) -> String {
         }
     };
     let mut text = format!(
-        "# llmreplay {}: {} shards of one run,\n# {start}.\n\
+        "# llmreplay {}: run {} of {} shards, for Kubernetes {MIN_KUBERNETES} or newer,\n\
+         # {start}.\n\
          # Apply both Jobs at once (kubectl apply -f FILE). A shard that fails or is lost stops\n\
          # the others; `llmreplay watch {results}/meet` shows them live. Results:\n\
-         # {results}/shard-I on claim {}, merged into {results}/merged by the second Job.\n",
+         # {results}/shard-I on claim {}, merged into {results}/merged by the second Job,\n\
+         # which ends Complete when the run completed, else Failed (its log says why).\n\
+         # This file is one run: applied again, every shard refuses the run's own files and\n\
+         # the merge fails; write a new one with `llmreplay k8s-job` for the next run.\n",
         env!("CARGO_PKG_VERSION"),
+        p.run_id,
         p.shards,
         p.results_claim
     );

@@ -229,6 +229,8 @@ pub struct K8sJobPlan {
     pub shards: u32,
     pub image: String,
     pub name: String,
+    /// `--run-id`, or minted: the results' directory under /results/NAME/, and a label.
+    pub run_id: String,
     pub namespace: Option<String>,
     /// A fixed start (`--start-at`, `--start-in`); None: the readiness barrier.
     pub start_at_unix_ns: Option<u64>,
@@ -298,8 +300,9 @@ pub fn merge_plan(a: &crate::cli::MergeArgs) -> Result<MergePlan> {
 }
 
 /// Options of `replay` that `k8s-job` writes itself.
-const MANIFEST_OWNS: [&str; 7] = [
+const MANIFEST_OWNS: [&str; 8] = [
     "--shard",
+    "--run-id",
     "--shard-count",
     "--shard-by",
     "--start-at",
@@ -319,8 +322,9 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
             .any(|m| *o == m || o.starts_with(&format!("{m}=")))
     }) {
         return Err(Error::Usage(format!(
-            "{own}: the manifest sets --shard-count, --shard-by, --start-at, --rendezvous and \
-             --output itself (give --shard-by and --start-at to k8s-job, before `--`)"
+            "{own}: the manifest sets --shard-count, --shard-by, --start-at, --run-id, \
+             --rendezvous and --output itself (give --shard-by, --start-at and --run-id to \
+             k8s-job, before `--`)"
         )));
     }
     let mut line: Vec<std::ffi::OsString> = vec!["llmreplay".into(), "replay".into()];
@@ -412,10 +416,19 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
             a.name
         )));
     }
+    let run_id = match &a.run_id {
+        Some(id) => label_value(id)?,
+        None => {
+            let at = wall_start::rfc3339_utc(wall_start::unix_ns_now());
+            let digits: String = at.chars().filter(char::is_ascii_digit).take(14).collect();
+            format!("{}-{}", &digits[..8], &digits[8..])
+        }
+    };
     Ok(K8sJobPlan {
         shards: a.shards,
         image: a.image.clone(),
         name: a.name.clone(),
+        run_id,
         namespace: a.namespace.clone(),
         start_at_unix_ns,
         cpu: a.cpu.clone(),
@@ -428,6 +441,20 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
         secret_env,
         warnings,
     })
+}
+
+/// `k8s-job --run-id`: a run id that is also a Kubernetes label value (at most 63, starting
+/// and ending with a letter or digit).
+fn label_value(id: &str) -> Result<String> {
+    let id = run_id(id)?;
+    let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    match id.len() <= 63 && ends(id.chars().next()) && ends(id.chars().last()) {
+        true => Ok(id),
+        false => Err(Error::Usage(format!(
+            "--run-id {id:?}: a Kubernetes label value: at most 63 characters, starting and \
+             ending with a letter or digit"
+        ))),
+    }
 }
 
 /// `VAR=SECRET:KEY`, checked: an environment variable's name, a Secret's, a key's.

@@ -37,6 +37,7 @@ mod schedule;
 mod secrets;
 mod server_metrics;
 mod sessions;
+mod slurm;
 mod sweep;
 mod task_graphs;
 mod timeouts;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{bin, path, read_jsonl, replay_against, temp_dir, tokenizer, MockProcess};
+use common::{bin, path, read_json, read_jsonl, replay_against, temp_dir, tokenizer, MockProcess};
 use llmreplay::stats::Distribution;
 use serde_json::{json, Value};
 
@@ -638,26 +638,24 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
         arg.replace("/inputs", path(&inputs))
             .replace("/results", path(&dir.join("results")))
     };
+    let pod = |index: usize| {
+        let vars = HashMap::from([("JOB_COMPLETION_INDEX", index.to_string())]);
+        let args: Vec<String> = container
+            .args
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|a| local(expand(a, &vars)))
+            .collect();
+        let mut cmd = bin();
+        cmd.args(&args)
+            .env("JOB_COMPLETION_INDEX", index.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        cmd
+    };
     // The pods run at once, as the Job starts them: they meet at the barrier.
-    let pods: Vec<_> = (0..3)
-        .map(|index| {
-            let vars = HashMap::from([("JOB_COMPLETION_INDEX", index.to_string())]);
-            let args: Vec<String> = container
-                .args
-                .as_ref()
-                .unwrap()
-                .iter()
-                .map(|a| local(expand(a, &vars)))
-                .collect();
-            bin()
-                .args(&args)
-                .env("JOB_COMPLETION_INDEX", index.to_string())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let pods: Vec<_> = (0..3).map(|index| pod(index).spawn().unwrap()).collect();
     for (index, pod) in pods.into_iter().enumerate() {
         ok(pod.wait_with_output().unwrap(), &format!("pod {index}"));
     }
@@ -678,9 +676,17 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
         .map(|a| local(a.clone()))
         .collect();
     assert_eq!(args[0], "merge");
-    assert_eq!(args[args.len() - 3..], ["--wait", "600", "--force"]);
+    assert_eq!(args[args.len() - 2..], ["--wait", "600"]);
+    assert!(!args.contains(&"--force".to_string()), "{args:?}");
     ok(bin().args(&args).output().unwrap(), "merge pod");
-    let merged = read_jsonl(&dir.join("results/llmreplay/merged/requests.jsonl"));
+    // Every file of the run is under its own directory, named by the run id.
+    let run_id = jobs[0].metadata.labels.as_ref().unwrap()["llmreplay/run-id"].clone();
+    let run_dir = dir.join("results/llmreplay").join(&run_id);
+    assert_eq!(
+        read_json(&run_dir.join("merged/run.json"))["run_id"],
+        run_id
+    );
+    let merged = read_jsonl(&run_dir.join("merged/requests.jsonl"));
     assert_eq!(
         merged
             .iter()
@@ -688,6 +694,19 @@ fn the_k8s_manifest_is_an_indexed_job_whose_pods_run_the_shards_and_the_merge() 
             .collect::<Vec<_>>(),
         (0..30).collect::<Vec<_>>()
     );
+    // The same manifest applied again (the Jobs deleted, the volume kept): every pod
+    // refuses the run's own files, and the merge pod fails instead of merging them again.
+    for pod in (0..3).map(|index| pod(index).output().unwrap()) {
+        assert_eq!(pod.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&pod.stderr).contains("from an earlier run"));
+    }
+    let again = bin().args(&args).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("the run never started"));
+    let pod_spec = spec.template.spec.as_ref().unwrap();
+    let fs_group = pod_spec.security_context.as_ref().unwrap().fs_group;
+    assert_eq!(fs_group, Some(65532));
+    assert_eq!(spec.ttl_seconds_after_finished, Some(86_400));
     refused(
         bin().args([
             "k8s-job", "--shards", "2", "--", "--mock", "--trace", "t", "--output", "x",
@@ -750,9 +769,15 @@ fn the_checked_in_manifest_is_what_k8s_job_prints() {
             .unwrap(),
         "k8s-job",
     );
-    let printed = String::from_utf8(out.stdout).unwrap();
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/indexed-job.yaml");
     let checked_in = std::fs::read_to_string(&file).unwrap();
+    // The run id is minted when the manifest is written: the checked-in file's stands in.
+    let run_id = |text: &str| {
+        let at = text.find("llmreplay/run-id: \"").unwrap() + 19;
+        text[at..at + text[at..].find('"').unwrap()].to_string()
+    };
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let printed = printed.replace(&run_id(&printed), &run_id(&checked_in));
     assert_eq!(
         printed,
         checked_in,
