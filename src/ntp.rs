@@ -1,10 +1,9 @@
 //! `--ntp HOST`: how far this host's clock is from an NTP server's, by SNTP (RFC 4330).
 //!
-//! Shards start at one wall-clock instant, each by its own clock; a clock that is off moves
-//! its shard's start by as much. The offset is measured (a few exchanges, the one with the
-//! least round-trip delay kept: its offset is the least disturbed, and half its delay bounds
-//! the error) and recorded, not applied: the host's clock is chrony's to steer, and `merge`
-//! corrects each shard's start skew by its measured offset.
+//! Shards start at one instant on the reference clock: each measures its own clock's offset
+//! from it (a few exchanges, the one with the least round-trip delay kept: its offset is the
+//! least disturbed, and half its delay bounds the error) and starts when its clock reads the
+//! instant minus the offset. The host's clock itself is chrony's to steer: nothing is set.
 
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;

@@ -75,9 +75,14 @@ pub struct ReadyNote {
     /// `--run-id`, when given: shards of another id are refused too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    /// This shard's clock when it was ready (Unix ns).
+    /// When it was ready (Unix ns), on the reference clock: this host's plus its measured
+    /// offset, so that the start instant drawn from these notes is one all shards agree on.
     pub unix_ns: u64,
     pub host: String,
+    /// The reference clock (the endpoint's `Date`, or `--ntp`) minus this host's, when
+    /// checked: the hosts compare their clocks through it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ns: Option<i64>,
 }
 
 /// `refused/<i>`: a shard that would not join because the directory holds an earlier run's
@@ -137,6 +142,8 @@ pub struct Rendezvous {
     /// Its readiness, once written: a shard becomes ready once (a second wait reads the
     /// same instant, or shards that read the first would compute another start).
     ready_written: bool,
+    /// The reference clock minus this host's ([`ReadyNote::clock_offset_ns`]).
+    clock_offset_ns: Option<i64>,
 }
 
 fn ready_path(dir: &Path, i: u32) -> PathBuf {
@@ -300,6 +307,7 @@ impl Rendezvous {
             now,
             beating: Some((stop, thread)),
             ready_written: false,
+            clock_offset_ns: None,
         })
     }
 
@@ -317,6 +325,24 @@ impl Rendezvous {
             run_id: now.run_id.take(),
             ..beat
         };
+    }
+
+    /// The reference clock minus this host's, as measured before the barrier: readiness is
+    /// stamped on the reference clock.
+    pub fn set_clock_offset(&mut self, offset_ns: Option<i64>) {
+        self.clock_offset_ns = offset_ns;
+    }
+
+    /// Every shard's measured clock offset, from their readiness notes (after the barrier).
+    pub fn offsets(&self) -> Vec<Option<i64>> {
+        (0..self.count)
+            .map(|i| {
+                read_note::<ReadyNote>(&ready_path(&self.dir, i))
+                    .ok()
+                    .flatten()
+                    .and_then(|n| n.clock_offset_ns)
+            })
+            .collect()
     }
 
     /// The run's id from now on (minted once the start is agreed).
@@ -344,8 +370,9 @@ impl Rendezvous {
             count: self.count,
             run: run.to_string(),
             run_id: run_id.clone(),
-            unix_ns: unix_ns_now(),
+            unix_ns: unix_ns_now().saturating_add_signed(self.clock_offset_ns.unwrap_or(0)),
             host: crate::sys::hostname().unwrap_or_default(),
+            clock_offset_ns: self.clock_offset_ns,
         };
         let own = ready_path(&self.dir, self.index);
         if !self.ready_written {

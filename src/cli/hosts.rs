@@ -37,14 +37,18 @@ pub struct ShardArgs {
     pub start_at: Option<String>,
 
     /// Measure this host's clock against an NTP server by SNTP (a few exchanges, the
-    /// least-delay one kept), at the start and at the end; run.json records offset and
-    /// uncertainty and `merge` corrects each shard's start by it. Measured, not applied.
+    /// least-delay one kept), at the start and at the end, instead of the first endpoint's
+    /// `Date` header. The start is corrected by the offset: every shard starts on the
+    /// server's clock. run.json records offset and uncertainty.
     #[arg(long, value_name = "HOST[:PORT]")]
     pub ntp: Option<String>,
 
-    /// Without --ntp, each shard checks its clock against the first endpoint's HTTP `Date`
-    /// header (GET /health, read until its second turns over: a few ms of uncertainty) and
-    /// refuses to start when it is further off than this.
+    /// Each shard checks its clock against one reference (--ntp, else the first endpoint's
+    /// HTTP `Date` header, asked about a dozen times) and starts on that clock. Once all are
+    /// ready, the hosts' offsets are compared with each other: a host further than this from
+    /// the others' median is refused (for every shard); a reference this far from all hosts
+    /// is the server's clock, said and corrected. A check less sure than the verdict's
+    /// shard-skew-ms (50) is refused.
     #[arg(long, value_name = "MS", default_value_t = 1000.0)]
     pub max_clock_offset_ms: f64,
 

@@ -290,7 +290,7 @@ fn a_killed_shard_stops_the_others_and_merge_names_it() {
 }
 
 #[test]
-fn a_shard_whose_target_dates_are_off_is_named_and_one_far_off_is_refused() {
+fn a_skewed_host_is_corrected_a_host_far_from_the_others_refused_and_a_server_off_told_apart() {
     let dir = temp_dir("rendezvous-dates");
     let trace = plain_trace(&dir, 60, 5);
     let rv = dir.join("meet");
@@ -337,16 +337,27 @@ fn a_shard_whose_target_dates_are_off_is_named_and_one_far_off_is_refused() {
     }
     // Shard 1's target is 400 ms ahead: its clock reads 400 ms behind, within what the
     // check itself says it is sure of.
-    let check = |o: &Path| read_json(&o.join("run.json"))["clock_check"]["start"].clone();
+    let run = |o: &Path| read_json(&o.join("run.json"));
+    let mut starts = Vec::new();
     for (o, want) in outs.iter().zip([0.0, 400.0]) {
-        let c = check(o);
+        let r = run(o);
+        let c = &r["clock_check"]["start"];
         let (offset, within) = (
             c["offset_ms"].as_f64().unwrap(),
             c["uncertainty_ms"].as_f64().unwrap(),
         );
         assert!((offset - want).abs() <= within + 0.01, "{c}");
         assert_eq!(c["method"], "http-date");
+        // A handful of questions, not one every few ms for a second and more.
+        assert!(c["samples"].as_u64().unwrap() <= 12, "{c}");
+        assert_eq!(r["start"]["late_ms"], 0.0, "{}", r["start"]);
+        starts.push((r["start"]["actual_unix_ms"].as_f64().unwrap(), offset, within));
     }
+    // Corrected: shard 1 started by its own clock as much earlier as its clock reads behind
+    // (here one host's clock, so the two starts are compared on it directly).
+    let ((a0, o0, u0), (a1, o1, u1)) = (starts[0], starts[1]);
+    assert!(((a1 + o1) - (a0 + o0)).abs() <= u0 + u1 + 2.0, "{starts:?}");
+    assert!((a0 - a1 - 400.0).abs() <= u0 + u1 + 2.0, "{starts:?}");
     let merged = dir.join("merged");
     let out = merge(&merged, &outs, &[]);
     assert!(
@@ -357,18 +368,38 @@ fn a_shard_whose_target_dates_are_off_is_named_and_one_far_off_is_refused() {
     let table = std::fs::read_to_string(merged.join("shards.txt")).unwrap();
     let row = table.lines().find(|l| l.starts_with("1/2")).unwrap();
     assert!(row.contains("+40") || row.contains("+39"), "{table}");
+    // The merged verdict agrees: the starts, corrected, are one instant.
     let summary = read_json(&merged.join("summary.json"));
     let reasons = summary["verdict"]["reasons"].to_string();
-    assert!(
-        reasons.contains("shard-clocks") && reasons.contains("1/2 by +"),
-        "{reasons}"
-    );
+    assert!(!reasons.contains("shard-clocks"), "{reasons}");
 
-    // 3 s off is more than --max-clock-offset-ms allows: refused before anything is sent.
-    let far = shard(0, "3000", &dir.join("far"), &dir.join("meet-far"))
-        .output()
-        .unwrap();
-    ended_with(&far, 2, &["more than --max-clock-offset-ms 1000"]);
+    // One host 3 s from the other (its target's Date 3 s ahead, the other's not): every
+    // shard refuses, naming the hosts, before anything is sent.
+    let pair = |offsets: [&str; 2], name: &str| -> Vec<Output> {
+        let rv = dir.join(format!("meet-{name}"));
+        let children: Vec<Child> = (0..2)
+            .map(|i| {
+                let out = dir.join(format!("{name}-{i}"));
+                shard(i, offsets[i], &out, &rv).spawn().unwrap()
+            })
+            .collect();
+        children
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| wait(c, &format!("{name} shard {i}")))
+            .collect()
+    };
+    for out in pair(["0", "3000"], "apart") {
+        ended_with(
+            &out,
+            2,
+            &["the hosts' clocks disagree by more than --max-clock-offset-ms 1000"],
+        );
+    }
+    // Both targets 3 s ahead: the server's clock is off, not the hosts'; the run goes on.
+    for out in pair(["3000", "3000"], "server-off") {
+        ended_with(&out, 0, &["the server's clock", "is 3.0 s off every host's"]);
+    }
 }
 
 #[test]

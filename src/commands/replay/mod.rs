@@ -152,7 +152,8 @@ fn run_trace(
         }
     }
     let scrape = setup::scrape_config(plan, &fleet, say)?;
-    let at = time_zero::meet(plan, &trace, meeting.as_deref_mut(), say)?;
+    let offset = clock_check.as_ref().map(|c| c.offset_ns);
+    let at = time_zero::meet(plan, &trace, meeting.as_deref_mut(), offset, say)?;
     let run_id = time_zero::run_id(plan, &trace, at);
     if let (Some(rv), Some(id)) = (meeting.as_deref(), &run_id) {
         rv.name_run(id);
@@ -394,6 +395,8 @@ fn start(
         Arc::clone(&stop),
     );
     // Before any load connection: each target's scrape connection and baseline scrape.
+    // The reference clock (the checked one) minus this host's: the instant is on it.
+    let offset_ns = clock_check.as_ref().map_or(0, |c| c.offset_ns);
     let scraper = scrape
         .map(|config| Scraper::start(config, clock.clone(), &out.dir))
         .transpose()
@@ -403,7 +406,8 @@ fn start(
             "waiting for the common start at {}",
             crate::sys::wall_start::rfc3339_utc(at)
         ));
-        crate::sys::wall_start::sleep_until(at, time_zero::START_AT_LEAD, || {
+        let own_at = at.saturating_add_signed(offset_ns.saturating_neg());
+        crate::sys::wall_start::sleep_until(own_at, time_zero::START_AT_LEAD, || {
             signals_received() > 0
         });
     }
@@ -440,7 +444,7 @@ fn start(
             || own_rx.iter().any(|r| !r.is_empty())
             || producers.iter().all(JoinHandle::is_finished)
     };
-    let (t0_ns, common_start) = time_zero::time_zero(at, &clock, first_built);
+    let (t0_ns, common_start) = time_zero::time_zero(at, offset_ns, &clock, first_built);
     let t0_monotonic_ns = crate::sys::clock::on_monotonic(&clock, t0_ns);
     let started_unix_ms = match common_start {
         Some(s) => s.actual_unix_ns,

@@ -88,6 +88,7 @@ pub(super) fn meet(
     plan: &ReplayPlan,
     trace: &TraceInput,
     meeting: Option<&mut Rendezvous>,
+    offset: Option<i64>,
     say: &Say,
 ) -> Result<Option<u64>> {
     let at = match (plan.hosts.start_at_unix_ns, meeting, &plan.hosts.rendezvous) {
@@ -103,18 +104,25 @@ pub(super) fn meet(
                 .shares
                 .as_ref()
                 .map_or(String::new(), |(_, digest)| digest.clone());
+            rv.set_clock_offset(offset);
             let at = rv
                 .wait_ready(&run, r.ready_timeout, || {
                     crate::sys::stop::signals_received() > 0
                 })
                 .map_err(Error::Run)?;
             say.say(format!("all {count} shards ready"));
+            let reference = plan.hosts.ntp.as_deref().unwrap_or("the endpoint's Date header");
+            let bound = plan.hosts.max_clock_offset_ms;
+            if let Some(note) = compare_hosts(&rv.offsets(), bound, reference).map_err(Error::Run)? {
+                eprintln!("warning: {note}");
+            }
             Some(at)
         }
         _ => None,
     };
     if let Some(at) = at {
-        let late_s = wall_start::unix_ns_now().saturating_sub(at) / 1_000_000_000;
+        let now = wall_start::unix_ns_now().saturating_add_signed(offset.unwrap_or(0));
+        let late_s = now.saturating_sub(at) / 1_000_000_000;
         if late_s > crate::plan::hosts::MAX_LATE_START_S {
             return Err(Error::Run(format!(
                 "the common start {} passed {late_s} s ago: this shard would run apart from \
@@ -127,8 +135,9 @@ pub(super) fn meet(
 }
 
 /// This host's clock against `--ntp`'s server, or, for a shard, against the first endpoint's
-/// `Date` header; refused beyond `--max-clock-offset-ms`. None when not checked (one host,
-/// or a server that sends no `Date`: said).
+/// `Date` header. None when not checked (one host, or a server that sends no `Date`: said).
+/// The offset is applied to the shared start (every shard starts on the reference clock);
+/// a check too unsure to start within the verdict's `shard-skew-ms` is refused.
 pub(super) fn check_clock(
     plan: &ReplayPlan,
     fleet: &Fleet,
@@ -157,30 +166,90 @@ pub(super) fn check_clock(
         }
         (None, None) => return Ok(None),
     };
-    let offset_ms = check.offset_ns as f64 / 1e6;
+    let uncertainty_ms = check.uncertainty_ns as f64 / 1e6;
     say.say(format!(
-        "clock: {offset_ms:+.3} ms from {} (+-{:.3} ms)",
+        "clock: this host's is {} {} (+-{uncertainty_ms:.3} ms, {} requests); the start is \
+         corrected by it",
+        behind_or_ahead(check.offset_ns),
         check.server,
-        check.uncertainty_ns as f64 / 1e6
+        check.answered
     ));
-    let bound = plan.hosts.max_clock_offset_ms;
-    if offset_ms.abs() - check.uncertainty_ns as f64 / 1e6 > bound {
+    let bound = skew_bound(plan);
+    if uncertainty_ms > bound {
         return Err(Error::Run(format!(
-            "this host's clock is {offset_ms:+.1} ms off {} (more than --max-clock-offset-ms \
-             {bound}): its shard would start that far from the others; steer the clock with \
-             chrony or ntpd",
+            "this host's clock against {} is known only to +-{uncertainty_ms:.1} ms, more than \
+             the verdict's shard-skew-ms {bound}: the shards could not be known to start \
+             together; give --ntp HOST with an NTP server near the hosts (or a larger \
+             --bound shard-skew-ms=MS)",
             check.server
         )));
     }
-    if offset_ms.abs() > 5.0 {
-        eprintln!(
-            "warning: this host's clock is {offset_ms:+.1} ms off {}: its shard starts that \
-             far from the others (merge shows the skew, and its verdict flags it over \
-             shard-skew-ms); steer the clock with chrony or ntpd",
-            check.server
-        );
-    }
     Ok(Some(check))
+}
+
+/// `+400 ms`-style offsets in words: the reference clock minus this host's, as "400.0 ms
+/// behind X" (this host reads earlier) or "400.0 ms ahead of X".
+fn behind_or_ahead(offset_ns: i64) -> String {
+    let ms = offset_ns as f64 / 1e6;
+    match ms >= 0.0 {
+        true => format!("{ms:.1} ms behind"),
+        false => format!("{:.1} ms ahead of", -ms),
+    }
+}
+
+/// The verdict's `shard-skew-ms`, as this run's `--bound` values set it.
+fn skew_bound(plan: &ReplayPlan) -> f64 {
+    crate::stats::Bounds::parse(&plan.render.bounds)
+        .unwrap_or_default()
+        .get(crate::stats::verdict::Bound::ShardSkewMs)
+}
+
+/// The hosts' clocks compared with each other through their offsets from the one reference
+/// clock, once every shard is ready: `Err` when a host is further than `bound_ms` from the
+/// others' median (its clock is broken, whatever the correction), else a note when the
+/// reference itself is that far from every host (the server's clock is off, not the hosts').
+pub(super) fn compare_hosts(
+    offsets: &[Option<i64>],
+    bound_ms: f64,
+    reference: &str,
+) -> Result<Option<String>, String> {
+    let mut known: Vec<(usize, f64)> = offsets
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| o.map(|o| (i, o as f64 / 1e6)))
+        .collect();
+    if known.is_empty() {
+        return Ok(None);
+    }
+    known.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let n = known.len();
+    let median = (known[(n - 1) / 2].1 + known[n / 2].1) / 2.0;
+    let count = offsets.len();
+    let apart: Vec<String> = known
+        .iter()
+        .filter(|(_, o)| (o - median).abs() > bound_ms)
+        .map(|(i, o)| {
+            // The host reads `median - o` later than the others'.
+            format!("shard {i}/{count} {:+.1} ms", median - o)
+        })
+        .collect();
+    if !apart.is_empty() {
+        return Err(format!(
+            "the hosts' clocks disagree by more than --max-clock-offset-ms {bound_ms} (each \
+             against the others' median, measured through {reference}): {}; steer them with \
+             chrony or ntpd (or give every shard --ntp HOST)",
+            apart.join(", ")
+        ));
+    }
+    let spread = known[n - 1].1 - known[0].1;
+    Ok((median.abs() > bound_ms).then(|| {
+        format!(
+            "the server's clock ({reference}) is {:.1} s off every host's, while the hosts \
+             agree within {spread:.1} ms: the shards start together on the server's clock (its \
+             own timestamps, such as its Date headers, are that far from the hosts')",
+            median.abs() / 1e3
+        )
+    }))
 }
 
 /// The run clock's time 0: at the shared instant `at` (or at once when it has passed, and how
@@ -188,6 +257,7 @@ pub(super) fn check_clock(
 /// waiting at most [`START_LEAD_NS`] for it.
 pub(super) fn time_zero(
     at: Option<u64>,
+    offset_ns: i64,
     clock: &RunClock,
     first_built: impl Fn() -> bool,
 ) -> (u64, Option<StartReport>) {
@@ -198,7 +268,9 @@ pub(super) fn time_zero(
         }
         return (clock.now_ns() + LATE_START_NS, None);
     };
-    let target = wall_start::run_ns_at(clock, at);
+    // The instant is on the reference clock: this host's reads it `offset_ns` earlier.
+    let own_at = at.saturating_add_signed(offset_ns.saturating_neg());
+    let target = wall_start::run_ns_at(clock, own_at);
     let earliest = clock.now_ns() + LATE_START_NS;
     let t0 = if target >= i128::from(earliest) {
         target as u64
@@ -210,8 +282,37 @@ pub(super) fn time_zero(
         t0,
         Some(StartReport {
             requested_unix_ns: at,
-            actual_unix_ns: at + late_ns,
+            actual_unix_ns: own_at + late_ns,
             late_ns,
         }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: i64 = 1_000_000;
+
+    #[test]
+    fn hosts_are_compared_with_each_other_not_with_the_server() {
+        // Every host 3 s behind the server, agreeing within 2 ms: the server's clock is off.
+        let note = compare_hosts(&[Some(3000 * MS), Some(3002 * MS), Some(2999 * MS)], 1000.0, "X")
+            .unwrap()
+            .unwrap();
+        assert!(note.starts_with("the server's clock (X) is 3.0 s off every host's"), "{note}");
+        // Within the bound of each other and of the server: nothing to say.
+        assert_eq!(compare_hosts(&[Some(0), Some(400 * MS), None], 1000.0, "X"), Ok(None));
+        assert_eq!(compare_hosts(&[None, None], 1000.0, "X"), Ok(None));
+        // One host 3 s from the others: refused, naming it and by how much it reads late.
+        let e = compare_hosts(&[Some(0), Some(-3000 * MS), Some(MS)], 1000.0, "X").unwrap_err();
+        assert!(e.contains("shard 1/3 +3000.0 ms"), "{e}");
+        assert!(!e.contains("shard 0/3") && e.contains("--max-clock-offset-ms 1000"), "{e}");
+    }
+
+    #[test]
+    fn offsets_read_as_behind_or_ahead() {
+        assert_eq!(behind_or_ahead(400 * MS), "400.0 ms behind");
+        assert_eq!(behind_or_ahead(-250 * MS), "250.0 ms ahead of");
+    }
 }
