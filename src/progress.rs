@@ -4,7 +4,10 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
+
 use crate::record::RequestRecord;
+use crate::stats::{histogram_pairs as pairs, latency_histogram};
 
 /// How often the line is redrawn on a terminal, and printed when stderr is a file or pipe.
 const TERMINAL_EVERY: Duration = Duration::from_millis(500);
@@ -31,6 +34,20 @@ pub struct LiveProgress {
     /// Requests the schedule plans (0: not known), and whether turns wait for parents.
     planned: u64,
     conversations: bool,
+    /// What the summary will judge, so far (measured records only): sends later than
+    /// [`crate::stats::LATE_SEND_MS`], and the drift and TTFT distributions (ns), for the
+    /// shards' heartbeats and `watch`.
+    late_sends: u64,
+    drift_ns: Histogram<u64>,
+    ttft_ns: Histogram<u64>,
+}
+
+/// What a heartbeat carries of the run's figures so far ([`LiveProgress::figures`]).
+pub struct Figures {
+    pub late_sends: u64,
+    /// `[value_ns, count]` pairs of the drift and TTFT histograms.
+    pub drift_ns: Vec<[u64; 2]>,
+    pub ttft_ns: Vec<[u64; 2]>,
 }
 
 /// What the senders report as they go (read at each redraw).
@@ -64,6 +81,9 @@ impl LiveProgress {
             last_arrived_late: 0,
             planned: 0,
             conversations: false,
+            late_sends: 0,
+            drift_ns: latency_histogram(),
+            ttft_ns: latency_histogram(),
         }
     }
 
@@ -80,7 +100,26 @@ impl LiveProgress {
         (self.done, self.failed, self.output_tokens)
     }
 
+    /// The figures so far, for a heartbeat.
+    pub fn figures(&self) -> Figures {
+        Figures {
+            late_sends: self.late_sends,
+            drift_ns: pairs(&self.drift_ns),
+            ttft_ns: pairs(&self.ttft_ns),
+        }
+    }
+
     pub fn add(&mut self, r: &RequestRecord) {
+        if !r.warmup {
+            // As the summary counts them: drift of every record, TTFT of the successful.
+            if let Some(d) = r.drift_ms() {
+                self.late_sends += u64::from(d > crate::stats::LATE_SEND_MS);
+                let _ = self.drift_ns.record(((d * 1e6) as u64).max(1));
+            }
+            if let Some(t) = r.ttft_ms().filter(|_| r.ok()) {
+                let _ = self.ttft_ns.record(((t * 1e6) as u64).max(1));
+            }
+        }
         self.done += 1;
         // In flight: sent and not yet recorded (a request that failed unsent never was).
         self.done_sent += u64::from(r.sent_ns.is_some());

@@ -115,11 +115,20 @@ pub struct Beat {
     pub sent: u64,
     pub done: u64,
     pub failed: u64,
-    /// Requests that reached their sender after their send time.
+    /// Requests that reached their sender after their send time (producers behind).
     pub late: u64,
     pub output_tokens: u64,
     /// Seconds since the run's time zero (negative before it).
     pub run_s: f64,
+    /// The verdict's late sends so far (measured records sent more than 1 ms late).
+    #[serde(default)]
+    pub late_sends: u64,
+    /// The measured records' send drift and successful TTFT so far, as `[ns, count]`
+    /// histogram pairs: `watch` adds the shards' up into the run's percentiles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift_ns: Vec<[u64; 2]>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ttft_ns: Vec<[u64; 2]>,
 }
 
 impl Beat {

@@ -1,11 +1,16 @@
 //! `llmreplay watch DIR...`: the combined live progress of the shards that meet in each
-//! `--rendezvous` directory, from their heartbeats (`live/<i>`): sent, in flight, late,
-//! failed, output tokens per second, and which shard is lost. It reads files only, so it runs
-//! anywhere the directory is mounted, and ends when every shard has ended.
+//! `--rendezvous` directory, from their heartbeats (`live/<i>`): how many are preparing,
+//! waiting at the barrier, running or ended; sent, in flight, the verdict's late sends,
+//! failed; send drift p99 and TTFT p50/p99 of the whole run (the shards' histograms added,
+//! as merge's summary computes them from the records); output tokens per second; and which
+//! shard is lost. It reads files only, so it runs anywhere the directory is mounted, and
+//! ends when every shard has ended.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use hdrhistogram::Histogram;
 
 use crate::error::{Error, Result};
 use crate::rendezvous::{self, Beat, State};
@@ -14,20 +19,48 @@ use crate::sys::wall_start::unix_ns_now;
 pub use crate::plan::hosts::WatchPlan;
 
 /// One look at the heartbeats of every directory.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct View {
     pub shards: u32,
-    /// Shards with a heartbeat, by state (a running one gone silent is lost).
+    /// Shards with a heartbeat, by state (one gone silent before it ended is lost).
+    pub preparing: u32,
+    /// Ready, waiting for the others at the barrier.
+    pub at_barrier: u32,
     pub running: u32,
     pub ended: u32,
     pub lost: u32,
     pub sent: u64,
     pub in_flight: u64,
-    pub late: u64,
+    /// The verdict's late sends: measured records sent more than 1 ms late.
+    pub late_sends: u64,
     pub failed: u64,
     pub output_tokens: u64,
+    /// The run's send drift and successful TTFT (ns), every shard's added.
+    pub drift_ns: Histogram<u64>,
+    pub ttft_ns: Histogram<u64>,
     /// `shard 1/3 (dir): why` for each shard lost, failed or stopped.
     pub trouble: Vec<String>,
+}
+
+impl Default for View {
+    fn default() -> Self {
+        View {
+            shards: 0,
+            preparing: 0,
+            at_barrier: 0,
+            running: 0,
+            ended: 0,
+            lost: 0,
+            sent: 0,
+            in_flight: 0,
+            late_sends: 0,
+            failed: 0,
+            output_tokens: 0,
+            drift_ns: crate::stats::latency_histogram(),
+            ttft_ns: crate::stats::latency_histogram(),
+            trouble: Vec::new(),
+        }
+    }
 }
 
 impl View {
@@ -69,13 +102,40 @@ impl View {
         match b.state {
             Some(State::Done | State::Failed | State::Stopped) => self.ended += 1,
             _ if lost => self.lost += 1,
-            _ => self.running += 1,
+            Some(State::Ready) => self.at_barrier += 1,
+            Some(State::Preparing) | None => self.preparing += 1,
+            Some(State::Running) => self.running += 1,
         }
         self.sent += b.sent;
         self.in_flight += b.in_flight();
-        self.late += b.late;
+        self.late_sends += b.late_sends;
         self.failed += b.failed;
         self.output_tokens += b.output_tokens;
+        crate::stats::add_pairs(&mut self.drift_ns, &b.drift_ns);
+        crate::stats::add_pairs(&mut self.ttft_ns, &b.ttft_ns);
+    }
+
+    /// The run's `p`th percentile of `h` in ms, where the summary would print one (enough
+    /// samples beyond it), else `n/a (N samples)` as the summary says. Interpolated between
+    /// the two samples around its rank, as the summary computes it from the records: the
+    /// same figure, to the histogram's 0.1 %.
+    fn percentile(h: &Histogram<u64>, p: f64) -> String {
+        let d = crate::stats::Distribution::of_histogram_ns(h, &Default::default());
+        if !d.is_some_and(|d| d.holds(p)) {
+            return format!("n/a ({} samples)", h.len());
+        }
+        let rank = p / 100.0 * (h.len() - 1) as f64;
+        let at = |k: u64| {
+            let mut seen = 0;
+            h.iter_recorded()
+                .find(|v| {
+                    seen += v.count_at_value();
+                    seen > k
+                })
+                .map_or(0.0, |v| v.value_iterated_to() as f64 / 1e6)
+        };
+        let (lo, hi) = (at(rank.floor() as u64), at(rank.ceil() as u64));
+        format!("{:.3} ms", lo + (hi - lo) * rank.fract())
     }
 
     /// Every shard has ended, or is lost.
@@ -85,16 +145,24 @@ impl View {
 
     /// One line (and a line per shard in trouble); `tok_per_s` from the previous look.
     pub fn line(&self, tok_per_s: Option<f64>) -> String {
-        let mut s = format!(
-            "shards {}/{} running, {} ended, {} lost | sent {} fly {} late {} err {}",
-            self.running,
-            self.shards,
-            self.ended,
-            self.lost,
-            self.sent,
-            self.in_flight,
-            self.late,
-            self.failed
+        let mut s = format!("shards {}/{} running", self.running, self.shards);
+        if self.preparing > 0 {
+            let _ = write!(s, ", {} preparing", self.preparing);
+        }
+        if self.at_barrier > 0 {
+            let _ = write!(s, ", {} at the barrier", self.at_barrier);
+        }
+        let _ = write!(
+            s,
+            ", {} ended, {} lost | sent {} fly {} late {} err {}",
+            self.ended, self.lost, self.sent, self.in_flight, self.late_sends, self.failed
+        );
+        let _ = write!(
+            s,
+            " | drift p99 {} | TTFT p50 {}, p99 {}",
+            Self::percentile(&self.drift_ns, 99.0),
+            Self::percentile(&self.ttft_ns, 50.0),
+            Self::percentile(&self.ttft_ns, 99.0),
         );
         if let Some(t) = tok_per_s {
             let _ = write!(s, " | {t:.0} tok/s");

@@ -160,17 +160,24 @@ mod tests {
     #[test]
     fn a_dozen_questions_find_the_offset_within_a_few_ms_plus_the_round_trip() {
         let starts = [1_795_392_000_000_000_000u64, 1_795_392_000_123_456_789];
-        for offset in [0i64, 400_000_000, -400_000_000, 3_000_000_000, 999_999_999, -7] {
+        for offset in [
+            0i64,
+            400_000_000,
+            -400_000_000,
+            3_000_000_000,
+            999_999_999,
+            -7,
+        ] {
             for rtt in [100_000u64, 2_000_000, 30_000_000] {
-                for start in starts.iter().map(|s| s + (offset.unsigned_abs() % 7) * 1_000) {
+                for start in starts
+                    .iter()
+                    .map(|s| s + (offset.unsigned_abs() % 7) * 1_000)
+                {
                     let c = simulate(offset, rtt, start);
                     let err = (c.offset_ns - offset).unsigned_abs();
                     assert!(err <= c.uncertainty_ns, "{offset} {rtt}: {c:?}");
                     assert!(c.answered <= MAX_ASKS, "{c:?}");
-                    assert!(
-                        c.uncertainty_ns <= 2_000_000 + rtt,
-                        "{offset} {rtt}: {c:?}"
-                    );
+                    assert!(c.uncertainty_ns <= 2_000_000 + rtt, "{offset} {rtt}: {c:?}");
                 }
             }
         }

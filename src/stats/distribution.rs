@@ -207,6 +207,20 @@ pub fn format_number(p: f64) -> String {
 }
 
 /// A new histogram for nanosecond latencies up to an hour.
+/// A histogram as `[value, count]` pairs (itl.json, the shards' heartbeats), and back.
+pub fn histogram_pairs(h: &Histogram<u64>) -> Vec<[u64; 2]> {
+    h.iter_recorded()
+        .map(|v| [v.value_iterated_to(), v.count_at_value()])
+        .collect()
+}
+
+/// Adds `[value, count]` pairs into `h` (values out of its range are clamped into it).
+pub fn add_pairs(h: &mut Histogram<u64>, pairs: &[[u64; 2]]) {
+    for [value, count] in pairs {
+        h.saturating_record_n(*value, *count);
+    }
+}
+
 pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }

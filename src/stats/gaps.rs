@@ -77,11 +77,7 @@ impl Gaps {
 
     /// `itl.json`: sparse `[value_ns, count]` pairs per histogram.
     pub fn to_json(&self) -> Value {
-        let pairs = |h: &Histogram<u64>| -> Vec<[u64; 2]> {
-            h.iter_recorded()
-                .map(|v| [v.value_iterated_to(), v.count_at_value()])
-                .collect()
-        };
+        let pairs = super::distribution::histogram_pairs;
         json!({
             "itl_ns": pairs(&self.chunk),
             "token_itl_ns": pairs(&self.token),

@@ -20,7 +20,8 @@ pub mod verdict;
 use breakdown::EndpointBuilder;
 pub use breakdown::{EndpointSummary, LengthMatch, PrefixHits};
 pub use distribution::{
-    format_number, latency_histogram, percentile_key, Distribution, Percentiles,
+    add_pairs, format_number, histogram_pairs, latency_histogram, percentile_key, Distribution,
+    Percentiles,
 };
 pub use gaps::Gaps;
 use latency::{Samples, LATENCIES};
@@ -168,7 +169,7 @@ pub struct SummaryBuilder {
 }
 
 /// Sends later than this are `late_sends` (CONTRACT §6).
-const LATE_SEND_MS: f64 = 1.0;
+pub const LATE_SEND_MS: f64 = 1.0;
 
 impl SummaryBuilder {
     pub fn new(slo: Option<Slo>) -> Self {

@@ -122,7 +122,7 @@ fn three_shards_start_at_one_instant_after_the_slowest_is_ready() {
         mock,
         rv,
         outs,
-    } = setup("rendezvous-barrier", 300, 5, 3);
+    } = setup("rendezvous-barrier", 600, 5, 3);
     let mut children: Vec<Child> = (0..2)
         .map(|i| {
             shard_cmd(&mock, &trace, &outs[i], i, 3, &rv)
@@ -130,9 +130,14 @@ fn three_shards_start_at_one_instant_after_the_slowest_is_ready() {
                 .unwrap()
         })
         .collect();
-    // The slow shard: started only once the other two are waiting at the barrier.
+    // The slow shard: started only once the other two are waiting at the barrier, as watch
+    // shows them.
     until("shards 0 and 1 ready", || {
         (0..2).all(|i| rv.join("ready").join(i.to_string()).exists())
+    });
+    until("watch shows them at the barrier", || {
+        let o = bin().args(["watch", "--once"]).arg(&rv).output().unwrap();
+        String::from_utf8_lossy(&o.stderr).contains("shards 0/3 running, 2 at the barrier")
     });
     children.push(
         shard_cmd(&mock, &trace, &outs[2], 2, 3, &rv)
@@ -172,14 +177,40 @@ fn three_shards_start_at_one_instant_after_the_slowest_is_ready() {
         assert_eq!(beat["state"], "done");
         assert_eq!(beat["sent"], run["shard"]["records"], "{beat}");
     }
-    // watch: the heartbeats add up to every record of the run.
+    // watch: the heartbeats add up to every record of the run, and its figures are the
+    // merged summary's (its percentiles within the histograms' 0.1 %).
     let watched = bin().args(["watch", "--once"]).arg(&rv).output().unwrap();
-    let text = String::from_utf8_lossy(&watched.stderr);
+    let text = String::from_utf8_lossy(&watched.stderr).into_owned();
     assert!(watched.status.success(), "{text}");
     assert!(
-        text.contains("shards 0/3 running, 3 ended, 0 lost | sent 300 fly 0"),
+        text.contains("shards 0/3 running, 3 ended, 0 lost | sent 600 fly 0"),
         "{text}"
     );
+    let merged = dir.join("merged");
+    ended_with(&merge(&merged, &outs, &[]), 0, &[]);
+    let summary = read_json(&merged.join("summary.json"));
+    let after = |label: &str| -> String {
+        let at = text
+            .find(label)
+            .unwrap_or_else(|| panic!("{label} in {text}"))
+            + label.len();
+        text[at..].split_whitespace().next().unwrap().to_string()
+    };
+    assert_eq!(after(" late "), summary["late_sends"].to_string(), "{text}");
+    for (label, key, p) in [
+        ("drift p99 ", "drift_ms", "p99"),
+        ("TTFT p50 ", "ttft_ms", "p50"),
+        (", p99 ", "ttft_ms", "p99"),
+    ] {
+        let watched: f64 = after(label)
+            .parse()
+            .unwrap_or_else(|_| panic!("{label}: {text}"));
+        let merged = summary[key][p].as_f64().unwrap();
+        assert!(
+            (watched - merged).abs() <= merged * 0.002 + 0.011,
+            "{label}: watch {watched} vs merged {merged}: {text}"
+        );
+    }
     // The same directory cannot meet a second run.
     let again = shard_cmd(&mock, &trace, &dir.join("again"), 0, 3, &rv)
         .output()
@@ -351,7 +382,11 @@ fn a_skewed_host_is_corrected_a_host_far_from_the_others_refused_and_a_server_of
         // A handful of questions, not one every few ms for a second and more.
         assert!(c["samples"].as_u64().unwrap() <= 12, "{c}");
         assert_eq!(r["start"]["late_ms"], 0.0, "{}", r["start"]);
-        starts.push((r["start"]["actual_unix_ms"].as_f64().unwrap(), offset, within));
+        starts.push((
+            r["start"]["actual_unix_ms"].as_f64().unwrap(),
+            offset,
+            within,
+        ));
     }
     // Corrected: shard 1 started by its own clock as much earlier as its clock reads behind
     // (here one host's clock, so the two starts are compared on it directly).
@@ -398,7 +433,11 @@ fn a_skewed_host_is_corrected_a_host_far_from_the_others_refused_and_a_server_of
     }
     // Both targets 3 s ahead: the server's clock is off, not the hosts'; the run goes on.
     for out in pair(["3000", "3000"], "server-off") {
-        ended_with(&out, 0, &["the server's clock", "is 3.0 s off every host's"]);
+        ended_with(
+            &out,
+            0,
+            &["the server's clock", "is 3.0 s off every host's"],
+        );
     }
 }
 

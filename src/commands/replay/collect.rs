@@ -210,7 +210,11 @@ fn log_sent_prompt(r: &mut RequestRecord, stages: &Stages) {
 /// The running shard's heartbeat: its counts so far.
 fn beat(live: &LiveProgress, stages: &Stages) -> Beat {
     let (done, failed, output_tokens) = live.totals();
+    let figures = live.figures();
     Beat {
+        late_sends: figures.late_sends,
+        drift_ns: figures.drift_ns,
+        ttft_ns: figures.ttft_ns,
         state: Some(State::Running),
         sent: stages.progress.sent.load(Ordering::Relaxed),
         done,

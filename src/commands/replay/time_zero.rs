@@ -111,9 +111,15 @@ pub(super) fn meet(
                 })
                 .map_err(Error::Run)?;
             say.say(format!("all {count} shards ready"));
-            let reference = plan.hosts.ntp.as_deref().unwrap_or("the endpoint's Date header");
+            let reference = plan
+                .hosts
+                .ntp
+                .as_deref()
+                .unwrap_or("the endpoint's Date header");
             let bound = plan.hosts.max_clock_offset_ms;
-            if let Some(note) = compare_hosts(&rv.offsets(), bound, reference).map_err(Error::Run)? {
+            if let Some(note) =
+                compare_hosts(&rv.offsets(), bound, reference).map_err(Error::Run)?
+            {
                 eprintln!("warning: {note}");
             }
             Some(at)
@@ -297,17 +303,30 @@ mod tests {
     #[test]
     fn hosts_are_compared_with_each_other_not_with_the_server() {
         // Every host 3 s behind the server, agreeing within 2 ms: the server's clock is off.
-        let note = compare_hosts(&[Some(3000 * MS), Some(3002 * MS), Some(2999 * MS)], 1000.0, "X")
-            .unwrap()
-            .unwrap();
-        assert!(note.starts_with("the server's clock (X) is 3.0 s off every host's"), "{note}");
+        let note = compare_hosts(
+            &[Some(3000 * MS), Some(3002 * MS), Some(2999 * MS)],
+            1000.0,
+            "X",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            note.starts_with("the server's clock (X) is 3.0 s off every host's"),
+            "{note}"
+        );
         // Within the bound of each other and of the server: nothing to say.
-        assert_eq!(compare_hosts(&[Some(0), Some(400 * MS), None], 1000.0, "X"), Ok(None));
+        assert_eq!(
+            compare_hosts(&[Some(0), Some(400 * MS), None], 1000.0, "X"),
+            Ok(None)
+        );
         assert_eq!(compare_hosts(&[None, None], 1000.0, "X"), Ok(None));
         // One host 3 s from the others: refused, naming it and by how much it reads late.
         let e = compare_hosts(&[Some(0), Some(-3000 * MS), Some(MS)], 1000.0, "X").unwrap_err();
         assert!(e.contains("shard 1/3 +3000.0 ms"), "{e}");
-        assert!(!e.contains("shard 0/3") && e.contains("--max-clock-offset-ms 1000"), "{e}");
+        assert!(
+            !e.contains("shard 0/3") && e.contains("--max-clock-offset-ms 1000"),
+            "{e}"
+        );
     }
 
     #[test]
