@@ -95,6 +95,9 @@ pub struct Merged {
 }
 
 pub fn run(plan: &MergePlan) -> Result<Merged> {
+    // An OUT that cannot be made (a volume this user may not write) fails now, not after
+    // the wait.
+    fs::create_dir_all(&plan.out).map_err(|e| Error::io(&plan.out, e))?;
     wait_for_shards(plan)?;
     let shards = read_shards(&plan.dirs)?;
     report::prepare_dir(&plan.out, plan.force)?;

@@ -705,3 +705,44 @@ fn a_shard_killed_in_the_last_seconds_is_merged_as_lost() {
         "stopped-by-shard-loss"
     );
 }
+
+/// merge waiting for shards ends on SIGTERM at once, exit 130 (as PID 1 in the image it
+/// ignored SIGTERM, and every Job delete waited out the grace period).
+#[test]
+fn merge_ends_on_sigterm_while_it_waits() {
+    let dir = temp_dir("merge-sigterm");
+    let rv = dir.join("meet");
+    std::fs::create_dir_all(rv.join("live")).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    // A shard running, its heartbeat fresh: merge has every reason to keep waiting.
+    let beat = json!({"index": 0, "count": 1, "unix_ns": now, "state": "running",
+        "sent": 1, "done": 0, "failed": 0, "late": 0, "output_tokens": 0, "run_s": 1.0});
+    std::fs::write(rv.join("live").join("0"), beat.to_string()).unwrap();
+    let child = bin()
+        .args(["merge", "--wait", "3600", "--rendezvous"])
+        .arg(&rv)
+        .arg(dir.join("merged"))
+        .arg(dir.join("shard-0"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Once its handler is in place (the kernel's mask of caught signals says so).
+    until("merge catches SIGTERM", || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let mask = s.lines().find(|l| l.starts_with("SigCgt:"))?[7..]
+                    .trim()
+                    .to_string();
+                u64::from_str_radix(&mask, 16).ok()
+            })
+            .is_some_and(|mask| mask & (1 << (libc::SIGTERM - 1)) != 0)
+    });
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let out = wait(child, "merge");
+    ended_with(&out, 130, &["stopped by a signal"]);
+}
