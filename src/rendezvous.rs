@@ -35,6 +35,10 @@ pub const START_LEAD: Duration = Duration::from_secs(5);
 pub const BEAT_EVERY: Duration = Duration::from_secs(1);
 /// How often the barrier looks for the others' `ready` files.
 const POLL: Duration = Duration::from_millis(50);
+/// A note dated further ahead of this host's clock than this is not this run's (or its
+/// writer's clock is broken): a heartbeat from the future would never go stale, a readiness
+/// from the future would put the start there.
+const MAX_AHEAD: Duration = Duration::from_secs(60);
 
 crate::choices! {
     /// What a shard does when another is lost.
@@ -236,6 +240,13 @@ pub fn count_in(dir: &Path) -> Option<Result<u32, String>> {
 /// should be running (`now_ns` by this host's clock). None when it is fine.
 pub fn lost_because(beat: &Beat, now_ns: u64, timeout: Duration) -> Option<String> {
     let age_s = now_ns.saturating_sub(beat.unix_ns) as f64 / 1e9;
+    let ahead_s = beat.unix_ns.saturating_sub(now_ns) as f64 / 1e9;
+    if ahead_s > MAX_AHEAD.as_secs_f64() {
+        return Some(format!(
+            "wrote a heartbeat dated {ahead_s:.0} s ahead of this host's clock (not this \
+             run's, or a clock far off): it cannot be told from a silent one"
+        ));
+    }
     match beat.state {
         Some(State::Failed) => Some(format!(
             "failed: {}",
@@ -248,6 +259,37 @@ pub fn lost_because(beat: &Beat, now_ns: u64, timeout: Duration) -> Option<Strin
         )),
         _ => None,
     }
+}
+
+/// A readiness older than the barrier's own timeout is an earlier run's (its shard would
+/// have given up since); one dated far ahead would put the start there.
+/// `now`: the reference clock (readiness notes are stamped on it).
+fn stale_or_ahead(
+    dir: &Path,
+    i: u32,
+    n: &ReadyNote,
+    now: u64,
+    timeout: Duration,
+) -> Result<(), String> {
+    let path = ready_path(dir, i);
+    let ago_s = now.saturating_sub(n.unix_ns) as f64 / 1e9;
+    let ahead_s = n.unix_ns.saturating_sub(now) as f64 / 1e9;
+    if ahead_s > MAX_AHEAD.as_secs_f64() {
+        return Err(format!(
+            "{}: shard {i} says it was ready {ahead_s:.0} s from now (its clock, or the note, \
+             is wrong); give each run a directory of its own",
+            path.display()
+        ));
+    }
+    // The slack: a shard's clock may read a little behind the writer's.
+    if ago_s > timeout.as_secs_f64() + MAX_AHEAD.as_secs_f64() {
+        return Err(format!(
+            "{}: shard {i} was ready {ago_s:.0} s ago, longer than --ready-timeout: the note \
+             is an earlier run's; give each run a directory of its own (or empty this one)",
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 impl Rendezvous {
@@ -414,7 +456,12 @@ impl Rendezvous {
                             id(&run_id),
                         ));
                     }
-                    Some(n) => latest = latest.max(n.unix_ns),
+                    Some(n) => {
+                        let now =
+                            unix_ns_now().saturating_add_signed(self.clock_offset_ns.unwrap_or(0));
+                        stale_or_ahead(&self.dir, i, &n, now, timeout)?;
+                        latest = latest.max(n.unix_ns);
+                    }
                     None => waiting.push(i),
                 }
                 if let Some(b) = read_note::<Beat>(&live_path(&self.dir, i))? {
@@ -459,12 +506,15 @@ impl Rendezvous {
         (0..self.count)
             .filter(|&i| i != self.index)
             .filter_map(|i| {
+                let waited = self.joined.elapsed() > self.heartbeat_timeout;
                 let why = match read_note::<Beat>(&live_path(&self.dir, i)) {
                     Ok(Some(b)) => lost_because(&b, now, self.heartbeat_timeout),
-                    Ok(None) if self.joined.elapsed() > self.heartbeat_timeout => Some(format!(
+                    Ok(None) if waited => Some(format!(
                         "never wrote a heartbeat in {} s",
                         self.heartbeat_timeout.as_secs()
                     )),
+                    // Written whole and renamed: one that cannot be read is no heartbeat.
+                    Err(e) if waited => Some(format!("has a heartbeat that cannot be read: {e}")),
                     _ => None,
                 };
                 why.map(|why| (i, format!("shard {i}/{} {why}", self.count)))
@@ -577,6 +627,7 @@ mod tests {
             .unwrap();
         assert_eq!(starts[0], latest + START_LEAD.as_nanos() as u64);
         // A second run in the same directory is refused, and so is another run's shard.
+        let ready_before = read_note::<ReadyNote>(&ready_path(&d, 0)).unwrap();
         let again = Rendezvous::join(&d, 0, 3, None, Duration::from_secs(10))
             .err()
             .unwrap();
@@ -588,7 +639,10 @@ mod tests {
             (refused[0].index, refused[0].why.as_str()),
             (0, again.as_str())
         );
-        assert_eq!(beat(&d, 0).unwrap().state, Some(State::Ready));
+        assert_eq!(
+            read_note::<ReadyNote>(&ready_path(&d, 0)).unwrap(),
+            ready_before
+        );
         let d2 = dir("other");
         let mut a = Rendezvous::join(&d2, 0, 2, None, Duration::from_secs(10)).unwrap();
         let mut b = Rendezvous::join(&d2, 1, 2, None, Duration::from_secs(10)).unwrap();
@@ -639,6 +693,70 @@ mod tests {
         write_whole(&live_path(&d, 0), &claims).unwrap();
         let err = count_in(&d).unwrap().unwrap_err();
         assert!(err.contains("claiming 4294967295 shards"), "{err}");
+        let _ = fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn notes_from_another_time_or_unreadable_ones_do_not_pass_for_this_run() {
+        let d = dir("hostile-notes");
+        let a = Rendezvous::join(&d, 0, 2, None, Duration::from_secs(2)).unwrap();
+        // A heartbeat dated a day ahead never goes stale: it is lost at once.
+        let future = Beat {
+            index: 1,
+            count: 2,
+            unix_ns: unix_ns_now() + 86_400_000_000_000,
+            state: Some(State::Running),
+            ..Beat::default()
+        };
+        write_whole(&live_path(&d, 1), &future).unwrap();
+        let lost = a.lost_peers();
+        assert!(lost[0].1.contains("dated 86400 s ahead"), "{lost:?}");
+        // A heartbeat that is not one is lost once the timeout has passed since joining.
+        fs::write(live_path(&d, 1), b"{not json").unwrap();
+        let joined = Instant::now();
+        assert_eq!(a.lost_peers(), []);
+        while joined.elapsed() <= Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let lost = a.lost_peers();
+        assert!(lost[0].1.contains("cannot be read"), "{lost:?}");
+        drop(a);
+        // A leftover readiness (with a "done" heartbeat beside it) from long ago, or one from
+        // the future: the barrier refuses instead of starting alone, or at that time.
+        for (name, at, says) in [
+            ("old", unix_ns_now() - 3_600_000_000_000, "ready 3600 s ago"),
+            (
+                "ahead",
+                unix_ns_now() + 3_600_000_000_000,
+                "3600 s from now",
+            ),
+        ] {
+            let d = dir(&format!("hostile-ready-{name}"));
+            let mut a = Rendezvous::join(&d, 0, 2, None, Duration::from_secs(2)).unwrap();
+            let note = ReadyNote {
+                index: 1,
+                count: 2,
+                run: "t".into(),
+                run_id: None,
+                unix_ns: at,
+                host: "h".into(),
+                clock_offset_ns: None,
+            };
+            write_whole(&ready_path(&d, 1), &note).unwrap();
+            let done = Beat {
+                index: 1,
+                count: 2,
+                unix_ns: unix_ns_now(),
+                state: Some(State::Done),
+                ..Beat::default()
+            };
+            write_whole(&live_path(&d, 1), &done).unwrap();
+            let e = a
+                .wait_ready("t", Duration::from_secs(600), || false)
+                .unwrap_err();
+            assert!(e.contains(says), "{e}");
+            let _ = fs::remove_dir_all(d);
+        }
         let _ = fs::remove_dir_all(d);
     }
 

@@ -185,6 +185,21 @@ pub fn manifest(p: &K8sJobPlan) -> String {
         p.deadline_s + MERGE_SLACK_S,
     );
     merge_job["spec"]["backoffLimit"] = json!(0);
+    let mut text = header(p, &results);
+    for job in [shards_job, merge_job] {
+        text.push_str("---\n");
+        yaml_map(
+            job.as_object().expect("a Job is an object"),
+            0,
+            false,
+            &mut text,
+        );
+    }
+    text
+}
+
+/// The manifest's opening comment: what the run is and how it goes.
+fn header(p: &K8sJobPlan, results: &str) -> String {
     let start = match p.start_at_unix_ns {
         Some(at) => format!(
             "starting together at {}",
@@ -194,7 +209,7 @@ pub fn manifest(p: &K8sJobPlan) -> String {
             format!("starting together 5 s after the last pod is ready (barrier in {results}/meet)")
         }
     };
-    let mut text = format!(
+    format!(
         "# llmreplay {}: run {} of {} shards, for Kubernetes {MIN_KUBERNETES} or newer,\n\
          # {start}.\n\
          # Apply both Jobs at once (kubectl apply -f FILE). A shard that fails or is lost stops\n\
@@ -207,17 +222,7 @@ pub fn manifest(p: &K8sJobPlan) -> String {
         p.run_id,
         p.shards,
         p.results_claim
-    );
-    for job in [shards_job, merge_job] {
-        text.push_str("---\n");
-        yaml_map(
-            job.as_object().expect("a Job is an object"),
-            0,
-            false,
-            &mut text,
-        );
-    }
-    text
+    )
 }
 
 /// A key as YAML: plain when it is a simple name, else JSON-quoted.

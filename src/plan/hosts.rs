@@ -403,32 +403,14 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
     if a.deadline == 0 {
         return Err(Error::Usage("--deadline must be at least 1 s".into()));
     }
-    let name_ok = !a.name.is_empty()
-        && a.name.len() <= 52
-        && a.name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !a.name.starts_with('-')
-        && !a.name.ends_with('-');
-    if !name_ok {
-        return Err(Error::Usage(format!(
-            "--name {:?}: a Job name is lower-case letters, digits and '-', at most 52 long",
-            a.name
-        )));
-    }
-    let run_id = match &a.run_id {
-        Some(id) => label_value(id)?,
-        None => {
-            let at = wall_start::rfc3339_utc(wall_start::unix_ns_now());
-            let digits: String = at.chars().filter(char::is_ascii_digit).take(14).collect();
-            format!("{}-{}", &digits[..8], &digits[8..])
-        }
-    };
     Ok(K8sJobPlan {
         shards: a.shards,
         image: a.image.clone(),
-        name: a.name.clone(),
-        run_id,
+        name: job_name(&a.name)?,
+        run_id: match &a.run_id {
+            Some(id) => label_value(id)?,
+            None => minted_manifest_id(),
+        },
         namespace: a.namespace.clone(),
         start_at_unix_ns,
         cpu: a.cpu.clone(),
@@ -441,6 +423,31 @@ pub fn k8s_job_plan(a: &crate::cli::K8sJobArgs) -> Result<K8sJobPlan> {
         secret_env,
         warnings,
     })
+}
+
+/// `k8s-job --name`: lower-case letters, digits and '-', at most 52 (the Indexed Job's pod
+/// names add an index and a suffix within Kubernetes' 63).
+fn job_name(name: &str) -> Result<String> {
+    let ok = !name.is_empty()
+        && name.len() <= 52
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    match ok {
+        true => Ok(name.to_string()),
+        false => Err(Error::Usage(format!(
+            "--name {name:?}: a Job name is lower-case letters, digits and '-', at most 52 long"
+        ))),
+    }
+}
+
+/// A manifest's run id when none is given: when it is written, `YYYYMMDD-HHMMSS` (UTC).
+fn minted_manifest_id() -> String {
+    let at = wall_start::rfc3339_utc(wall_start::unix_ns_now());
+    let digits: String = at.chars().filter(char::is_ascii_digit).take(14).collect();
+    format!("{}-{}", &digits[..8], &digits[8..])
 }
 
 /// `k8s-job --run-id`: a run id that is also a Kubernetes label value (at most 63, starting
