@@ -10,22 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::common::{
-    self, bin, path, read_json, read_jsonl, replay_against, temp_dir, tokenizer, MockProcess,
+    self, bin, path, plain_trace, read_json, read_jsonl, replay_against, temp_dir, tokenizer,
+    MockProcess,
 };
-
-/// Mooncake records `every_ms` apart, each its own conversation-less prompt.
-fn plain_trace(dir: &Path, n: u64, every_ms: u64) -> PathBuf {
-    let lines: Vec<String> = (0..n)
-        .map(|i| {
-            json!({"timestamp": i * every_ms, "input_length": 40, "output_length": 4,
-                   "hash_ids": [i * 3, i * 3 + 1, i * 3 + 2]})
-            .to_string()
-        })
-        .collect();
-    let trace = dir.join("trace.jsonl");
-    std::fs::write(&trace, lines.join("\n")).unwrap();
-    trace
-}
 
 /// Waits (bounded: a hang fails the test instead of the suite) for a child to exit.
 fn wait(child: Child, what: &str) -> Output {

@@ -8,9 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::json;
-
-use crate::common::{bin, path, read_json, read_jsonl, temp_dir, tokenizer, MockProcess};
+use crate::common::{
+    bin, path, plain_trace, read_json, read_jsonl, temp_dir, tokenizer, MockProcess,
+};
 
 /// Starts `SLURM_NTASKS` copies of the command after its options, each with SLURM_PROCID,
 /// its output to `--output` (`%t` the task); with KILL_TASK=I, kills task I once its
@@ -55,15 +55,7 @@ fn job(name: &str, records: u64, every_ms: u64) -> Job {
     let srun = fake.join("srun");
     std::fs::write(&srun, SRUN).unwrap();
     std::fs::set_permissions(&srun, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let lines: Vec<String> = (0..records)
-        .map(|i| {
-            json!({"timestamp": i * every_ms, "input_length": 40, "output_length": 4,
-                   "hash_ids": [i * 3, i * 3 + 1, i * 3 + 2]})
-            .to_string()
-        })
-        .collect();
-    let trace = dir.join("trace.jsonl");
-    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let trace = plain_trace(&dir, records, every_ms);
     let mock = MockProcess::start(&["--ttft-ms", "1", "--itl-ms", "1"]);
     Job { dir, trace, mock }
 }

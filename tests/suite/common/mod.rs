@@ -351,3 +351,17 @@ pub fn mock_bodies(stats: &llmreplay::mock::MockStats) -> Vec<Value> {
         .map(|(_, b)| serde_json::from_str(b).unwrap())
         .collect()
 }
+
+/// Mooncake records `every_ms` apart, each its own conversation-less prompt.
+pub fn plain_trace(dir: &Path, n: u64, every_ms: u64) -> PathBuf {
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            serde_json::json!({"timestamp": i * every_ms, "input_length": 40, "output_length": 4,
+                   "hash_ids": [i * 3, i * 3 + 1, i * 3 + 2]})
+            .to_string()
+        })
+        .collect();
+    let trace = dir.join("trace.jsonl");
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    trace
+}
