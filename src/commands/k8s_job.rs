@@ -31,6 +31,89 @@ const IMAGE_UID: u64 = 65532;
 /// The two Jobs, as one YAML stream.
 pub fn manifest(p: &K8sJobPlan) -> String {
     let results = format!("{RESULTS_DIR}/{}/{}", p.name, p.run_id);
+    let (mounts, volumes) = volumes(p);
+    let mut text = header(p, &results);
+    for job in [
+        shards_job(p, &results, mounts, &volumes),
+        merge_job(p, &results, &volumes[0]),
+    ] {
+        text.push_str("---\n");
+        yaml_map(
+            job.as_object().expect("a Job is an object"),
+            0,
+            false,
+            &mut text,
+        );
+    }
+    text
+}
+
+/// The shard pods' volume mounts and the volumes: results, and the inputs when given.
+fn volumes(p: &K8sJobPlan) -> (Vec<Value>, Vec<Value>) {
+    let mut mounts = vec![json!({"name": "results", "mountPath": RESULTS_DIR})];
+    let mut volumes = vec![json!({
+        "name": "results",
+        "persistentVolumeClaim": {"claimName": p.results_claim},
+    })];
+    match &p.inputs {
+        Inputs::None => {}
+        Inputs::ConfigMap(name) => {
+            mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));
+            volumes.push(json!({"name": "inputs", "configMap": {"name": name}}));
+        }
+        Inputs::Claim(claim) => {
+            mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));
+            volumes.push(json!({
+                "name": "inputs",
+                "persistentVolumeClaim": {"claimName": claim, "readOnly": true},
+            }));
+        }
+    }
+    (mounts, volumes)
+}
+
+/// A Job of one container, as both are: labelled with the run, non-root on a read-only
+/// root (it writes only to /results), no restarts, deleted a day after it ends.
+fn job(p: &K8sJobPlan, name: &str, mut container: Value, volumes: Value, deadline_s: u64) -> Value {
+    let labels = json!({"app.kubernetes.io/name": "llmreplay", "llmreplay/run": p.name,
+                        "llmreplay/run-id": p.run_id});
+    let mut metadata = json!({"name": name, "labels": labels});
+    if let Some(ns) = &p.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    container["securityContext"] = json!({
+        "runAsNonRoot": true,
+        "runAsUser": IMAGE_UID,
+        "readOnlyRootFilesystem": true,
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+    });
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "activeDeadlineSeconds": deadline_s,
+            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    // A volume owned by root is made writable for the image's group.
+                    "securityContext": {
+                        "fsGroup": IMAGE_UID,
+                        "fsGroupChangePolicy": "OnRootMismatch",
+                    },
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    })
+}
+
+/// The Indexed Job: one pod a shard, each `replay` with the user's options and the run's.
+fn shards_job(p: &K8sJobPlan, results: &str, mounts: Vec<Value>, volumes: &[Value]) -> Value {
     let mut args: Vec<Value> = vec![json!("replay")];
     args.extend(p.replay.iter().map(|a| json!(a)));
     args.extend([
@@ -66,66 +149,8 @@ pub fn manifest(p: &K8sJobPlan) -> String {
             json!({"name": "LLMREPLAY_START_AT", "value": (at / 1_000_000).to_string()}),
         );
     }
-    let mut mounts = vec![json!({"name": "results", "mountPath": RESULTS_DIR})];
-    let mut volumes = vec![json!({
-        "name": "results",
-        "persistentVolumeClaim": {"claimName": p.results_claim},
-    })];
-    match &p.inputs {
-        Inputs::None => {}
-        Inputs::ConfigMap(name) => {
-            mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));
-            volumes.push(json!({"name": "inputs", "configMap": {"name": name}}));
-        }
-        Inputs::Claim(claim) => {
-            mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));
-            volumes.push(json!({
-                "name": "inputs",
-                "persistentVolumeClaim": {"claimName": claim, "readOnly": true},
-            }));
-        }
-    }
-    let labels = json!({"app.kubernetes.io/name": "llmreplay", "llmreplay/run": p.name,
-                        "llmreplay/run-id": p.run_id});
-    // The image runs as a non-root user on a read-only root: it writes only to /results.
-    let security = json!({
-        "runAsNonRoot": true,
-        "runAsUser": IMAGE_UID,
-        "readOnlyRootFilesystem": true,
-        "allowPrivilegeEscalation": false,
-        "capabilities": {"drop": ["ALL"]},
-    });
-    let job = |name: &str, container: Value, volumes: Value, deadline_s: u64| {
-        let mut metadata = json!({"name": name, "labels": labels});
-        if let Some(ns) = &p.namespace {
-            metadata["namespace"] = json!(ns);
-        }
-        let mut container = container;
-        container["securityContext"] = security.clone();
-        json!({
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": metadata,
-            "spec": {
-                "activeDeadlineSeconds": deadline_s,
-                "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        // A volume owned by root is made writable for the image's group.
-                        "securityContext": {
-                            "fsGroup": IMAGE_UID,
-                            "fsGroupChangePolicy": "OnRootMismatch",
-                        },
-                        "containers": [container],
-                        "volumes": volumes,
-                    },
-                },
-            },
-        })
-    };
     let mut shards_job = job(
+        p,
         &p.name,
         json!({
             "name": "replay",
@@ -163,39 +188,35 @@ pub fn manifest(p: &K8sJobPlan) -> String {
         "labelSelector": {"matchLabels": {"llmreplay/run": p.name, "llmreplay/part": "shard"}},
     }]);
     spec["template"]["metadata"]["labels"]["llmreplay/part"] = json!("shard");
-    let mut merge_args = vec![json!("merge"), json!(format!("{results}/merged"))];
-    merge_args.extend((0..p.shards).map(|i| json!(format!("{results}/shard-{i}"))));
+    shards_job
+}
+
+/// The Job that waits for the shards and merges them (the results volume only).
+fn merge_job(p: &K8sJobPlan, results: &str, results_volume: &Value) -> Value {
+    let mut args = vec![json!("merge"), json!(format!("{results}/merged"))];
+    args.extend((0..p.shards).map(|i| json!(format!("{results}/shard-{i}"))));
     // No --force: a merged run already there is this run's, merged once.
-    merge_args.extend([
+    args.extend([
         json!("--rendezvous"),
         json!(format!("{results}/meet")),
         json!("--wait"),
         json!(p.deadline_s.to_string()),
     ]);
     let mut merge_job = job(
+        p,
         &format!("{}-merge", p.name),
         json!({
             "name": "merge",
             "image": p.image,
-            "args": merge_args,
+            "args": args,
             "resources": {"requests": {"cpu": "1", "memory": p.memory}, "limits": {"memory": p.memory}},
             "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
         }),
-        json!([volumes[0]]),
+        json!([results_volume]),
         p.deadline_s + MERGE_SLACK_S,
     );
     merge_job["spec"]["backoffLimit"] = json!(0);
-    let mut text = header(p, &results);
-    for job in [shards_job, merge_job] {
-        text.push_str("---\n");
-        yaml_map(
-            job.as_object().expect("a Job is an object"),
-            0,
-            false,
-            &mut text,
-        );
-    }
-    text
+    merge_job
 }
 
 /// The manifest's opening comment: what the run is and how it goes.

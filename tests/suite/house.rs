@@ -458,3 +458,201 @@ fn a_plan_built_in_code_has_the_command_lines_defaults() {
     let built = llmreplay::plan::ReplayPlan::new("t.jsonl".into(), parsed.targets.clone());
     assert_eq!(format!("{built:#?}"), format!("{parsed:#?}"));
 }
+
+/// Rust source with comments, strings and char literals blanked (newlines kept), so that a
+/// brace count sees only code.
+fn code_only(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    // Everything from `from` to `to` (exclusive) as its newlines only.
+    let blank = |out: &mut String, from: usize, to: usize| {
+        out.push_str("\"\"");
+        out.extend(b[from..to].iter().filter(|&&c| c == b'\n').map(|_| '\n'));
+    };
+    while i < b.len() {
+        let rest = &b[i..];
+        let end = if rest.starts_with(b"//") {
+            i + rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len())
+        } else if rest.starts_with(b"/*") {
+            i + text[i..].find("*/").map_or(rest.len(), |e| e + 2)
+        } else if rest.starts_with(b"r\"") || rest.starts_with(b"r#") {
+            let hashes = rest[1..].iter().take_while(|&&c| c == b'#').count();
+            if rest.get(1 + hashes) != Some(&b'"') {
+                out.push('r');
+                i += 1;
+                continue;
+            }
+            let close = format!("\"{}", "#".repeat(hashes));
+            let body = i + 2 + hashes;
+            body + text[body..]
+                .find(&close)
+                .map_or(b.len() - body, |e| e + close.len())
+        } else if rest[0] == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            j + 1
+        } else if rest[0] == b'\'' && (rest.get(1) == Some(&b'\\') || rest.get(2) == Some(&b'\'')) {
+            // A char literal ('{', '\n', '\u{7b}'); a lifetime ('a) has no closing quote.
+            let mut j = i + 2;
+            while j < b.len() && b[j] != b'\'' {
+                j += 1;
+            }
+            j + 1
+        } else {
+            out.push(b[i] as char);
+            i += 1;
+            continue;
+        };
+        blank(&mut out, i, end.min(b.len()));
+        i = end.min(b.len());
+    }
+    out
+}
+
+/// The line of the `}` that closes the block opening at or after line `start`; None for a
+/// declaration with no body.
+fn block_end(lines: &[&str], start: usize) -> Option<usize> {
+    let (mut depth, mut seen) = (0i64, false);
+    for (i, l) in lines.iter().enumerate().skip(start) {
+        depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+        seen |= l.contains('{');
+        if seen && depth <= 0 {
+            return Some(i);
+        }
+        if !seen && l.trim_end().ends_with(';') {
+            return None;
+        }
+    }
+    None
+}
+
+/// The name of the function a line declares, if it does.
+fn declares_fn(line: &str) -> Option<&str> {
+    let mut l = line.trim_start();
+    if let Some(rest) = l.strip_prefix("pub") {
+        l = match rest.strip_prefix('(') {
+            Some(r) => r.split_once(')')?.1,
+            None => rest,
+        }
+        .trim_start();
+    }
+    for word in ["const ", "async ", "unsafe "] {
+        l = l.strip_prefix(word).unwrap_or(l).trim_start();
+    }
+    let name = l.strip_prefix("fn ")?;
+    let end = name
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(name.len());
+    (end > 0).then(|| &name[..end])
+}
+
+/// Every function of the `.rs` files under `src` longer than `limit` lines, as
+/// (`file:name`, lines), test modules left out.
+fn long_functions(src: &Path, limit: usize) -> Vec<(String, usize)> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut long = Vec::new();
+    for f in files {
+        let text = code_only(&std::fs::read_to_string(&f).unwrap());
+        let lines: Vec<&str> = text.split('\n').collect();
+        let file = f.strip_prefix(src).unwrap().display().to_string();
+        let mut i = 0;
+        while i < lines.len() {
+            let next_is_mod = lines.get(i + 1).is_some_and(|n| {
+                let n = n.trim_start();
+                n.starts_with("mod ") || n.starts_with("pub mod ")
+            });
+            if lines[i].trim_start().starts_with("#[cfg(test)]") && next_is_mod {
+                i = block_end(&lines, i + 1).map_or(i + 1, |e| e + 1);
+                continue;
+            }
+            if let Some(name) = declares_fn(lines[i]) {
+                if let Some(end) = block_end(&lines, i) {
+                    if end - i + 1 > limit {
+                        long.push((format!("{file}:{name}"), end - i + 1));
+                    }
+                }
+            }
+            i += 1;
+        }
+    }
+    long.sort();
+    long
+}
+
+/// Functions of `src/` are at most [`FUNCTION_LIMIT`] lines, but for those on a list that
+/// may only shrink: each listed with the most lines it may have. A new long function fails,
+/// a listed one that grew fails, and one that got short enough must leave the list.
+const FUNCTION_LIMIT: usize = 120;
+const LONG_FUNCTIONS: [(&str, usize); 11] = [
+    // Conversions from flags: one field after another.
+    ("plan.rs:from_args", 257),
+    ("commands/replay/run_json.rs:run_json", 232),
+    ("commands/replay/describe.rs:describe", 152),
+    // To split by meaning (issue: the engine a stranger can change).
+    ("mock/request.rs:take_request", 269),
+    ("commands/replay/mod.rs:start", 252),
+    ("lib.rs:run", 191),
+    ("report/html.rs:report", 187),
+    ("commands/replay/collect.rs:collect", 174),
+    ("trace/parse.rs:parse_record", 139),
+    ("commands/replay/setup.rs:scan_trace", 126),
+    ("trace/otel.rs:task", 125),
+];
+
+fn function_bar(src: &Path) -> Vec<String> {
+    let long = long_functions(src, FUNCTION_LIMIT);
+    let mut wrong = Vec::new();
+    for (name, lines) in &long {
+        match LONG_FUNCTIONS.iter().find(|(n, _)| n == name) {
+            None => wrong.push(format!(
+                "src/{name}: {lines} lines (at most {FUNCTION_LIMIT}): split it by meaning"
+            )),
+            Some((_, most)) if lines > most => wrong.push(format!(
+                "src/{name}: {lines} lines, longer than the {most} it is allowed: it may only \
+                 shrink"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (name, _) in LONG_FUNCTIONS {
+        if !long.iter().any(|(n, _)| n == name) {
+            wrong.push(format!(
+                "src/{name} is no longer over {FUNCTION_LIMIT} lines (or gone): take it off \
+                 LONG_FUNCTIONS"
+            ));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn no_function_over_120_lines_but_those_on_a_list_that_only_shrinks() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let wrong = function_bar(&src);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A long function planted in a small tree is found, however its braces hide in strings,
+/// chars and comments; a test module's is not counted.
+#[test]
+fn a_planted_long_function_is_found() {
+    let dir = crate::common::temp_dir("house-functions");
+    let body = |n: usize| "    let _x = 1;\n".repeat(n);
+    let text = format!(
+        "pub(crate) fn long() {{\n    let s = \"}}}}\"; let c = '}}'; // }}\n    /* }} */\n{}}}\n\
+         fn short() {{\n{}}}\n#[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}    }}\n}}\n",
+        body(125),
+        body(10),
+        body(200)
+    );
+    std::fs::write(dir.join("lib.rs"), text).unwrap();
+    assert_eq!(
+        long_functions(&dir, FUNCTION_LIMIT),
+        [("lib.rs:long".to_string(), 129)]
+    );
+    assert!(function_bar(&dir)[0].contains("src/lib.rs:long: 129 lines (at most 120)"));
+}
