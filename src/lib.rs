@@ -96,194 +96,220 @@ pub fn temporary_files_beside_outputs(cli: &Cli) {
 /// its own status (CONTRACT §2).
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Replay(args) => {
-            let plan = ReplayPlan::from_args(&args)?;
-            if plan.dry_run {
-                commands::replay::dry_run(&plan)?;
-                return Ok(0);
-            }
-            sys::stop::install_signal_handlers();
-            let outcome = commands::replay::run(&plan)?;
-            print_summary(&outcome.summary, plan.output_format);
-            if plan.tls.insecure {
-                eprintln!("note: --insecure: server certificates were not verified");
-            }
-            let place = match &outcome.copy_path {
-                None => format!("results in {}", outcome.dir.display()),
-                Some(copy) => format!(
-                    "results in {} (requests also in {})",
-                    outcome.dir.display(),
-                    copy.display()
-                ),
-            };
-            let ending = &outcome.ending;
-            match ending {
-                Ending::Completed => eprintln!("{place}"),
-                Ending::Signal => eprintln!("stopped early by a signal; {place}"),
-                Ending::MaxErrorRate { reason }
-                | Ending::WriteFailed { reason }
-                | Ending::ShardLost { reason } => {
-                    eprintln!("{place}\nerror: {reason}")
-                }
-                Ending::NoSuccess { failed, hint } => {
-                    let first = outcome.summary.first_error_by_kind.iter().next();
-                    eprintln!(
-                        "{place}\nerror: no request succeeded ({failed} failed){}",
-                        first.map_or(String::new(), |(kind, m)| format!(
-                            "; first {kind} error: {m}"
-                        ))
-                    );
-                    if let Some(hint) = hint {
-                        eprintln!("hint: {hint}");
-                    }
-                }
-            }
-            // What summary.json says (`ended.exit_code`: --strict's 4 included) is what the
-            // process exits with.
-            let said = outcome.summary.ended.as_ref();
-            let code = said.and_then(|e| e["exit_code"].as_i64());
-            Ok(code.map_or(ending.exit_code(), |c| c as i32))
+        Command::Replay(args) => replay_command(&args),
+        Command::Sweep(args) => sweep_command(&args),
+        Command::Mock(args) => mock_command(&args),
+        Command::Report(args) => report_command(&args),
+        Command::Prompts(args) => prompts_command(&args),
+        Command::Calibrate(args) => calibrate_command(&args),
+        Command::Merge(args) => merge_command(&args),
+        Command::Watch(args) => watch_command(&args),
+        Command::K8sJob(args) => k8s_job_command(&args),
+        Command::Inspect(args) => inspect_command(&args),
+    }
+}
+
+/// `replay`: the run, its summary, where its results are, and its exit status.
+fn replay_command(args: &cli::ReplayArgs) -> Result<i32> {
+    let plan = ReplayPlan::from_args(args)?;
+    if plan.dry_run {
+        commands::replay::dry_run(&plan)?;
+        return Ok(0);
+    }
+    sys::stop::install_signal_handlers();
+    let outcome = commands::replay::run(&plan)?;
+    print_summary(&outcome.summary, plan.output_format);
+    if plan.tls.insecure {
+        eprintln!("note: --insecure: server certificates were not verified");
+    }
+    let place = match &outcome.copy_path {
+        None => format!("results in {}", outcome.dir.display()),
+        Some(copy) => format!(
+            "results in {} (requests also in {})",
+            outcome.dir.display(),
+            copy.display()
+        ),
+    };
+    let ending = &outcome.ending;
+    match ending {
+        Ending::Completed => eprintln!("{place}"),
+        Ending::Signal => eprintln!("stopped early by a signal; {place}"),
+        Ending::MaxErrorRate { reason }
+        | Ending::WriteFailed { reason }
+        | Ending::ShardLost { reason } => {
+            eprintln!("{place}\nerror: {reason}")
         }
-        Command::Sweep(args) => {
-            let plan = plan::SweepPlan::from_args(&args)?;
-            sys::stop::install_signal_handlers();
-            let sweep = commands::sweep::run(&plan)?;
-            print!("{}", sweep.table());
-            eprintln!("sweep results in {}", plan.dir.display());
-            Ok(match (sweep.stopped, sweep.passed) {
-                (true, _) => STOPPED_EXIT_CODE,
-                (false, Some(_)) => 0,
-                (false, None) => NO_SUCCESS_EXIT_CODE,
-            })
-        }
-        Command::Mock(args) => {
-            let cfg = plan::mock_config(&args)?;
-            match &cfg.counting {
-                mock::PromptCounting::Approximate => eprintln!(
-                    "mock: no --tokenizer: usage.prompt_tokens counts words, an estimate; each \
-                     response says so ({}) and llmreplay reports input lengths as not checked",
-                    mock::APPROXIMATE_COUNT_HEADER
-                ),
-                _ => eprintln!(
-                    "mock: counting prompts with the tokenizer on {} background threads, and one \
-                     for requests that wait on their count",
-                    cfg.count_threads
-                ),
+        Ending::NoSuccess { failed, hint } => {
+            let first = outcome.summary.first_error_by_kind.iter().next();
+            eprintln!(
+                "{place}\nerror: no request succeeded ({failed} failed){}",
+                first.map_or(String::new(), |(kind, m)| format!(
+                    "; first {kind} error: {m}"
+                ))
+            );
+            if let Some(hint) = hint {
+                eprintln!("hint: {hint}");
             }
-            let server = mock::MockServer::start(args.listen, cfg)
-                .map_err(|e| Error::Run(format!("mock: cannot listen on {}: {e}", args.listen)))?;
-            println!("listening on {}", server.addr());
-            let _ = std::io::stdout().flush();
-            server
-                .wait()
-                .map_err(|e| Error::Run(format!("mock: {e}")))?;
-            Ok(0)
-        }
-        Command::Report(args) => {
-            let render = plan::render_options(&args.results)?;
-            let format = args.results.output_format;
-            match commands::report::run(&args.dirs, args.output.as_deref(), &render, format)? {
-                Reported::One(summary, dir) => {
-                    print_summary(&summary, format);
-                    eprintln!(
-                        "re-rendered summary.json, summary.txt, report.html, results.xlsx in {}",
-                        dir.display()
-                    );
-                }
-                Reported::Compared { page } => {
-                    eprintln!("comparison page in {}", page.display())
-                }
-            }
-            Ok(0)
-        }
-        Command::Prompts(args) => {
-            let report = commands::prompts::run(&PromptsPlan::from_args(&args)?)?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).expect("report serialises")
-                );
-            } else {
-                print!("{report}");
-            }
-            match &report.verify {
-                Some(v) if v.failed() > 0 || v.prefix_pairs_differing > 0 => {
-                    Err(Error::Run(format!(
-                        "{} of {} verified prompts are not exact, {} shared prefixes differ",
-                        v.failed(),
-                        v.checked,
-                        v.prefix_pairs_differing
-                    )))
-                }
-                _ => Ok(0),
-            }
-        }
-        Command::Calibrate(args) => {
-            let calibration =
-                commands::calibrate::run(&CalibratePlan::from_args(&args)?, args.json)?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&calibration).expect("calibration serialises")
-                );
-            } else {
-                print!("{calibration}");
-            }
-            Ok(0)
-        }
-        Command::Merge(args) => {
-            crate::sys::stop::exit_on_signal();
-            let merged = commands::merge::run(&plan::hosts::merge_plan(&args)?)?;
-            print_summary(&merged.summary, args.results.output_format);
-            eprint!("{merged}");
-            eprintln!("merged run in {}", merged.dir.display());
-            Ok(merged
-                .summary
-                .ended
-                .as_ref()
-                .and_then(|e| e["exit_code"].as_i64())
-                .map_or(0, |c| c as i32))
-        }
-        Command::Watch(args) => {
-            let view =
-                commands::watch::run(&plan::hosts::watch_plan(&args)?, |line| eprintln!("{line}"))?;
-            // As a run's: 2 when a shard failed, stopped or was lost.
-            Ok(match view.trouble.is_empty() {
-                true => 0,
-                false => ending::RUN_ERROR_EXIT_CODE,
-            })
-        }
-        Command::K8sJob(args) => {
-            let plan = plan::hosts::k8s_job_plan(&args)?;
-            for w in &plan.warnings {
-                eprintln!("warning: {w}");
-            }
-            print!("{}", commands::k8s_job::manifest(&plan));
-            Ok(0)
-        }
-        Command::Inspect(args) => {
-            let read = trace::ReadOptions {
-                skip_invalid: args.input.skip_invalid,
-                max_records: None,
-            };
-            let (_, stats) = commands::inspect(
-                &trace::TraceFile::resolve(&args.trace, None)?,
-                args.format,
-                args.block_size,
-                read,
-                args.input.strict,
-            )?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&stats).expect("stats serialise")
-                );
-            } else {
-                print!("{stats}");
-            }
-            Ok(0)
         }
     }
+    // What summary.json says (`ended.exit_code`: --strict's 4 included) is what the
+    // process exits with.
+    let said = outcome.summary.ended.as_ref();
+    let code = said.and_then(|e| e["exit_code"].as_i64());
+    Ok(code.map_or(ending.exit_code(), |c| c as i32))
+}
+
+/// `sweep`: the steps, their table, and whether any step passed.
+fn sweep_command(args: &cli::SweepArgs) -> Result<i32> {
+    let plan = plan::SweepPlan::from_args(args)?;
+    sys::stop::install_signal_handlers();
+    let sweep = commands::sweep::run(&plan)?;
+    print!("{}", sweep.table());
+    eprintln!("sweep results in {}", plan.dir.display());
+    Ok(match (sweep.stopped, sweep.passed) {
+        (true, _) => STOPPED_EXIT_CODE,
+        (false, Some(_)) => 0,
+        (false, None) => NO_SUCCESS_EXIT_CODE,
+    })
+}
+
+/// `mock`: serves until stopped.
+fn mock_command(args: &cli::MockArgs) -> Result<i32> {
+    let cfg = plan::mock_config(args)?;
+    match &cfg.counting {
+        mock::PromptCounting::Approximate => eprintln!(
+            "mock: no --tokenizer: usage.prompt_tokens counts words, an estimate; each \
+             response says so ({}) and llmreplay reports input lengths as not checked",
+            mock::APPROXIMATE_COUNT_HEADER
+        ),
+        _ => eprintln!(
+            "mock: counting prompts with the tokenizer on {} background threads, and one \
+             for requests that wait on their count",
+            cfg.count_threads
+        ),
+    }
+    let server = mock::MockServer::start(args.listen, cfg)
+        .map_err(|e| Error::Run(format!("mock: cannot listen on {}: {e}", args.listen)))?;
+    println!("listening on {}", server.addr());
+    let _ = std::io::stdout().flush();
+    server
+        .wait()
+        .map_err(|e| Error::Run(format!("mock: {e}")))?;
+    Ok(0)
+}
+
+/// `report`: one run rendered again, or several compared.
+fn report_command(args: &cli::ReportArgs) -> Result<i32> {
+    let render = plan::render_options(&args.results)?;
+    let format = args.results.output_format;
+    match commands::report::run(&args.dirs, args.output.as_deref(), &render, format)? {
+        Reported::One(summary, dir) => {
+            print_summary(&summary, format);
+            eprintln!(
+                "re-rendered summary.json, summary.txt, report.html, results.xlsx in {}",
+                dir.display()
+            );
+        }
+        Reported::Compared { page } => {
+            eprintln!("comparison page in {}", page.display())
+        }
+    }
+    Ok(0)
+}
+
+/// `prompts`: the prompts built (and checked, with `--verify`).
+fn prompts_command(args: &cli::PromptsArgs) -> Result<i32> {
+    let report = commands::prompts::run(&PromptsPlan::from_args(args)?)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("report serialises")
+        );
+    } else {
+        print!("{report}");
+    }
+    match &report.verify {
+        Some(v) if v.failed() > 0 || v.prefix_pairs_differing > 0 => Err(Error::Run(format!(
+            "{} of {} verified prompts are not exact, {} shared prefixes differ",
+            v.failed(),
+            v.checked,
+            v.prefix_pairs_differing
+        ))),
+        _ => Ok(0),
+    }
+}
+
+/// `calibrate`: the highest rate this host keeps on schedule.
+fn calibrate_command(args: &cli::CalibrateArgs) -> Result<i32> {
+    let calibration = commands::calibrate::run(&CalibratePlan::from_args(args)?, args.json)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&calibration).expect("calibration serialises")
+        );
+    } else {
+        print!("{calibration}");
+    }
+    Ok(0)
+}
+
+/// `merge`: the shards joined; the merged run's exit status.
+fn merge_command(args: &cli::MergeArgs) -> Result<i32> {
+    crate::sys::stop::exit_on_signal();
+    let merged = commands::merge::run(&plan::hosts::merge_plan(args)?)?;
+    print_summary(&merged.summary, args.results.output_format);
+    eprint!("{merged}");
+    eprintln!("merged run in {}", merged.dir.display());
+    Ok(merged
+        .summary
+        .ended
+        .as_ref()
+        .and_then(|e| e["exit_code"].as_i64())
+        .map_or(0, |c| c as i32))
+}
+
+/// `watch`: the shards' heartbeats until all end.
+fn watch_command(args: &cli::WatchArgs) -> Result<i32> {
+    let view = commands::watch::run(&plan::hosts::watch_plan(args)?, |line| eprintln!("{line}"))?;
+    // As a run's: 2 when a shard failed, stopped or was lost.
+    Ok(match view.trouble.is_empty() {
+        true => 0,
+        false => ending::RUN_ERROR_EXIT_CODE,
+    })
+}
+
+/// `k8s-job`: the manifest on stdout.
+fn k8s_job_command(args: &cli::K8sJobArgs) -> Result<i32> {
+    let plan = plan::hosts::k8s_job_plan(args)?;
+    for w in &plan.warnings {
+        eprintln!("warning: {w}");
+    }
+    print!("{}", commands::k8s_job::manifest(&plan));
+    Ok(0)
+}
+
+/// `inspect`: what a trace holds.
+fn inspect_command(args: &cli::InspectArgs) -> Result<i32> {
+    let read = trace::ReadOptions {
+        skip_invalid: args.input.skip_invalid,
+        max_records: None,
+    };
+    let (_, stats) = commands::inspect(
+        &trace::TraceFile::resolve(&args.trace, None)?,
+        args.format,
+        args.block_size,
+        read,
+        args.input.strict,
+    )?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&stats).expect("stats serialise")
+        );
+    } else {
+        print!("{stats}");
+    }
+    Ok(0)
 }
 
 fn print_summary(summary: &stats::Summary, format: OutputFormat) {

@@ -587,7 +587,7 @@ fn long_functions(src: &Path, limit: usize) -> Vec<(String, usize)> {
 /// may only shrink: each listed with the most lines it may have. A new long function fails,
 /// a listed one that grew fails, and one that got short enough must leave the list.
 const FUNCTION_LIMIT: usize = 120;
-const LONG_FUNCTIONS: [(&str, usize); 11] = [
+const LONG_FUNCTIONS: [(&str, usize); 10] = [
     // Conversions from flags: one field after another.
     ("plan.rs:from_args", 257),
     ("commands/replay/run_json.rs:run_json", 232),
@@ -595,7 +595,6 @@ const LONG_FUNCTIONS: [(&str, usize); 11] = [
     // To split by meaning (issue: the engine a stranger can change).
     ("mock/request.rs:take_request", 269),
     ("commands/replay/mod.rs:start", 252),
-    ("lib.rs:run", 191),
     ("report/html.rs:report", 187),
     ("commands/replay/collect.rs:collect", 174),
     ("trace/parse.rs:parse_record", 139),
