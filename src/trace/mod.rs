@@ -76,6 +76,36 @@ crate::choices! {
 }
 
 impl Format {
+    /// What `--format auto` saw to take a trace for this format (the plan line says it).
+    pub fn recognised_by(self) -> &'static str {
+        match self {
+            Format::Auto => "",
+            Format::Mooncake => "the first record has no chat_id; timestamps in ms",
+            Format::Bailian => "the first record has chat_id; timestamps in s",
+            Format::Azure => "a CSV header with TIMESTAMP, ContextTokens, GeneratedTokens",
+            Format::Burstgpt => "a CSV header with Timestamp, Request tokens, Response tokens",
+            Format::Tracelab => {
+                "a CSV header with session_id, round_idx, prefix_len, input_len, output_len, \
+                 tool_wait_after_ms"
+            }
+            Format::Weka => {
+                "the first object has `requests`: WEKA sessions, each a task graph run \
+                 closed-loop"
+            }
+            Format::Atif => {
+                "the first object has `steps`: ATIF trajectories, each model call a turn, run \
+                 closed-loop"
+            }
+            Format::Otel => {
+                "the first object has `resourceSpans`: OpenTelemetry traces, each a task run \
+                 closed-loop"
+            }
+            Format::Dag => {
+                "the first line has `turns`: DAG conversations, each task run closed-loop"
+            }
+        }
+    }
+
     /// Tokens per hash id when `--block-size` is not given.
     pub fn default_block_size(self) -> u32 {
         match self {

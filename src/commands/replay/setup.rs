@@ -136,33 +136,9 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
             message: "the trace has no records".into(),
         });
     }
-    let chosen = match (plan.format, format) {
-        (Format::Auto, Format::Bailian) => {
-            ", by auto: the first record has chat_id; timestamps in s"
-        }
-        (Format::Auto, Format::Azure) => {
-            ", by auto: a CSV header with TIMESTAMP, ContextTokens, GeneratedTokens"
-        }
-        (Format::Auto, Format::Burstgpt) => {
-            ", by auto: a CSV header with Timestamp, Request tokens, Response tokens"
-        }
-        (Format::Auto, Format::Tracelab) => {
-            ", by auto: a CSV header with session_id, round_idx, prefix_len, input_len, output_len, tool_wait_after_ms"
-        }
-        (Format::Auto, Format::Weka) => {
-            ", by auto: the first object has `requests`: WEKA sessions, each a task graph run closed-loop"
-        }
-        (Format::Auto, Format::Atif) => {
-            ", by auto: the first object has `steps`: ATIF trajectories, each model call a turn, run closed-loop"
-        }
-        (Format::Auto, Format::Otel) => {
-            ", by auto: the first object has `resourceSpans`: OpenTelemetry traces, each a task run closed-loop"
-        }
-        (Format::Auto, Format::Dag) => {
-            ", by auto: the first line has `turns`: DAG conversations, each task run closed-loop"
-        }
-        (Format::Auto, _) => ", by auto: the first record has no chat_id; timestamps in ms",
-        _ => "",
+    let chosen = match plan.format {
+        Format::Auto => format!(", by auto: {}", format.recognised_by()),
+        _ => String::new(),
     };
     say.say(format!(
         "trace {}: {} records ({:?}{chosen}), {}",
