@@ -220,14 +220,7 @@ fn report_command(args: &cli::ReportArgs) -> Result<i32> {
 /// `prompts`: the prompts built (and checked, with `--verify`).
 fn prompts_command(args: &cli::PromptsArgs) -> Result<i32> {
     let report = commands::prompts::run(&PromptsPlan::from_args(args)?)?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("report serialises")
-        );
-    } else {
-        print!("{report}");
-    }
+    print_json_or_text(&report, args.json);
     match &report.verify {
         Some(v) if v.failed() > 0 || v.prefix_pairs_differing > 0 => Err(Error::Run(format!(
             "{} of {} verified prompts are not exact, {} shared prefixes differ",
@@ -242,14 +235,7 @@ fn prompts_command(args: &cli::PromptsArgs) -> Result<i32> {
 /// `calibrate`: the highest rate this host keeps on schedule.
 fn calibrate_command(args: &cli::CalibrateArgs) -> Result<i32> {
     let calibration = commands::calibrate::run(&CalibratePlan::from_args(args)?, args.json)?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&calibration).expect("calibration serialises")
-        );
-    } else {
-        print!("{calibration}");
-    }
+    print_json_or_text(&calibration, args.json);
     Ok(0)
 }
 
@@ -301,15 +287,19 @@ fn inspect_command(args: &cli::InspectArgs) -> Result<i32> {
         read,
         args.input.strict,
     )?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&stats).expect("stats serialise")
-        );
-    } else {
-        print!("{stats}");
-    }
+    print_json_or_text(&stats, args.json);
     Ok(0)
+}
+
+/// `--json`: `value` as pretty JSON on stdout; else as its text.
+fn print_json_or_text<T: serde::Serialize + std::fmt::Display>(value: &T, json: bool) {
+    match json {
+        true => println!(
+            "{}",
+            serde_json::to_string_pretty(value).expect("outputs serialise")
+        ),
+        false => print!("{value}"),
+    }
 }
 
 fn print_summary(summary: &stats::Summary, format: OutputFormat) {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::sys::wall_start::unix_ns_now;
+use crate::sys::wall_start::{reference_now, unix_ns_now};
 
 /// From the last shard's readiness to the start: time for every shard to see the last
 /// `ready` file (polled every [`POLL`]; a shared filesystem may show it a second late) and
@@ -421,7 +421,7 @@ impl Rendezvous {
             count: self.count,
             run: run.to_string(),
             run_id: run_id.clone(),
-            unix_ns: unix_ns_now().saturating_add_signed(self.clock_offset_ns.unwrap_or(0)),
+            unix_ns: reference_now(self.clock_offset_ns.unwrap_or(0)),
             host: crate::sys::hostname().unwrap_or_default(),
             clock_offset_ns: self.clock_offset_ns,
         };
@@ -457,8 +457,7 @@ impl Rendezvous {
                         ));
                     }
                     Some(n) => {
-                        let now =
-                            unix_ns_now().saturating_add_signed(self.clock_offset_ns.unwrap_or(0));
+                        let now = reference_now(self.clock_offset_ns.unwrap_or(0));
                         stale_or_ahead(&self.dir, i, &n, now, timeout)?;
                         latest = latest.max(n.unix_ns);
                     }

@@ -171,6 +171,7 @@ fn wait_for_shards(plan: &MergePlan) -> Result<()> {
     };
     let deadline = Instant::now() + plan.wait;
     loop {
+        // Looked for each time: the shards' run.json, when one appears, says their timeout.
         let meeting = Meeting::find(plan);
         if let Some(refused) = meeting.as_ref().and_then(Meeting::refused) {
             return Err(Error::Run(refused));

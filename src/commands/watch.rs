@@ -115,27 +115,13 @@ impl View {
         crate::stats::add_pairs(&mut self.ttft_ns, &b.ttft_ns);
     }
 
-    /// The run's `p`th percentile of `h` in ms, where the summary would print one (enough
-    /// samples beyond it), else `n/a (N samples)` as the summary says. Interpolated between
-    /// the two samples around its rank, as the summary computes it from the records: the
-    /// same figure, to the histogram's 0.1 %.
+    /// The run's `p`th percentile of `h` in ms, as the summary would print it from the
+    /// records (to the histogram's 0.1 %), or `n/a (N samples)` where it would print none.
     fn percentile(h: &Histogram<u64>, p: f64) -> String {
-        let d = crate::stats::Distribution::of_histogram_ns(h, &Default::default());
-        if !d.is_some_and(|d| d.holds(p)) {
-            return format!("n/a ({} samples)", h.len());
+        match crate::stats::histogram_percentile_ms(h, p) {
+            Some(ms) => format!("{ms:.3} ms"),
+            None => format!("n/a ({} samples)", h.len()),
         }
-        let rank = p / 100.0 * (h.len() - 1) as f64;
-        let at = |k: u64| {
-            let mut seen = 0;
-            h.iter_recorded()
-                .find(|v| {
-                    seen += v.count_at_value();
-                    seen > k
-                })
-                .map_or(0.0, |v| v.value_iterated_to() as f64 / 1e6)
-        };
-        let (lo, hi) = (at(rank.floor() as u64), at(rank.ceil() as u64));
-        format!("{:.3} ms", lo + (hi - lo) * rank.fract())
     }
 
     /// Every shard has ended, or is lost.

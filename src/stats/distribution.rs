@@ -104,12 +104,7 @@ impl Distribution {
         let n = samples.len() as f64;
         let mean = samples.iter().sum::<f64>() / n;
         let var = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
-        let at = |p: f64| {
-            let rank = p / 100.0 * (n - 1.0);
-            let lo = rank.floor() as usize;
-            let hi = rank.ceil() as usize;
-            samples[lo] + (samples[hi] - samples[lo]) * (rank - lo as f64)
-        };
+        let at = |p: f64| interpolated(p, samples.len() as u64, |k| samples[k as usize]);
         Some(Distribution {
             count: samples.len() as u64,
             mean,
@@ -207,6 +202,33 @@ pub fn format_number(p: f64) -> String {
 }
 
 /// A new histogram for nanosecond latencies up to an hour.
+/// Percentile `p` of `n` sorted samples, `value(k)` the `k`th (from 0): interpolated between
+/// the two around its rank, as numpy computes it.
+fn interpolated(p: f64, n: u64, value: impl Fn(u64) -> f64) -> f64 {
+    let rank = p / 100.0 * (n - 1) as f64;
+    let (lo, hi) = (value(rank.floor() as u64), value(rank.ceil() as u64));
+    lo + (hi - lo) * rank.fract()
+}
+
+/// Percentile `p` of a histogram of nanoseconds, in milliseconds, interpolated as
+/// [`Distribution::of`] computes it from the samples themselves (each to the histogram's
+/// precision); None where too few samples lie beyond it to show one.
+pub fn histogram_percentile_ms(h: &Histogram<u64>, p: f64) -> Option<f64> {
+    if h.is_empty() || !held(p, h.len(), Percentiles::default().tail_samples) {
+        return None;
+    }
+    let value = |k: u64| {
+        let mut seen = 0;
+        h.iter_recorded()
+            .find(|v| {
+                seen += v.count_at_value();
+                seen > k
+            })
+            .map_or(0.0, |v| v.value_iterated_to() as f64 / 1e6)
+    };
+    Some(interpolated(p, h.len(), value))
+}
+
 /// A histogram as `[value, count]` pairs (itl.json, the shards' heartbeats), and back.
 pub fn histogram_pairs(h: &Histogram<u64>) -> Vec<[u64; 2]> {
     h.iter_recorded()

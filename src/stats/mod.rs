@@ -20,8 +20,8 @@ pub mod verdict;
 use breakdown::EndpointBuilder;
 pub use breakdown::{EndpointSummary, LengthMatch, PrefixHits};
 pub use distribution::{
-    add_pairs, format_number, histogram_pairs, latency_histogram, percentile_key, Distribution,
-    Percentiles,
+    add_pairs, format_number, histogram_pairs, histogram_percentile_ms, latency_histogram,
+    percentile_key, Distribution, Percentiles,
 };
 pub use gaps::Gaps;
 use latency::{Samples, LATENCIES};

@@ -20,6 +20,17 @@ pub fn unix_ns_now() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Now on the reference clock a shard checked its own against (`--ntp`, or its endpoint's
+/// `Date`): this host's clock plus `offset_ns`, the reference minus this host's.
+pub fn reference_now(offset_ns: i64) -> u64 {
+    unix_ns_now().saturating_add_signed(offset_ns)
+}
+
+/// An instant on the reference clock as this host's clock reads it (`offset_ns` earlier).
+pub fn on_this_host(reference_unix_ns: u64, offset_ns: i64) -> u64 {
+    reference_unix_ns.saturating_add_signed(offset_ns.saturating_neg())
+}
+
 /// `--start-at`: Unix milliseconds (`1795392000000`), or RFC 3339
 /// (`2026-11-24T10:00:00Z`, `2026-11-24T11:00:00.250+01:00`). Returns Unix ns.
 pub fn parse(text: &str) -> Result<u64, String> {

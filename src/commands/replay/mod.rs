@@ -406,7 +406,7 @@ fn start(
             "waiting for the common start at {}",
             crate::sys::wall_start::rfc3339_utc(at)
         ));
-        let own_at = at.saturating_add_signed(offset_ns.saturating_neg());
+        let own_at = crate::sys::wall_start::on_this_host(at, offset_ns);
         crate::sys::wall_start::sleep_until(own_at, time_zero::START_AT_LEAD, || {
             signals_received() > 0
         });

@@ -127,7 +127,7 @@ pub(super) fn meet(
         _ => None,
     };
     if let Some(at) = at {
-        let now = wall_start::unix_ns_now().saturating_add_signed(offset.unwrap_or(0));
+        let now = wall_start::reference_now(offset.unwrap_or(0));
         let late_s = now.saturating_sub(at) / 1_000_000_000;
         if late_s > crate::plan::hosts::MAX_LATE_START_S {
             return Err(Error::Run(format!(
@@ -274,8 +274,7 @@ pub(super) fn time_zero(
         }
         return (clock.now_ns() + LATE_START_NS, None);
     };
-    // The instant is on the reference clock: this host's reads it `offset_ns` earlier.
-    let own_at = at.saturating_add_signed(offset_ns.saturating_neg());
+    let own_at = wall_start::on_this_host(at, offset_ns);
     let target = wall_start::run_ns_at(clock, own_at);
     let earliest = clock.now_ns() + LATE_START_NS;
     let t0 = if target >= i128::from(earliest) {
