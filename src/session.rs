@@ -191,8 +191,6 @@ impl SessionLink {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionTurn {
     pub link: SessionLink,
-    /// The planned send time from the trace (the request's deadline may move later).
-    pub trace_scheduled_ns: u64,
     /// When the parent's end released it (run ns).
     pub released_ns: Option<u64>,
     /// The parent failed or was cancelled; the turn is sent all the same.
@@ -209,10 +207,9 @@ pub struct SessionTurn {
 
 impl SessionTurn {
     /// A turn as the producer builds it: nothing has happened to it yet.
-    pub fn new(link: SessionLink, trace_scheduled_ns: u64) -> SessionTurn {
+    pub fn new(link: SessionLink) -> SessionTurn {
         SessionTurn {
             link,
-            trace_scheduled_ns,
             released_ns: None,
             parent_failed: false,
             carried_tokens: None,

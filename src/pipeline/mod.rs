@@ -36,8 +36,12 @@ pub struct PreparedRequest {
     pub index: u64,
     /// The endpoint chosen for it ([`crate::fleet::Router`]); the body is in its dialect.
     pub endpoint: u32,
-    /// Planned send time, nanoseconds after the run start.
+    /// Planned send time, nanoseconds after the run start: the schedule's, never changed.
     pub scheduled_ns: u64,
+    /// When it is due to be sent (ns after the run start): the plan, moved later by the
+    /// sender only, to its parent's end plus the think time (a released turn), to a freed
+    /// session place, or to a free slot (closed loop). The record's `scheduled_ms` is this.
+    pub due_ns: u64,
     /// `X-Llmreplay-Index: i\r\nContent-Length: N\r\n\r\n` followed by the body, from
     /// `start` on.
     pub bytes: Vec<u8>,
@@ -80,6 +84,7 @@ impl PreparedRequest {
             index,
             endpoint: 0,
             scheduled_ns: at,
+            due_ns: at,
             bytes: Vec::new(),
             start: 0,
             input_tokens: None,
@@ -99,7 +104,7 @@ impl PreparedRequest {
     /// An empty request for turn `link`, due at `at` (unit tests of the sender's sessions).
     #[cfg(test)]
     pub fn turn_for_test(index: u64, at: u64, link: crate::session::SessionLink) -> Self {
-        let turn = crate::session::SessionTurn::new(link, at);
+        let turn = crate::session::SessionTurn::new(link);
         let session = Some(Box::new(turn));
         PreparedRequest {
             session,
@@ -108,10 +113,10 @@ impl PreparedRequest {
     }
 }
 
-/// Ordered by deadline, then record number, for the senders' min-heaps.
+/// Ordered by when due, then record number, for the senders' min-heaps.
 impl Ord for PreparedRequest {
     fn cmp(&self, other: &Self) -> Ordering {
-        (other.scheduled_ns, other.index).cmp(&(self.scheduled_ns, self.index))
+        (other.due_ns, other.index).cmp(&(self.due_ns, self.index))
     }
 }
 impl PartialOrd for PreparedRequest {
@@ -121,7 +126,7 @@ impl PartialOrd for PreparedRequest {
 }
 impl PartialEq for PreparedRequest {
     fn eq(&self, other: &Self) -> bool {
-        (self.scheduled_ns, self.index) == (other.scheduled_ns, other.index)
+        (self.due_ns, self.index) == (other.due_ns, other.index)
     }
 }
 impl Eq for PreparedRequest {}
@@ -516,7 +521,7 @@ fn produce(
                 .map(|(prefix, input)| builder.planned_cached(prefix + head, input));
             request.session = Some(Box::new(SessionTurn {
                 planned_cached_tokens,
-                ..SessionTurn::new(link, p.scheduled_ns)
+                ..SessionTurn::new(link)
             }));
         }
         log_prompt(builder, &mut request)?;

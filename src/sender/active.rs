@@ -116,7 +116,7 @@ impl ActiveSessions {
 
     /// A turn past the bound: it is not sent.
     pub fn past_bound(&self, req: &PreparedRequest) -> bool {
-        req.session.is_some() && self.bound_ns.is_some_and(|b| req.scheduled_ns > b)
+        req.session.is_some() && self.bound_ns.is_some_and(|b| req.due_ns > b)
     }
 
     /// A due turn: back to be sent now, or held (its session needs a place and none is
@@ -152,9 +152,9 @@ impl ActiveSessions {
                 open.place = true;
             }
             if let Some(turn) = req.session.as_mut() {
-                turn.session_wait_ns = Some(now.saturating_sub(req.scheduled_ns));
+                turn.session_wait_ns = Some(now.saturating_sub(req.due_ns));
             }
-            req.scheduled_ns = req.scheduled_ns.max(now);
+            req.due_ns = req.due_ns.max(now);
             out.push(req);
         }
         out
@@ -261,7 +261,7 @@ mod tests {
         a.gone("s");
         let went = b.take_held(40);
         assert_eq!(went.len(), 1);
-        assert_eq!(went[0].scheduled_ns, 40);
+        assert_eq!(went[0].due_ns, 40);
         assert_eq!(went[0].session.as_ref().unwrap().session_wait_ns, Some(30));
         // t ends at its last turn; u's last turn was cut from the schedule: u ends when no
         // more turns can come.

@@ -282,7 +282,7 @@ fn release(req: &mut PreparedRequest, parent: Ended) {
     };
     turn.released_ns = Some(parent.end_ns);
     turn.parent_failed = parent.failed;
-    req.scheduled_ns = req
+    req.due_ns = req
         .scheduled_ns
         .max(parent.end_ns.saturating_add(turn.link.think_ns));
 }
@@ -324,11 +324,11 @@ mod tests {
         // The parent ended at 500: the child leaves at 500 + 100, not at its trace time.
         let released = c.ended(0, 500, false, None, 1);
         assert_eq!(released.len(), 1);
-        assert_eq!(released[0].scheduled_ns, 600);
+        assert_eq!(released[0].due_ns, 600);
         assert_eq!(c.parked_len(), 0);
         let t = released[0].session.as_ref().unwrap();
         assert_eq!(
-            (t.released_ns, t.parent_failed, t.trace_scheduled_ns),
+            (t.released_ns, t.parent_failed, released[0].scheduled_ns),
             (Some(500), false, 100)
         );
         assert!(!c.waiting());
@@ -336,19 +336,16 @@ mod tests {
         // parent end does not hold back a child whose own time is later.
         c.ended(1, 700, true, None, 1);
         let r = c.admit(turn(2, Some(1), 10_000, 5)).unwrap();
-        assert_eq!(r.scheduled_ns, 10_000);
+        assert_eq!(r.due_ns, 10_000);
         assert!(r.session.as_ref().unwrap().parent_failed);
         // A parent dropped at a session bound never ends: a turn after it, even one that
         // comes later, is due past any bound (and so dropped too).
         c.ended(5, u64::MAX, true, None, 1);
-        assert_eq!(
-            c.admit(turn(6, Some(5), 10, 5)).unwrap().scheduled_ns,
-            u64::MAX
-        );
+        assert_eq!(c.admit(turn(6, Some(5), 10, 5)).unwrap().due_ns, u64::MAX);
         // A parent that never comes: released as an orphan, marked.
         assert!(c.admit(turn(3, Some(42), 0, 0)).is_none());
         let o = c.orphans(900);
-        assert_eq!((o.len(), o[0].scheduled_ns), (1, 900));
+        assert_eq!((o.len(), o[0].due_ns), (1, 900));
         assert!(o[0].session.as_ref().unwrap().parent_failed);
     }
 
@@ -386,7 +383,7 @@ mod tests {
         assert_eq!(c.parked_len(), 1);
         let released = c.counted(0, Some(3));
         assert_eq!(released.len(), 1);
-        assert_eq!(released[0].scheduled_ns, 100);
+        assert_eq!(released[0].due_ns, 100);
         assert!(!c.counts_pending() && c.parked_len() == 0);
         // Without a carry slot, nothing waits for a count.
         c.counting(5);
@@ -408,13 +405,13 @@ mod tests {
         let released = c.ended(2, 700, true, None, 1);
         assert_eq!(released.len(), 1);
         // The latest end of the three (900), then the wait; a failed branch marks it.
-        assert_eq!(released[0].scheduled_ns, 910);
+        assert_eq!(released[0].due_ns, 910);
         let t = released[0].session.as_ref().unwrap();
         assert_eq!((t.released_ns, t.parent_failed), (Some(900), true));
         assert_eq!(c.parked_len(), 0);
         // Every branch already over: released on arrival.
         let mut late = turn(4, Some(0), 0, 0);
         late.session.as_mut().unwrap().link.joins = vec![1];
-        assert_eq!(c.admit(late).unwrap().scheduled_ns, 900);
+        assert_eq!(c.admit(late).unwrap().due_ns, 900);
     }
 }

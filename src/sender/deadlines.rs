@@ -72,7 +72,7 @@ impl SenderLoop {
     /// producers had only just built it: `arrived_late`, the producers behind. Before the
     /// start (t0 not set yet) nothing is late; a closed loop has no send times to keep.
     fn note_lateness(&mut self, req: &PreparedRequest) {
-        let due = self.t0_ns + req.scheduled_ns + super::LATE_ARRIVAL_NS;
+        let due = self.t0_ns + req.due_ns + super::LATE_ARRIVAL_NS;
         let timed = self.t0_ns > 0 && self.in_flight_cap.is_none();
         if !timed || self.clock.now_ns() <= due {
             return;
@@ -98,7 +98,7 @@ impl SenderLoop {
                 return;
             }
             let Some(top) = self.heap.peek() else { return };
-            let due = self.t0_ns + top.scheduled_ns;
+            let due = self.t0_ns + top.due_ns;
             let now = self.clock.now_ns();
             if due > now + self.cfg.spin_ns || (sent && due > now) {
                 return;
@@ -114,8 +114,8 @@ impl SenderLoop {
                 // Closed loop: it was due at the start and waited for this slot; its send
                 // time is now, and drift is measured from it.
                 let now = self.clock.now_ns().saturating_sub(self.t0_ns);
-                req.queue_ns = Some(now.saturating_sub(req.scheduled_ns));
-                req.scheduled_ns = now;
+                req.queue_ns = Some(now.saturating_sub(req.due_ns));
+                req.due_ns = now;
             }
             self.dispatch(req);
         }
@@ -134,7 +134,7 @@ impl SenderLoop {
             return None;
         }
         let top = self.heap.peek()?;
-        Some((self.t0_ns + top.scheduled_ns).saturating_sub(self.cfg.spin_ns))
+        Some((self.t0_ns + top.due_ns).saturating_sub(self.cfg.spin_ns))
     }
 
     pub(super) fn arm_timer(&mut self) {
@@ -154,7 +154,7 @@ impl SenderLoop {
         }
         let horizon = now + CONNECT_AHEAD_NS;
         for req in self.heap.iter() {
-            if self.t0_ns + req.scheduled_ns <= horizon {
+            if self.t0_ns + req.due_ns <= horizon {
                 self.pools[req.endpoint as usize].upcoming += 1;
             }
         }

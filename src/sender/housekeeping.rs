@@ -21,7 +21,7 @@ impl SenderLoop {
         let first_token_limit = self.cfg.first_token_timeout_ns.filter(|_| self.cfg.stream);
         let mut suspects = Vec::new();
         for (slot, ex) in self.in_flight_exchanges() {
-            let since = ex.sent_ns.unwrap_or(t0 + ex.req.scheduled_ns);
+            let since = ex.sent_ns.unwrap_or(t0 + ex.req.due_ns);
             let waited = now.saturating_sub(since);
             if waited > timeout {
                 let secs = timeout as f64 / 1e9;
@@ -70,7 +70,7 @@ impl SenderLoop {
         }
         for target in 0..self.pools.len() {
             while let Some(ex) = self.pools[target].waiting.front() {
-                if now.saturating_sub(t0 + ex.req.scheduled_ns) <= timeout {
+                if now.saturating_sub(t0 + ex.req.due_ns) <= timeout {
                     break;
                 }
                 let mut ex = self.pools[target].waiting.pop_front().expect("front");

@@ -89,8 +89,7 @@ impl SenderLoop {
     /// A deadline falls within the spin window (plus the cost of one connect).
     pub(super) fn send_is_near(&self) -> bool {
         self.heap.peek().is_some_and(|top| {
-            self.t0_ns + top.scheduled_ns
-                <= self.clock.now_ns() + self.cfg.spin_ns + CONNECT_COST_NS
+            self.t0_ns + top.due_ns <= self.clock.now_ns() + self.cfg.spin_ns + CONNECT_COST_NS
         })
     }
 
