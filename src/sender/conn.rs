@@ -5,8 +5,7 @@
 use std::io::{self, IoSlice};
 
 use super::exchange::Exchange;
-use crate::http::response::ResponseParser;
-use crate::http::sse::SseScanner;
+use super::wire::Wire;
 use crate::record::ErrorKind;
 use crate::sys::clock::RunClock;
 use crate::transport::Stream;
@@ -17,10 +16,8 @@ pub struct Conn {
     pub target: usize,
     /// Connected, and its TLS handshake (if any) complete: ready for requests.
     pub connected: bool,
-    pub exchange: Option<Exchange>,
-    pub parser: ResponseParser,
-    pub sse: SseScanner,
-    pub body: Vec<u8>,
+    /// The request in flight and its response, as far as it came.
+    pub wire: Wire,
     /// When [`Conn::delay_acks`] last ran.
     pub acks_delayed_ns: u64,
     /// Opening order (see [`super::pool::Pool::take_idle`]).
@@ -58,10 +55,7 @@ impl Conn {
             stream,
             target,
             connected: false,
-            exchange: None,
-            parser: ResponseParser::default(),
-            sse: SseScanner::default(),
-            body: Vec::new(),
+            wire: Wire::default(),
             acks_delayed_ns: 0,
             seq,
             used: false,
@@ -92,10 +86,7 @@ impl Conn {
 
     /// Takes a request: the response state starts afresh.
     pub fn begin(&mut self, ex: Exchange) {
-        self.parser.reset();
-        self.sse.reset();
-        self.body.clear();
-        self.exchange = Some(ex);
+        self.wire.begin(ex);
         self.used = true;
         self.idle = false;
     }
@@ -110,7 +101,7 @@ impl Conn {
             out_of_budget: false,
             failed: None,
         };
-        let Some(ex) = self.exchange.as_mut() else {
+        let Some(ex) = self.wire.exchange_mut() else {
             return w;
         };
         let mut left = budget;
@@ -241,7 +232,7 @@ mod tests {
         let head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
         let first = conn.write_request(head, 16 << 10, &clock);
         assert!(first.started && first.out_of_budget && first.spent.is_none());
-        assert_eq!(conn.exchange.as_ref().unwrap().written, 16 << 10);
+        assert_eq!(conn.wire.exchange().unwrap().written, 16 << 10);
         let mut spent = None;
         for _ in 0..1_000_000 {
             let w = conn.write_request(head, usize::MAX, &clock);
@@ -260,7 +251,7 @@ mod tests {
             got[head.len()..] == payload[..],
             "the payload arrived intact"
         );
-        assert!(conn.exchange.as_ref().unwrap().sent_ns.is_some());
+        assert!(conn.wire.exchange().unwrap().sent_ns.is_some());
     }
 
     #[test]

@@ -17,11 +17,15 @@
 //! `--realtime`). A stop request ([`StopRequest`]) ends sending and, after the drain
 //! timeout, cancels what is in flight.
 //!
-//! The loop ([`SenderLoop`], here) is split by what it owns: [`deadlines`] (the heap and the
-//! timer), [`routing`] (endpoints and their connection pools), [`sockets`] (one exchange on one
-//! connection), [`turns`] (sessions, and emitting records), [`housekeeping`] (timeouts and
-//! idle connections). What a connection reads is parsed without I/O: [`exchange::Feed`] takes
-//! bytes and the HTTP parser returns a step, so responses are tested without sockets.
+//! The loop ([`SenderLoop`], here) is a few owners, each the only one to change its state:
+//! [`intake`] (the channels, and requests that came late), [`turns`] (sessions: turns that
+//! wait for their parents, session places, and each ended request's record), [`deadlines`]
+//! (the heap, the clock and the timer: `due_ns`, when a request is due, moves; its
+//! `scheduled_ns`, the plan, never does) and [`router`] (connections and pools: the only
+//! place that counts requests in flight and connections being opened; [`sockets`] is its
+//! I/O). What a connection reads is decided without I/O: [`wire::Wire`] takes bytes and
+//! returns an outcome (complete and reuse or close, fail, resend), so responses are tested
+//! without sockets.
 
 mod active;
 mod conn;
@@ -29,15 +33,16 @@ mod connector;
 mod conversations;
 mod deadlines;
 mod exchange;
-pub use exchange::read_response;
-mod housekeeping;
+mod intake;
 mod pool;
-mod routing;
+mod router;
 mod sockets;
 mod start;
 mod turns;
+mod wire;
+pub use intake::Inbox;
+pub use wire::read_response;
 
-use std::collections::BinaryHeap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
@@ -45,27 +50,25 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender as ChannelSender, TryRecvError};
+use crossbeam_channel::Sender as ChannelSender;
 use mio::event::Event;
 use mio::{Events, Poll, Token, Waker};
 
-use crate::api::{Api, EventScanner};
+use crate::api::Api;
 use crate::fleet::Load;
-use crate::pipeline::{BufferPool, ChannelBudget, PreparedRequest};
-use crate::record::{ErrorKind, RequestRecord};
+use crate::pipeline::{BufferPool, ChannelBudget};
+use crate::record::RequestRecord;
 use crate::stats::Gaps;
-use crate::sys::clock::{
-    minimise_timer_slack, raise_thread_priority, thread_cpu_ns, DeadlineTimer, RunClock,
-};
+use crate::sys::clock::{minimise_timer_slack, raise_thread_priority, thread_cpu_ns, RunClock};
 use crate::sys::stop::StopRequest;
 use crate::transport::TlsTarget;
-use active::ActiveSessions;
 pub use active::SessionCap;
-use conn::Conn;
-use connector::{Connector, Dial};
 use conversations::Conversations;
-use pool::Pool;
+use deadlines::Deadlines;
+use intake::Intake;
+use router::Router;
 pub use start::StartGate;
+use turns::Sessions;
 
 const TIMER: Token = Token(usize::MAX);
 /// A helper thread has something for the loop: the connector a socket, the seam counter a
@@ -87,8 +90,6 @@ const ACK_MODE_REFRESH_NS: u64 = 5_000_000;
 const FIRST_WRITE: usize = 16 << 10;
 /// Time kept free before a deadline when opening connections.
 const CONNECT_COST_NS: u64 = 200_000;
-/// How far ahead of their deadlines requests get a connection opened for them.
-const CONNECT_AHEAD_NS: u64 = 100_000_000;
 /// Socket events handled between two looks at the deadline heap.
 const DEADLINE_CHECK_EVERY: usize = 16;
 /// The longest `poll` sleeps, so that a stop request is seen promptly even with no traffic.
@@ -172,34 +173,6 @@ pub struct Progress {
     pub out_of_descriptors: std::sync::atomic::AtomicBool,
 }
 
-/// Where a sender takes its requests from: the channel all senders share, and its own, with
-/// the turns of the conversations it runs.
-pub struct Inbox {
-    pub shared: Receiver<PreparedRequest>,
-    pub own: Receiver<PreparedRequest>,
-}
-
-impl Inbox {
-    /// Requests waiting in both channels.
-    fn backlog(&self) -> usize {
-        self.own.len() + self.shared.len()
-    }
-
-    /// Its own turns first; Disconnected once both channels are.
-    fn try_recv(&self) -> Result<PreparedRequest, TryRecvError> {
-        match self.own.try_recv() {
-            Ok(req) => Ok(req),
-            Err(own) => match (self.shared.try_recv(), own) {
-                (Ok(req), _) => Ok(req),
-                (Err(TryRecvError::Disconnected), TryRecvError::Disconnected) => {
-                    Err(TryRecvError::Disconnected)
-                }
-                _ => Err(TryRecvError::Empty),
-            },
-        }
-    }
-}
-
 /// What a sender thread hands back when it ends (all of them together, [`SenderReport::add`]).
 #[derive(Default)]
 pub struct SenderReport {
@@ -234,14 +207,6 @@ impl SenderReport {
         self.queued_late += other.queued_late;
         self.out_of_descriptors |= other.out_of_descriptors;
     }
-}
-
-/// Requests a sender took after their send time: just built (the producers behind), or
-/// waiting in the channel behind others (a burst beyond the lookahead).
-#[derive(Default)]
-struct Lateness {
-    arrived: u64,
-    queued: u64,
 }
 
 /// A request that reaches its sender this long after its send time came late.
@@ -287,64 +252,20 @@ impl Drop for SenderEnded {
     }
 }
 
-struct Slot {
-    generation: u32,
-    conn: Option<Conn>,
-}
-
+/// One sender's event loop: it owns its deadlines (and the clock), its router (connections
+/// and pools), its sessions, and its intake; each changes only its own state, and the loop
+/// moves requests between them: intake → sessions → deadlines → router → sessions → records.
 struct SenderLoop {
     id: usize,
     cfg: Arc<SenderConfig>,
-    /// The run start (see [`StartGate`]), known once the connections are warm.
-    t0_ns: u64,
-    clock: RunClock,
     poll: Poll,
-    timer: DeadlineTimer,
-    connector: Connector,
-    armed_for: Option<u64>,
-    slots: Vec<Slot>,
-    free: Vec<usize>,
-    pools: Vec<Pool>,
-    heap: BinaryHeap<PreparedRequest>,
-    /// Turns waiting for their parent's record, and the counts of the answers they carry.
-    conversations: Conversations,
-    /// Sessions' places and bound.
-    active: ActiveSessions,
-    /// Closed loop: requests dispatched and not yet recorded, and their cap.
-    open_requests: usize,
-    in_flight_cap: Option<usize>,
-    in_flight: usize,
-    rx: Inbox,
-    producers_done: bool,
-    /// Requests whose first bytes were written on time and whose rest is still to write.
-    unfinished_writes: Vec<(usize, u32)>,
+    deadlines: Deadlines,
+    router: Router,
+    sessions: Sessions,
+    intake: Intake,
+    records: ChannelSender<RequestRecord>,
     /// Once a stop is requested: when requests still in flight are cancelled.
     cancel_at: Option<u64>,
-    records: ChannelSender<RequestRecord>,
-    progress: Arc<Progress>,
-    read_buf: Vec<u8>,
-    /// Per endpoint: what its stream events mean.
-    scanners: Vec<EventScanner>,
-    gaps: Gaps,
-    next_housekeeping: u64,
-    /// When idle connections are next checked against [`pool::MAX_IDLE_NS`].
-    next_idle_check: u64,
-    /// Connections opened so far: the next one's opening order.
-    opened: u64,
-    reads: u64,
-    /// Turns dropped at the session bound (see [`SenderReport::turns_cut`]).
-    turns_cut: u64,
-    /// See [`SenderReport::sessions_dropped`].
-    sessions_dropped: u64,
-    /// Requests taken after their send time: see [`SenderReport::arrived_late`] and
-    /// [`SenderReport::queued_late`].
-    late: Lateness,
-    /// The client ran out of file descriptors, and said so once.
-    descriptors_warned: bool,
-}
-
-fn token(slot: usize, generation: u32) -> Token {
-    Token(slot | (generation as usize) << 32)
 }
 
 impl SenderLoop {
@@ -357,29 +278,9 @@ impl SenderLoop {
         progress: Arc<Progress>,
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
-        let timer = DeadlineTimer::new(poll.registry(), TIMER)?;
+        let cap = cfg.in_flight_caps.get(id).copied();
+        let deadlines = Deadlines::new(clock, poll.registry(), TIMER, cfg.spin_ns, cap)?;
         let waker = Arc::new(Waker::new(poll.registry(), CONNECTED)?);
-        let connector = Connector::spawn(
-            format!(
-                "{}-connect",
-                std::thread::current().name().unwrap_or("sender")
-            ),
-            Arc::clone(&waker),
-            cfg.targets
-                .iter()
-                .map(|t| Dial {
-                    addr: t.addr,
-                    host: t.host.clone(),
-                    tls: t.tls.clone(),
-                })
-                .collect(),
-            Duration::from_nanos(cfg.stall_timeout_ns),
-        )?;
-        let pools = cfg
-            .targets
-            .iter()
-            .map(|_| Pool::new(FIRST_BACKOFF_NS))
-            .collect();
         let seam_counter = match cfg.seams.any() {
             true => Some(crate::carry::SeamCounter::spawn(
                 format!(
@@ -391,47 +292,19 @@ impl SenderLoop {
             )?),
             false => None,
         };
-        let in_flight_cap = cfg.in_flight_caps.get(id).copied();
-        let active = ActiveSessions::new(cfg.session_cap.clone(), cfg.session_bound_ns);
+        let registry = poll.registry().try_clone()?;
+        let router = Router::new(Arc::clone(&cfg), registry, waker, Arc::clone(&progress))?;
+        let conversations = Conversations::new(seam_counter);
         Ok(SenderLoop {
             id,
-            scanners: cfg
-                .targets
-                .iter()
-                .map(|t| EventScanner::new(t.api))
-                .collect(),
+            sessions: Sessions::new(Arc::clone(&cfg), conversations),
+            intake: Intake::new(rx, progress),
             cfg,
-            t0_ns: 0,
-            clock,
             poll,
-            timer,
-            connector,
-            armed_for: None,
-            slots: Vec::new(),
-            free: Vec::new(),
-            pools,
-            heap: BinaryHeap::new(),
-            conversations: Conversations::new(seam_counter),
-            active,
-            open_requests: 0,
-            in_flight_cap,
-            in_flight: 0,
-            rx,
-            producers_done: false,
-            unfinished_writes: Vec::new(),
-            cancel_at: None,
+            deadlines,
+            router,
             records,
-            progress,
-            read_buf: vec![0; READ_BUF],
-            gaps: Gaps::default(),
-            next_housekeeping: 0,
-            next_idle_check: 0,
-            opened: 0,
-            reads: 0,
-            turns_cut: 0,
-            sessions_dropped: 0,
-            late: Lateness::default(),
-            descriptors_warned: false,
+            cancel_at: None,
         })
     }
 
@@ -439,65 +312,72 @@ impl SenderLoop {
         let cpu_start = thread_cpu_ns();
         let mut events = Events::with_capacity(1024);
         self.warm_up(&mut events)?;
-        let open = self.pools.iter().map(Pool::idle_len).sum();
-        self.t0_ns = self.cfg.start.ready_then_wait(self.id, open);
+        let open = self.router.ready_connections();
+        let t0 = self.cfg.start.ready_then_wait(self.id, open);
+        self.deadlines.start_at(t0);
         loop {
             self.check_stop();
             self.refill();
-            self.take_held();
+            self.sessions.take_held(&mut self.deadlines);
             self.send_due();
-            self.finish_writes();
+            self.router.finish_writes(&self.deadlines);
+            self.record_ended();
             if self.finished() {
                 break;
             }
-            self.arm_timer();
-            let timeout = if self.active.holding() {
-                Duration::from_nanos(active::HELD_RECHECK_NS)
-            } else if !self.producers_done && self.heap.len() < self.cfg.lookahead {
-                Duration::from_millis(1)
-            } else if self.in_flight > 0 || self.pools.iter().any(|p| !p.waiting.is_empty()) {
-                Duration::from_nanos(HOUSEKEEPING_NS)
-            } else {
-                MAX_POLL_WAIT
-            };
-            self.wait(&mut events, timeout)?;
+            self.deadlines.arm_timer(self.router.open());
+            self.wait(&mut events, self.poll_timeout())?;
             for (i, event) in events.iter().enumerate() {
                 self.on_event(event);
                 // A busy poll returns up to 1024 sockets: keep deadlines from waiting behind
                 // all of them.
                 if i % DEADLINE_CHECK_EVERY == DEADLINE_CHECK_EVERY - 1 {
                     self.send_due();
-                    self.finish_writes();
+                    self.router.finish_writes(&self.deadlines);
                 }
             }
-            self.housekeeping();
-            if !events.is_empty() {
-                self.coalesce_reads();
+            self.router.housekeeping(&self.deadlines);
+            self.record_ended();
+            if !events.is_empty() && self.cfg.read_coalesce_ns > 0 && self.router.in_flight > 0 {
+                let open = self.router.open();
+                self.deadlines
+                    .coalesce_reads(self.cfg.read_coalesce_ns, open);
             }
         }
         Ok(SenderReport {
-            gaps: self.gaps,
+            gaps: std::mem::take(&mut self.router.reader.gaps),
             cpu_ns: thread_cpu_ns() - cpu_start,
-            reads: self.reads,
-            turns_cut: self.turns_cut,
-            sessions_dropped: self.sessions_dropped,
-            arrived_late: self.late.arrived,
-            queued_late: self.late.queued,
-            out_of_descriptors: self.descriptors_warned,
+            reads: self.router.reader.reads,
+            turns_cut: self.sessions.turns_cut,
+            sessions_dropped: self.sessions.sessions_dropped,
+            arrived_late: self.intake.arrived_late,
+            queued_late: self.intake.queued_late,
+            out_of_descriptors: self.router.out_of_descriptors(),
         })
+    }
+
+    /// How long the next poll may sleep.
+    fn poll_timeout(&self) -> Duration {
+        if self.sessions.holding() {
+            Duration::from_nanos(active::HELD_RECHECK_NS)
+        } else if !self.intake.done && self.deadlines.len() < self.cfg.lookahead {
+            Duration::from_millis(1)
+        } else if self.router.busy() {
+            Duration::from_nanos(HOUSEKEEPING_NS)
+        } else {
+            MAX_POLL_WAIT
+        }
     }
 
     /// Opens the spare connections and those for the trace's opening requests, before the
     /// clock starts. Gives up on an endpoint whose connect fails (it backs off as in the run),
     /// and on the rest after [`WARM_UP_LIMIT_NS`] or a stop request.
     fn warm_up(&mut self, events: &mut Events) -> io::Result<()> {
-        for target in 0..self.pools.len() {
-            self.pools[target].upcoming = self.cfg.warm_connections;
-            self.top_up(target);
-        }
-        let give_up = self.clock.now_ns() + WARM_UP_LIMIT_NS;
-        while self.pools.iter().any(|p| p.connecting > 0)
-            && self.clock.now_ns() < give_up
+        self.router
+            .warm_up(self.cfg.warm_connections, &self.deadlines);
+        let give_up = self.deadlines.now() + WARM_UP_LIMIT_NS;
+        while self.router.connecting()
+            && self.deadlines.now() < give_up
             && self.cfg.stop.requested_at().is_none()
         {
             self.wait(events, Duration::from_millis(10))?;
@@ -518,36 +398,91 @@ impl SenderLoop {
 
     fn on_event(&mut self, event: &Event) {
         match event.token() {
-            TIMER => {
-                self.timer.drain();
-                self.armed_for = None;
-            }
+            TIMER => self.deadlines.timer_fired(),
             CONNECTED => {
-                self.take_opened();
-                self.take_seams();
+                self.router.take_opened(&self.deadlines);
+                let stopping = self.cancel_at.is_some();
+                self.sessions.take_seams(stopping, &mut self.deadlines);
             }
-            token => self.on_socket_event(token, event.is_read_closed()),
+            token => {
+                let closed = event.is_read_closed();
+                self.router.on_socket_event(token, closed, &self.deadlines);
+            }
+        }
+        self.record_ended();
+    }
+
+    /// Moves prepared requests from the channel into the deadline heap.
+    fn refill(&mut self) {
+        if self.cancel_at.is_some() {
+            return;
+        }
+        // A closed loop takes no more than it has slots for: the rest stays in the shared
+        // channel for the other senders' free slots.
+        let lookahead = self.deadlines.cap().unwrap_or(self.cfg.lookahead);
+        // Held-back turns count too, or the sender would take the whole channel ahead of
+        // time; but with nothing to send or in flight, their parents can only be further on
+        // in the channel: then it takes until one comes.
+        while self.deadlines.len() + self.sessions.parked() < lookahead
+            || (self.deadlines.is_empty() && self.router.in_flight == 0)
+        {
+            let Some(req) = self.intake.next() else {
+                if self.intake.done {
+                    self.sessions.no_more_turns();
+                }
+                break;
+            };
+            self.cfg.channel_budget.release(req.bytes.capacity());
+            if let Some((req, on_time)) = self.sessions.admit(req) {
+                // Before the start nothing is late; a closed loop has no send times to keep.
+                if on_time && self.deadlines.timed() {
+                    let due = self.deadlines.due_at(&req);
+                    self.intake.note_lateness(due, self.deadlines.now());
+                }
+                self.sessions.schedule(req, &mut self.deadlines);
+            }
+        }
+    }
+
+    /// Sends every request that is due (see [`Deadlines::pop_due`]); a session's first turn
+    /// waits instead while every session place is taken.
+    fn send_due(&mut self) {
+        let mut sent = false;
+        while let Some(req) = self.deadlines.pop_due(sent, self.router.open()) {
+            let Some(mut req) = self.sessions.due(req) else {
+                continue;
+            };
+            sent = true;
+            self.deadlines.spin_to(&mut req);
+            let now = self.deadlines.now();
+            self.router.dispatch(req, now, &self.deadlines);
+            self.record_ended();
+        }
+    }
+
+    /// Records the requests that ended, releasing the turns that waited for them.
+    fn record_ended(&mut self) {
+        let stopping = self.cancel_at.is_some();
+        while let Some((ex, target)) = self.router.next_ended() {
+            let record = self
+                .sessions
+                .record(ex, target, stopping, &mut self.deadlines);
+            // The collector outlives the senders; if it is gone the run is being torn down.
+            let _ = self.records.send(record);
         }
     }
 
     fn finished(&mut self) -> bool {
-        if self.conversations.counts_pending() && self.cancel_at.is_none() {
+        if self.sessions.counts_pending() && self.cancel_at.is_none() {
             return false; // their turns go once the counts come back
         }
-        let idle = (self.producers_done || self.cancel_at.is_some())
-            && self.heap.is_empty()
-            && !self.active.holding()
-            && self.in_flight == 0
-            && self.pools.iter().all(|p| p.waiting.is_empty());
-        if idle && self.conversations.waiting() {
-            // Nothing left that could release them: their parents never came.
-            let now = self.clock.now_ns().saturating_sub(self.t0_ns);
-            for orphan in self.conversations.orphans(now) {
-                self.schedule(orphan);
-            }
-            return false;
-        }
-        idle
+        let idle = (self.intake.done || self.cancel_at.is_some())
+            && self.deadlines.is_empty()
+            && !self.sessions.holding()
+            && self.router.idle();
+        // Nothing left that could release turns still parked: their parents never came.
+        let now = self.deadlines.run_ns();
+        idle && !self.sessions.release_orphans(now, &mut self.deadlines)
     }
 
     /// On a stop request: requests not yet due are dropped unrecorded (they were never part of
@@ -557,33 +492,16 @@ impl SenderLoop {
         let Some(at) = self.cfg.stop.requested_at() else {
             return;
         };
+        let now = self.deadlines.now();
         if self.cancel_at.is_none() {
             self.cancel_at = Some(at + self.cfg.drain_timeout_ns);
-            // Connects asked for the requests dropped here are not made (after a burst the
-            // helper thread would go on opening thousands of connections nobody will use).
-            self.connector.stop();
-            self.heap.clear();
-            let held = self.active.clear_held();
-            for turn in self.conversations.clear().into_iter().chain(held) {
-                self.cfg.buffers.give(turn.bytes);
-            }
-            for target in 0..self.pools.len() {
-                for mut ex in std::mem::take(&mut self.pools[target].waiting) {
-                    ex.fail(ErrorKind::Cancelled, "run stopped before it could be sent");
-                    self.emit(ex, target);
-                }
-            }
+            self.deadlines.clear();
+            self.sessions.clear();
+            self.router.stop(now);
         }
-        if self.in_flight > 0 && self.clock.now_ns() >= self.cancel_at.expect("set above") {
-            let busy: Vec<usize> = self.in_flight_exchanges().map(|(slot, _)| slot).collect();
-            let secs = self.cfg.drain_timeout_ns as f64 / 1e9;
-            for slot in busy {
-                self.fail_and_close(
-                    slot,
-                    ErrorKind::Cancelled,
-                    format!("run stopped; not finished within the {secs} s drain timeout"),
-                );
-            }
+        if self.router.in_flight > 0 && now >= self.cancel_at.expect("set above") {
+            self.router.cancel_in_flight(&self.deadlines);
         }
+        self.record_ended();
     }
 }

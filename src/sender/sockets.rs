@@ -1,23 +1,26 @@
-//! One connection's request and response: writing it, reading and parsing what comes back,
-//! completing or failing the exchange, closing the socket.
+//! One connection's I/O for the router: writing a request, reading what comes back into the
+//! connection's [`super::wire::Wire`] and acting on its outcome (complete, reuse or close,
+//! fail, resend), closing the socket.
 
 use std::io;
 use std::sync::atomic::Ordering;
 
 use mio::Token;
 
-use crate::http::response::Step;
 use crate::record::ErrorKind;
 
 use super::conn::Established;
+use super::deadlines::Deadlines;
 use super::exchange::Exchange;
-use super::exchange::Feed;
-use super::{SenderLoop, ACK_MODE_REFRESH_NS, FIRST_WRITE};
+use super::router::Router;
+use super::wire::{Ending, Outcome, Reading};
+use super::{ACK_MODE_REFRESH_NS, FIRST_WRITE};
 
-impl SenderLoop {
-    pub(super) fn start(&mut self, slot: usize, mut ex: Exchange) {
+impl Router {
+    /// Starts `ex` on the idle connection in `slot`.
+    pub(super) fn start(&mut self, slot: usize, mut ex: Exchange, soon: &Deadlines) {
         if ex.waiting_since.is_some() {
-            ex.connection_found(self.clock.now_ns());
+            ex.connection_found(soon.now());
         }
         let conn = self.slots[slot]
             .conn
@@ -28,7 +31,7 @@ impl SenderLoop {
         self.in_flight += 1;
         // Only the start now: the rest waits until every request due at this moment has
         // started, so a burst of large prompts does not delay the last one's first byte.
-        if self.write_some(slot, FIRST_WRITE) {
+        if self.write_some(slot, FIRST_WRITE, soon) {
             let generation = self.slots[slot].generation;
             self.unfinished_writes.push((slot, generation));
         }
@@ -36,10 +39,10 @@ impl SenderLoop {
 
     /// Writes up to `budget` more bytes of the request on `slot` (less if the socket is full:
     /// its WRITABLE event resumes). True when the budget ran out with bytes still to write.
-    pub(super) fn write_some(&mut self, slot: usize, budget: usize) -> bool {
+    fn write_some(&mut self, slot: usize, budget: usize, soon: &Deadlines) -> bool {
         let conn = self.slots[slot].conn.as_mut().expect("live slot");
         let head = &self.cfg.targets[conn.target].request_head;
-        let written = conn.write_request(head, budget, &self.clock);
+        let written = conn.write_request(head, budget, soon.clock());
         if written.started {
             self.progress.sent.fetch_add(1, Ordering::Relaxed);
         }
@@ -47,22 +50,22 @@ impl SenderLoop {
             self.cfg.buffers.give(buffer);
         }
         if let Some((kind, message)) = written.failed {
-            self.fail_and_close(slot, kind, message);
+            self.fail_and_close(slot, kind, message, soon);
             return false;
         }
         written.out_of_budget
     }
 
-    /// Writes the rest of the requests started by `send_due`.
-    pub(super) fn finish_writes(&mut self) {
+    /// Writes the rest of the requests started by the last sends.
+    pub fn finish_writes(&mut self, soon: &Deadlines) {
         while let Some((slot, generation)) = self.unfinished_writes.pop() {
             if self.slots[slot].generation == generation && self.slots[slot].conn.is_some() {
-                self.write_some(slot, usize::MAX);
+                self.write_some(slot, usize::MAX, soon);
             }
         }
     }
 
-    pub(super) fn on_socket_event(&mut self, token: Token, read_closed: bool) {
+    pub fn on_socket_event(&mut self, token: Token, read_closed: bool, soon: &Deadlines) {
         let slot = token.0 & 0xffff_ffff;
         let generation = (token.0 >> 32) as u32;
         match self.slots.get(slot) {
@@ -71,47 +74,53 @@ impl SenderLoop {
         }
         let conn = self.slots[slot].conn.as_mut().expect("checked");
         if !conn.connected {
-            let target = conn.target;
-            match conn.establish() {
-                Established::Pending => return,
-                Established::Failed(kind, e) => {
-                    self.close(slot);
-                    self.connect_failed(target, kind, &e);
-                    return;
-                }
-                Established::Ready => {}
-            }
-            let seq = conn.seq;
-            let pool = &mut self.pools[target];
-            pool.connected();
-            match pool.next_waiting(true) {
-                Some(ex) => self.start(slot, ex),
-                None => {
-                    let now = self.clock.now_ns();
-                    pool.put_idle(slot, seq, false, now);
-                    conn.idle = true;
-                }
-            }
+            self.on_connect_event(slot, soon);
             return;
         }
         if let Err(e) = conn.stream.flush() {
             let kind = conn.error_kind(&e);
-            self.fail_and_close(slot, kind, format!("write: {e}"));
+            self.fail_and_close(slot, kind, format!("write: {e}"), soon);
             return;
         }
-        self.write_some(slot, usize::MAX);
-        self.read_all(slot, read_closed);
+        self.write_some(slot, usize::MAX, soon);
+        self.read_all(slot, read_closed, soon);
     }
 
-    /// Reads what the socket holds, feeding the response parser.
+    /// An event on a connection being opened: it is established (and takes a waiting
+    /// request, or waits idle), still pending, or failed (its endpoint backs off).
+    fn on_connect_event(&mut self, slot: usize, soon: &Deadlines) {
+        let conn = self.slots[slot].conn.as_mut().expect("checked");
+        let target = conn.target;
+        match conn.establish() {
+            Established::Pending => return,
+            Established::Failed(kind, e) => {
+                self.close(slot);
+                self.connect_failed(target, kind, &e, soon.now());
+                return;
+            }
+            Established::Ready => {}
+        }
+        let seq = conn.seq;
+        let pool = &mut self.pools[target];
+        pool.connected();
+        match pool.next_waiting(true) {
+            Some(ex) => self.start(slot, ex, soon),
+            None => {
+                pool.put_idle(slot, seq, false, soon.now());
+                conn.idle = true;
+            }
+        }
+    }
+
+    /// Reads what the socket holds, feeding the connection's wire, and acts on its outcome.
     ///
     /// A read shorter than the buffer took everything queued, and data that arrives later
     /// raises a new edge-triggered event, so the loop stops there instead of paying for one
     /// more read(2) that would only say "would block" (a third of all reads when tokens arrive
     /// one segment at a time). The exception is a pending end of stream (`until_eof`): it
     /// raised its event already, so it must be read now.
-    pub(super) fn read_all(&mut self, slot: usize, until_eof: bool) {
-        let mut buf = std::mem::take(&mut self.read_buf);
+    fn read_all(&mut self, slot: usize, until_eof: bool, soon: &Deadlines) {
+        let mut buf = std::mem::take(&mut self.reader.buf);
         while let Some(conn) = self.slots[slot].conn.as_mut() {
             let n = match conn.stream.read(&mut buf) {
                 Ok(n) => n,
@@ -119,99 +128,63 @@ impl SenderLoop {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     let kind = conn.error_kind(&e);
-                    self.fail_and_close(slot, kind, format!("read: {e}"));
+                    self.fail_and_close(slot, kind, format!("read: {e}"), soon);
                     break;
                 }
             };
             let drained = n < buf.len() && conn.stream.short_read_drains();
-            let now = self.clock.now_ns();
-            self.reads += 1;
+            let now = soon.now();
+            self.reader.reads += 1;
             if now.saturating_sub(conn.acks_delayed_ns) >= ACK_MODE_REFRESH_NS {
                 conn.delay_acks(now);
             }
-            if n == 0 {
-                self.on_eof(slot, now);
-                break;
-            }
-            let Some(ex) = conn.exchange.as_mut() else {
-                // Bytes on an idle connection: the server broke the protocol; drop it.
-                self.close(slot);
-                break;
-            };
-            if ex.resendable {
-                let head = self.cfg.targets[conn.target].request_head.len();
-                if let Some(bytes) = ex.answer_started(head) {
+            let outcome = if n == 0 {
+                conn.wire.on_eof(now, &self.reader.scanners[conn.target])
+            } else {
+                let mut reading = Reading {
+                    scanner: &self.reader.scanners[conn.target],
+                    gaps: &mut self.reader.gaps,
+                    stream: self.cfg.stream,
+                    head_len: self.cfg.targets[conn.target].request_head.len(),
+                };
+                let (outcome, spent) = conn.wire.on_readable(now, &buf[..n], &mut reading);
+                if let Some(bytes) = spent {
                     self.cfg.buffers.give(bytes);
                 }
-            }
-            ex.last_byte_ns = Some(now);
-            let mut feed = Feed {
-                ex,
-                sse: &mut conn.sse,
-                body: &mut conn.body,
-                scanner: &self.scanners[conn.target],
-                gaps: &mut self.gaps,
-                now,
-                stream: self.cfg.stream,
+                outcome
             };
-            match conn.parser.feed(&buf[..n], &mut feed) {
-                Err(e) => self.fail_and_close(slot, ErrorKind::Protocol, e.to_string()),
-                Ok(Step::NeedMore) => {
-                    if ex
-                        .error
-                        .as_ref()
-                        .is_some_and(|e| e.kind == ErrorKind::Protocol)
-                    {
-                        self.fail_and_close(slot, ErrorKind::Protocol, String::new());
-                        break;
-                    }
-                }
-                Ok(Step::Done { consumed }) => {
-                    let reusable =
-                        consumed == n && conn.parser.head().is_some_and(|h| h.keep_alive);
-                    self.complete(slot, now, reusable);
-                }
-            }
-            if drained && !until_eof {
+            self.act(slot, outcome, now, soon);
+            if n == 0 || (drained && !until_eof) {
                 break;
             }
         }
-        self.read_buf = buf;
+        self.reader.buf = buf;
     }
 
-    pub(super) fn on_eof(&mut self, slot: usize, now: u64) {
-        let conn = self.slots[slot].conn.as_mut().expect("live slot");
-        if conn.exchange.is_none() {
-            self.close(slot);
-            return;
-        }
-        match conn.parser.finish_at_eof() {
-            Ok(()) => self.complete(slot, now, false),
-            Err(e) => {
-                self.fail_and_close(
-                    slot,
-                    ErrorKind::Reset,
-                    format!("connection closed by the server: {e}"),
-                );
-            }
+    /// Does what the wire decided for the connection in `slot`.
+    fn act(&mut self, slot: usize, outcome: Outcome, now: u64, soon: &Deadlines) {
+        match outcome {
+            Outcome::NeedMore => {}
+            Outcome::Stray => self.close(slot),
+            Outcome::Fail(kind, message) => self.fail_and_close(slot, kind, message, soon),
+            Outcome::Complete { reusable } => self.complete(slot, now, reusable, soon),
         }
     }
 
-    /// The response is complete: emit its record; keep the connection if it can be reused.
-    pub(super) fn complete(&mut self, slot: usize, now: u64, reusable: bool) {
+    /// The response is complete: it ends; the connection is kept if it can be reused.
+    fn complete(&mut self, slot: usize, now: u64, reusable: bool, soon: &Deadlines) {
         let conn = self.slots[slot].conn.as_mut().expect("live slot");
-        let mut ex = conn.exchange.take().expect("exchange in flight");
-        ex.finish_response(&conn.body, &self.scanners[conn.target], now);
+        let ex = conn.wire.take_exchange().expect("exchange in flight");
         let target = conn.target;
         self.in_flight -= 1;
-        self.emit(ex, target);
+        self.end(ex, target, now);
         if !reusable {
             self.close(slot);
-            self.top_up(target);
+            self.top_up(target, soon);
             return;
         }
         match self.pools[target].next_waiting(false) {
-            Some(next) => self.start(slot, next),
+            Some(next) => self.start(slot, next, soon),
             None => {
                 let conn = self.slots[slot].conn.as_mut().expect("live slot");
                 conn.idle = true;
@@ -220,66 +193,35 @@ impl SenderLoop {
         }
     }
 
-    pub(super) fn fail_and_close(&mut self, slot: usize, kind: ErrorKind, message: String) {
+    /// Fails the request on `slot` (or sends it again, see [`super::wire::Wire::fail`]) and
+    /// closes the connection.
+    pub(super) fn fail_and_close(
+        &mut self,
+        slot: usize,
+        kind: ErrorKind,
+        message: String,
+        soon: &Deadlines,
+    ) {
         let Some(conn) = self.slots[slot].conn.as_mut() else {
             return;
         };
         let target = conn.target;
-        if let Some(mut ex) = conn.exchange.take() {
-            if kind == ErrorKind::Reset && ex.resendable && self.cancel_at.is_none() {
-                // A keep-alive connection the server closed as the request went out (it
-                // read none of it): the request goes again, once, on a fresh connection
-                // (not once the run is stopping: no connection is opened then).
-                self.in_flight -= 1;
-                self.close(slot);
-                ex.resend(self.clock.now_ns());
-                self.pools[target].waiting.push_front(ex);
-                self.pools[target].connecting += 1;
-                self.connector.request(target);
-                return;
-            }
-            ex.fail(kind, message);
-            ex.end_ns = Some(self.clock.now_ns());
+        let now = soon.now();
+        let ending = conn.wire.fail(kind, message, now, self.stopping);
+        if ending.is_some() {
             self.in_flight -= 1;
-            self.emit(ex, target);
         }
         self.close(slot);
-        self.top_up(target);
-    }
-
-    /// Closes an idle connection its pool already gave up (taken out of the idle queue).
-    pub(super) fn close_taken_idle(&mut self, slot: usize) {
-        if let Some(conn) = self.slots[slot].conn.as_mut() {
-            conn.idle = false; // already out of the queue
+        match ending {
+            Some(Ending::Resend(ex)) => {
+                self.pools[target].waiting.push_front(ex);
+                self.ask_connection(target);
+            }
+            Some(Ending::Failed(ex)) => {
+                self.end(ex, target, now);
+                self.top_up(target, soon);
+            }
+            None => self.top_up(target, soon),
         }
-        self.close(slot);
-    }
-
-    pub(super) fn close(&mut self, slot: usize) {
-        let Some(mut conn) = self.slots[slot].conn.take() else {
-            return;
-        };
-        let _ = self.poll.registry().deregister(conn.stream.tcp_mut());
-        let pool = &mut self.pools[conn.target];
-        if !conn.connected {
-            pool.connecting -= 1;
-        }
-        if conn.idle {
-            pool.forget(slot);
-        }
-        debug_assert!(
-            conn.exchange.is_none(),
-            "an exchange must be emitted before its connection closes"
-        );
-        self.slots[slot].generation = self.slots[slot].generation.wrapping_add(1);
-        self.free.push(slot);
-    }
-
-    /// The slots with a request in flight, and that request.
-    pub(super) fn in_flight_exchanges(&self) -> impl Iterator<Item = (usize, &Exchange)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, s)| Some((slot, s.conn.as_ref()?.exchange.as_ref()?)))
     }
 }

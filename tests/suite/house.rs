@@ -654,3 +654,134 @@ fn a_planted_long_function_is_found() {
     );
     assert!(function_bar(&dir)[0].contains("src/lib.rs:long: 129 lines (at most 120)"));
 }
+
+/// The sender's loop is a few owners, each changing only its own state: `SenderLoop` has at
+/// most this many fields, and each is used from the `impl SenderLoop` blocks of at most two
+/// files (a field reached from everywhere is state nobody owns).
+const SENDER_LOOP_FIELDS: usize = 12;
+
+/// The fields of `struct NAME { ... }` in `code` (comments and strings blanked).
+fn struct_fields(code: &str, name: &str) -> Vec<String> {
+    let lines: Vec<&str> = code.split('\n').collect();
+    let Some(start) = lines.iter().position(|l| {
+        l.trim_start()
+            .trim_start_matches("pub ")
+            .starts_with(&format!("struct {name} "))
+    }) else {
+        return Vec::new();
+    };
+    let end = block_end(&lines, start).unwrap_or(start);
+    lines[start + 1..end]
+        .iter()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l
+                .strip_prefix("pub(super) ")
+                .or(l.strip_prefix("pub "))
+                .unwrap_or(l);
+            let (field, _) = l.split_once(':')?;
+            (!field.is_empty() && field.chars().all(|c| c.is_alphanumeric() || c == '_'))
+                .then(|| field.to_string())
+        })
+        .collect()
+}
+
+fn sender_bar(dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    let code: Vec<(String, String)> = files
+        .iter()
+        .map(|f| {
+            let name = f.strip_prefix(dir).unwrap().display().to_string();
+            (name, code_only(&std::fs::read_to_string(f).unwrap()))
+        })
+        .collect();
+    let fields: Vec<String> = code
+        .iter()
+        .flat_map(|(_, c)| struct_fields(c, "SenderLoop"))
+        .collect();
+    let mut wrong = Vec::new();
+    if fields.len() > SENDER_LOOP_FIELDS {
+        wrong.push(format!(
+            "SenderLoop has {} fields (at most {SENDER_LOOP_FIELDS}): give a group of them an owner",
+            fields.len()
+        ));
+    }
+    // The text of each file's `impl SenderLoop` blocks.
+    let impls: Vec<(&str, String)> = code
+        .iter()
+        .map(|(name, c)| {
+            let lines: Vec<&str> = c.split('\n').collect();
+            let mut text = String::new();
+            for (i, l) in lines.iter().enumerate() {
+                if l.trim_start().starts_with("impl SenderLoop") {
+                    let end = block_end(&lines, i).unwrap_or(i);
+                    text += &lines[i..=end].join("\n");
+                }
+            }
+            (name.as_str(), text)
+        })
+        .collect();
+    for field in &fields {
+        let used = format!("self.{field}");
+        let users: Vec<&str> = impls
+            .iter()
+            .filter(|(_, text)| {
+                text.match_indices(&used).any(|(at, _)| {
+                    let next = text[at + used.len()..].chars().next();
+                    !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                })
+            })
+            .map(|(name, _)| *name)
+            .collect();
+        if users.len() > 2 {
+            wrong.push(format!(
+                "SenderLoop.{field} is used from {} files ({}): at most 2",
+                users.len(),
+                users.join(", ")
+            ));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn the_sender_loop_is_a_few_owners() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sender");
+    let wrong = sender_bar(&dir);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let fields = struct_fields(
+        &code_only(&std::fs::read_to_string(dir.join("mod.rs")).unwrap()),
+        "SenderLoop",
+    );
+    assert!(fields.len() >= 5, "the bar reads the struct: {fields:?}");
+}
+
+/// A loop of 13 fields, one of them used from three files, fails both bars.
+#[test]
+fn a_planted_sprawling_sender_loop_is_found() {
+    let dir = crate::common::temp_dir("house-sender");
+    let fields: String = (0..13).map(|i| format!("    f{i}: u8,\n")).collect();
+    std::fs::write(
+        dir.join("mod.rs"),
+        format!("struct SenderLoop {{\n{fields}}}\n"),
+    )
+    .unwrap();
+    for file in ["a.rs", "b.rs", "c.rs"] {
+        let text =
+            "impl SenderLoop {\n    fn f(&self) -> u8 {\n        self.f1 + self.f10\n    }\n}\n";
+        let text = if file == "c.rs" {
+            text.replace("self.f10", "self.f11")
+        } else {
+            text.to_string()
+        };
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    let wrong = sender_bar(&dir);
+    assert_eq!(wrong.len(), 2, "{wrong:?}");
+    assert!(wrong[0].contains("13 fields (at most 12)"), "{wrong:?}");
+    assert!(
+        wrong[1].starts_with("SenderLoop.f1 is used from 3 files"),
+        "{wrong:?}"
+    );
+}
