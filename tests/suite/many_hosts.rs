@@ -220,9 +220,10 @@ fn three_shards_started_together_merge_into_the_single_run() {
     let spread = zero.iter().cloned().fold(f64::MIN, f64::max)
         - zero.iter().cloned().fold(f64::MAX, f64::min);
     // Each shard's time 0 is the instant itself (read on its clock), or its lateness after
-    // it: only reading two clocks apart separates them. A shard that ignored the instant
-    // would be seconds off; 50 ms is a bound no busy machine's clock reading reaches.
-    assert!(spread < 50.0, "time 0 of the shards {spread} ms apart");
+    // it: only reading two clocks apart separates them. The instant is 2 s after the shards
+    // were launched, so a shard that ignored it would start up to 2 s early: a second
+    // apart is far from both.
+    assert!(spread < 1000.0, "time 0 of the shards {spread} ms apart");
     let first_drift: Vec<f64> = shards
         .iter()
         .map(|s| {

@@ -234,8 +234,11 @@ fn shares_agree(s: &Value) -> (f64, f64) {
 }
 
 /// Each step's prompts are new to the servers: against a cache larger than the trace, every
-/// step's observed prefix share is its expected one (the trace's own reuse). With
-/// `--warm-cache` the later steps hit everything, and the sweep says so.
+/// step's observed prefix share is its expected one (the trace's own reuse), so a server
+/// with a cache does the same prefill work at each step as it would the first time, and the
+/// knee cannot move with the cache. With `--warm-cache` the later steps hit everything (the
+/// prefill a knee depends on skipped), and the sweep says so. (Judged by the servers' counts
+/// of cached tokens: where a TTFT crosses an SLO depends on the machine's load.)
 #[test]
 fn sweep_steps_measure_their_own_reuse_not_the_cache_before_them() {
     let dir = temp_dir("sweep-cache");
@@ -294,64 +297,6 @@ fn sweep_steps_measure_their_own_reuse_not_the_cache_before_them() {
     );
     let page = std::fs::read_to_string(dir.join("warm/sweep.html")).unwrap();
     assert!(page.contains("TTFT SLO") && page.contains("prompts: the same at every step"));
-}
-
-/// A server whose cache saves prefill (the mock with --prefill-us-per-token), 8 requests at
-/// once: with new prompts at each step the knee is the same with and without a cache; with
-/// --warm-cache the later steps skip prefill and the "capacity" found is higher.
-///
-/// 60 records 50 ms apart (20 req/s at scale 1) of 256 unique tokens: ~50 ms of prefill
-/// (about 200 words at 250 µs) + 5 ms + 4 tokens at 1 ms is ~60 ms a request, 8 at once: about
-/// 130 req/s, scale 6.5. Scale 4 (80 req/s) passes a TTFT SLO of 100 ms with room, scale 8
-/// (160 req/s) queues past it.
-#[test]
-fn the_knee_does_not_move_with_a_cache_unless_the_cache_is_warmed() {
-    let dir = temp_dir("sweep-knee-cache");
-    let trace = hash_id_trace(&dir, 60, 50, 16, false);
-    let args = [
-        "--start-scale",
-        "2",
-        "--max-steps",
-        "4",
-        "--bisect",
-        "0",
-        "--goodput",
-        "ttft:100",
-    ];
-    let knee = |cache: bool, extra: &[&str], name: &str| {
-        let mut mock_args = vec![
-            "--max-running",
-            "8",
-            "--prefill-us-per-token",
-            "250",
-            "--ttft-ms",
-            "5",
-            "--itl-ms",
-            "1",
-        ];
-        if cache {
-            mock_args.extend(["--cache-blocks", "100000", "--cache-block-size", "16"]);
-        }
-        let mock = MockProcess::start(&mock_args);
-        let s = sweep(&mock, &trace, &dir.join(name), &[&args[..], extra].concat());
-        (s["passed_scale"].as_f64(), s["failed_scale"].as_f64())
-    };
-    let without = knee(false, &[], "no-cache");
-    assert_eq!(
-        without,
-        (Some(4.0), Some(8.0)),
-        "the knee lies between x4 and x8"
-    );
-    assert_eq!(
-        knee(true, &[], "cache"),
-        without,
-        "a cache the steps cannot share moves nothing"
-    );
-    let (passed, _) = knee(true, &["--warm-cache"], "warm");
-    assert!(
-        passed.unwrap() > 4.0,
-        "a warmed cache skips prefill: {passed:?}"
-    );
 }
 
 /// `--prime` in a sweep against a cache larger than the trace: each step is measured after
