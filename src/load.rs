@@ -65,6 +65,33 @@ pub enum Pace {
     },
 }
 
+impl Pace {
+    /// The mode and its parameters, as run.json's `load` says them.
+    pub fn json(&self) -> serde_json::Value {
+        use serde_json::json;
+        match *self {
+            Pace::Trace => json!({"mode": "trace"}),
+            Pace::Rate {
+                per_s,
+                arrival,
+                burstiness,
+            } => {
+                json!({"mode": "rate", "rate": per_s, "arrival": arrival, "burstiness": burstiness})
+            }
+            Pace::Closed { concurrency } => json!({"mode": "closed", "concurrency": concurrency}),
+        }
+    }
+
+    /// The requests of the run's opening moments, which get connections before the start:
+    /// those of the schedule's `first_second`, or a closed loop's slots.
+    pub fn opening_requests(&self, first_second: usize) -> usize {
+        match *self {
+            Pace::Trace | Pace::Rate { .. } => first_second,
+            Pace::Closed { concurrency } => concurrency,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LoadPlan {
     pub pace: Pace,

@@ -1,8 +1,8 @@
-//! An LRU prefix cache shaped like vLLM's automatic prefix caching, used twice: by the mock
-//! (`mock --cache-blocks N`), over the prompt's words (one per token in llmreplay's synthetic
-//! prompts; token ids as they are) in blocks of `--cache-block-size`, to report
-//! `usage.prompt_tokens_details.cached_tokens`; and by the replay over each record's hash ids
-//! (one a block) for the hits the trace predicts ([`crate::expected_cache`]).
+//! An LRU prefix cache shaped like vLLM's automatic prefix caching, for the mock
+//! (`mock --cache-blocks N`): over the prompt's words (one per token in llmreplay's synthetic
+//! prompts; token ids as they are) in blocks of `--cache-block-size`, it reports
+//! `usage.prompt_tokens_details.cached_tokens`. (The hits a trace predicts are modelled apart,
+//! over prompt shapes: [`crate::expected_cache`].)
 //!
 //! Each full block is keyed by the hash of itself and every block before it, so a block hits
 //! only when the whole prefix up to it does. A prompt's hits are its leading blocks found;

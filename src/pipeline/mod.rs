@@ -1,9 +1,12 @@
 //! Producers: read the trace, build each request's bytes ahead of its deadline, and hand them
 //! to the senders through one bounded channel (the back-pressure that bounds memory).
 //!
-//! Producers take records from the shared reader in timestamp order (a short critical section:
-//! one line parse; see `trace::OrderedReader`) and build bodies in parallel (the expensive
-//! part). They may finish out of order; the senders order what they receive by deadline.
+//! Producers take records from the shared reader in timestamp order and build bodies in
+//! parallel (the expensive part). Under the reader's lock is everything that must follow the
+//! trace's order: the line parse (`trace::OrderedReader`), `--loop` passes and salts, the
+//! schedule's placement, the route, the session link and the expected-cache model (each
+//! record's prompt shape is looked up there, and then held). Producers may finish out of
+//! order; the senders order what they receive by deadline.
 
 use std::cmp::Ordering;
 use std::path::PathBuf;

@@ -22,7 +22,7 @@
 //! wait for their parents, session places, and each ended request's record), [`deadlines`]
 //! (the heap, the clock and the timer: `due_ns`, when a request is due, moves; its
 //! `scheduled_ns`, the plan, never does) and [`router`] (connections and pools: the only
-//! place that counts requests in flight and connections being opened; [`sockets`] is its
+//! place that counts requests in flight and connections being opened; its `sockets` do the
 //! I/O). What a connection reads is decided without I/O: [`wire::Wire`] takes bytes and
 //! returns an outcome (complete and reuse or close, fail, resend), so responses are tested
 //! without sockets.
@@ -36,7 +36,6 @@ mod exchange;
 mod intake;
 mod pool;
 mod router;
-mod sockets;
 mod start;
 mod turns;
 mod wire;
@@ -338,16 +337,17 @@ impl SenderLoop {
             }
             self.router.housekeeping(&self.deadlines);
             self.record_ended();
-            if !events.is_empty() && self.cfg.read_coalesce_ns > 0 && self.router.in_flight > 0 {
+            if !events.is_empty() && self.cfg.read_coalesce_ns > 0 && self.router.in_flight() > 0 {
                 let open = self.router.open();
                 self.deadlines
                     .coalesce_reads(self.cfg.read_coalesce_ns, open);
             }
         }
+        let (gaps, reads) = self.router.take_counts();
         Ok(SenderReport {
-            gaps: std::mem::take(&mut self.router.reader.gaps),
+            gaps,
             cpu_ns: thread_cpu_ns() - cpu_start,
-            reads: self.router.reader.reads,
+            reads,
             turns_cut: self.sessions.turns_cut,
             sessions_dropped: self.sessions.sessions_dropped,
             arrived_late: self.intake.arrived_late,
@@ -424,7 +424,7 @@ impl SenderLoop {
         // time; but with nothing to send or in flight, their parents can only be further on
         // in the channel: then it takes until one comes.
         while self.deadlines.len() + self.sessions.parked() < lookahead
-            || (self.deadlines.is_empty() && self.router.in_flight == 0)
+            || (self.deadlines.is_empty() && self.router.in_flight() == 0)
         {
             let Some(req) = self.intake.next() else {
                 if self.intake.done {
@@ -499,7 +499,7 @@ impl SenderLoop {
             self.sessions.clear();
             self.router.stop(now);
         }
-        if self.router.in_flight > 0 && now >= self.cancel_at.expect("set above") {
+        if self.router.in_flight() > 0 && now >= self.cancel_at.expect("set above") {
             self.router.cancel_in_flight(&self.deadlines);
         }
         self.record_ended();

@@ -3,7 +3,7 @@
 //! and silent endpoints, and hands back every request that ended, complete or failed, for the
 //! loop to record ([`Router::next_ended`]). It is the only place that counts requests in
 //! flight and connections being opened. What one connection does with its bytes is in
-//! [`super::sockets`] (the I/O) and [`super::wire`] (the decisions).
+//! [`sockets`] (the I/O) and [`super::wire`] (the decisions).
 
 use std::collections::VecDeque;
 use std::io;
@@ -28,49 +28,51 @@ use super::pool::Pool;
 use super::{Progress, SenderConfig, FIRST_BACKOFF_NS, HOUSEKEEPING_NS, IDLE_CHECK_NS};
 use super::{MAX_BACKOFF_NS, READ_BUF};
 
+mod sockets;
+
 /// After the client ran out of descriptors, no new connection is asked for this long.
 const DESCRIPTOR_PAUSE_NS: u64 = 10_000_000;
 /// How far ahead of their deadlines requests get a connection opened for them.
 const CONNECT_AHEAD_NS: u64 = 100_000_000;
 
-pub(super) struct Slot {
-    pub generation: u32,
-    pub conn: Option<Conn>,
+struct Slot {
+    generation: u32,
+    conn: Option<Conn>,
 }
 
-pub(super) fn token(slot: usize, generation: u32) -> Token {
+fn token(slot: usize, generation: u32) -> Token {
     Token(slot | (generation as usize) << 32)
 }
 
 /// What reading needs: the buffer, each endpoint's dialect, and what reads counted.
-pub(super) struct Reader {
-    pub buf: Vec<u8>,
-    pub scanners: Vec<EventScanner>,
-    pub gaps: Gaps,
-    pub reads: u64,
+struct Reader {
+    buf: Vec<u8>,
+    scanners: Vec<EventScanner>,
+    gaps: Gaps,
+    reads: u64,
 }
 
 pub(super) struct Router {
-    pub(super) cfg: Arc<SenderConfig>,
-    pub(super) registry: Registry,
-    pub(super) connector: Connector,
-    pub(super) slots: Vec<Slot>,
+    cfg: Arc<SenderConfig>,
+    registry: Registry,
+    connector: Connector,
+    slots: Vec<Slot>,
     free: Vec<usize>,
-    pub(super) pools: Vec<Pool>,
+    pools: Vec<Pool>,
     /// Connections opened so far: the next one's opening order.
     opened: u64,
     /// Requests on a connection, being written or answered.
-    pub(super) in_flight: usize,
+    in_flight: usize,
     /// Requests dispatched and not yet ended: in flight or waiting for a connection.
     open: usize,
     /// Requests whose first bytes were written on time and whose rest is still to write.
-    pub(super) unfinished_writes: Vec<(usize, u32)>,
+    unfinished_writes: Vec<(usize, u32)>,
     /// Requests that ended, in the order they did, for the loop to record.
     ended: VecDeque<(Exchange, usize)>,
-    pub(super) reader: Reader,
-    pub(super) progress: Arc<Progress>,
+    reader: Reader,
+    progress: Arc<Progress>,
     /// The run is stopping: nothing is resent, no connection opened for a resend.
-    pub(super) stopping: bool,
+    stopping: bool,
     /// The client ran out of file descriptors, and said so once.
     descriptors_warned: bool,
     next_housekeeping: u64,
@@ -131,6 +133,16 @@ impl Router {
         })
     }
 
+    /// Requests on a connection, being written or answered.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// What the reads counted: the gaps between content chunks, and the reads.
+    pub fn take_counts(&mut self) -> (Gaps, u64) {
+        (std::mem::take(&mut self.reader.gaps), self.reader.reads)
+    }
+
     /// Requests dispatched and not yet ended (a closed loop's slots in use).
     pub fn open(&self) -> usize {
         self.open
@@ -169,7 +181,7 @@ impl Router {
 
     /// Ends `ex` (complete or failed) on endpoint `target`: it leaves the fleet's count. One
     /// that failed without a response (its endpoint down, the run stopped) ends `now`.
-    pub(super) fn end(&mut self, mut ex: Exchange, target: usize, now: u64) {
+    fn end(&mut self, mut ex: Exchange, target: usize, now: u64) {
         ex.end_ns.get_or_insert(now);
         self.cfg.load.finished(target);
         self.open = self.open.saturating_sub(1);
@@ -228,7 +240,7 @@ impl Router {
     }
 
     /// Opens connections so that waiting requests and the spare pool are covered.
-    pub(super) fn top_up(&mut self, target: usize, soon: &Deadlines) {
+    fn top_up(&mut self, target: usize, soon: &Deadlines) {
         let now = soon.now();
         let pool = &self.pools[target];
         if now < pool.down_until || now < pool.open_paused_until || self.stopping {
@@ -248,7 +260,7 @@ impl Router {
         }
     }
 
-    pub(super) fn ask_connection(&mut self, target: usize) {
+    fn ask_connection(&mut self, target: usize) {
         self.connector.request(target);
         self.pools[target].connecting += 1;
     }
@@ -337,13 +349,7 @@ impl Router {
 
     /// A connect (`Connect`) or TLS handshake (`Tls`) failed: the endpoint backs off, unless
     /// the client ran out of file descriptors.
-    pub(super) fn connect_failed(
-        &mut self,
-        target: usize,
-        kind: ErrorKind,
-        e: &io::Error,
-        now: u64,
-    ) {
+    fn connect_failed(&mut self, target: usize, kind: ErrorKind, e: &io::Error, now: u64) {
         let url = &self.cfg.targets[target].url;
         if limits::is_fd_exhaustion(e) {
             // The client's own limit, not the endpoint's fault: no backoff, no request failed
@@ -517,14 +523,14 @@ impl Router {
     }
 
     /// Closes an idle connection its pool already gave up (taken out of the idle queue).
-    pub(super) fn close_taken_idle(&mut self, slot: usize) {
+    fn close_taken_idle(&mut self, slot: usize) {
         if let Some(conn) = self.slots[slot].conn.as_mut() {
             conn.idle = false; // already out of the queue
         }
         self.close(slot);
     }
 
-    pub(super) fn close(&mut self, slot: usize) {
+    fn close(&mut self, slot: usize) {
         let Some(mut conn) = self.slots[slot].conn.take() else {
             return;
         };
@@ -545,7 +551,7 @@ impl Router {
     }
 
     /// The slots with a request in flight, and that request.
-    pub(super) fn in_flight_exchanges(&self) -> impl Iterator<Item = (usize, &Exchange)> {
+    fn in_flight_exchanges(&self) -> impl Iterator<Item = (usize, &Exchange)> {
         self.slots
             .iter()
             .enumerate()

@@ -7,8 +7,9 @@
 
 use std::path::Path;
 
+use super::formats::{Columns as CsvColumns, CsvTime};
 use super::tracelab::{self, Tracelab};
-use super::{Format, Input, RawLine, TraceIds, TraceRecord};
+use super::{Format, Input, Layout, RawLine, TraceIds, TraceRecord, FORMATS};
 use crate::error::{Error, Result};
 use crate::trace::parse::MAX_LENGTH;
 
@@ -26,13 +27,22 @@ pub struct Fixed {
     output: usize,
     session: Option<usize>,
     names: [&'static str; 3],
+    time: CsvTime,
 }
 
-/// The columns a format needs: timestamp, input tokens, output tokens.
-fn names(format: Format) -> [&'static str; 3] {
-    match format {
-        Format::Azure => ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
-        _ => ["Timestamp", "Request tokens", "Response tokens"],
+/// The CSV formats of the table ([`FORMATS`]), with their columns.
+fn csv_formats() -> impl Iterator<Item = (Format, CsvColumns)> {
+    FORMATS.iter().filter_map(|s| match s.layout {
+        Layout::Csv(columns) => Some((s.format, columns)),
+        Layout::Lines | Layout::Documents => None,
+    })
+}
+
+/// The columns a format's header must name.
+fn required(columns: CsvColumns) -> Vec<&'static str> {
+    match columns {
+        CsvColumns::Fixed { names, .. } => names.to_vec(),
+        CsvColumns::Tracelab => tracelab::REQUIRED.to_vec(),
     }
 }
 
@@ -40,12 +50,12 @@ fn names(format: Format) -> [&'static str; 3] {
 pub fn detect(header: &[u8]) -> Option<Format> {
     let h = String::from_utf8_lossy(header);
     let cells: Vec<&str> = split(&h);
-    if tracelab::detect(&cells) {
-        return Some(Format::Tracelab);
-    }
-    [Format::Azure, Format::Burstgpt]
-        .into_iter()
-        .find(|f| names(*f).iter().all(|n| cells.contains(n)))
+    csv_formats()
+        .find(|(_, columns)| match columns {
+            CsvColumns::Tracelab => tracelab::detect(&cells),
+            CsvColumns::Fixed { names, .. } => names.iter().all(|n| cells.contains(n)),
+        })
+        .map(|(f, _)| f)
 }
 
 /// The format a CSV header that [`detect`] did not take comes closest to: the one with the most
@@ -57,15 +67,11 @@ pub fn closest(header: &[u8]) -> Option<Format> {
     }
     let cells: Vec<&str> = split(&h);
     let present = |names: &[&str]| names.iter().filter(|n| cells.contains(n)).count();
-    [
-        (Format::Tracelab, present(&tracelab::REQUIRED)),
-        (Format::Azure, present(&names(Format::Azure))),
-        (Format::Burstgpt, present(&names(Format::Burstgpt))),
-    ]
-    .into_iter()
-    .filter(|&(_, n)| n >= 2)
-    .max_by_key(|&(_, n)| n)
-    .map(|(f, _)| f)
+    csv_formats()
+        .map(|(f, columns)| (f, present(&required(columns))))
+        .filter(|&(_, n)| n >= 2)
+        .max_by_key(|&(_, n)| n)
+        .map(|(f, _)| f)
 }
 
 /// A data line's cells: UTF-8, no quoting.
@@ -94,27 +100,44 @@ impl Columns {
     pub fn from_header(raw: &RawLine, format: Format, file: &Path) -> Result<Columns> {
         let text = String::from_utf8_lossy(&raw.bytes);
         let cells = split(&text);
-        match format {
-            Format::Tracelab => Ok(Columns::Tracelab(Tracelab::from_header(raw, &cells, file)?)),
-            _ => Ok(Columns::Fixed(Fixed::from_header(
-                raw, &cells, format, file,
-            )?)),
+        match format.spec().layout {
+            Layout::Csv(CsvColumns::Tracelab) => {
+                Ok(Columns::Tracelab(Tracelab::from_header(raw, &cells, file)?))
+            }
+            Layout::Csv(CsvColumns::Fixed {
+                names,
+                session,
+                time,
+            }) => {
+                let fixed = Fixed::from_header(raw, &cells, (names, session, time), format, file);
+                Ok(Columns::Fixed(fixed?))
+            }
+            Layout::Lines | Layout::Documents => Err(Error::Usage(format!(
+                "{}: --format {} is not a CSV format",
+                file.display(),
+                format.name()
+            ))),
         }
     }
 
     /// One data line.
-    pub fn parse(&mut self, raw: &RawLine, format: Format, file: &Path) -> Result<TraceRecord> {
+    pub fn parse(&mut self, raw: &RawLine, file: &Path) -> Result<TraceRecord> {
         let cells = cells(raw, file)?;
         match self {
-            Columns::Fixed(c) => c.parse(raw, &cells, format, file),
+            Columns::Fixed(c) => c.parse(raw, &cells, file),
             Columns::Tracelab(t) => t.parse(raw, &cells, file),
         }
     }
 }
 
 impl Fixed {
-    fn from_header(raw: &RawLine, cells: &[&str], format: Format, file: &Path) -> Result<Fixed> {
-        let want = names(format);
+    fn from_header(
+        raw: &RawLine,
+        cells: &[&str],
+        (want, session, time): ([&'static str; 3], Option<&str>, CsvTime),
+        format: Format,
+        file: &Path,
+    ) -> Result<Fixed> {
         let find = |name: &str| cells.iter().position(|c| *c == name);
         let mut at = [0; 3];
         for (slot, name) in at.iter_mut().zip(want) {
@@ -132,20 +155,13 @@ impl Fixed {
             timestamp: at[0],
             input: at[1],
             output: at[2],
-            session: (format == Format::Burstgpt)
-                .then(|| find("Session ID"))
-                .flatten(),
+            session: session.and_then(find),
             names: want,
+            time,
         })
     }
 
-    fn parse(
-        &self,
-        raw: &RawLine,
-        cells: &[&str],
-        format: Format,
-        file: &Path,
-    ) -> Result<TraceRecord> {
+    fn parse(&self, raw: &RawLine, cells: &[&str], file: &Path) -> Result<TraceRecord> {
         let fail = |message: String| Error::Trace {
             file: file.to_path_buf(),
             line: raw.line,
@@ -160,13 +176,13 @@ impl Fixed {
         };
         let [ts_name, in_name, out_name] = self.names;
         let ts = cell(self.timestamp, ts_name)?;
-        let timestamp_ms = match format {
-            Format::Azure => datetime_ms(ts).ok_or_else(|| {
+        let timestamp_ms = match self.time {
+            CsvTime::DateTime => datetime_ms(ts).ok_or_else(|| {
                 fail(format!(
                     "column `{ts_name}`: not a date-time like 2023-11-16 18:15:46.6805900: {ts:?}"
                 ))
             })?,
-            _ => ts
+            CsvTime::Seconds => ts
                 .parse::<f64>()
                 .ok()
                 .filter(|t| *t >= 0.0 && t.is_finite())

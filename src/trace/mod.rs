@@ -6,6 +6,7 @@
 mod atif;
 mod csv;
 mod dag;
+mod formats;
 pub mod inspect;
 mod order;
 mod otel;
@@ -15,6 +16,7 @@ mod source;
 mod tracelab;
 mod weka;
 
+pub use formats::{Layout, Spec, FORMATS};
 pub use order::{OrderStats, OrderedReader, WINDOW as ORDER_WINDOW};
 pub use parse::{parse_record, MAX_WAIT_MS};
 pub use reader::{detect_format, RawLine, ReadOptions, Skipped, TraceReader};
@@ -72,77 +74,6 @@ crate::choices! {
         /// OpenTelemetry agent traces (OTLP JSON, GenAI conventions): model-call spans are
         /// turns, `invoke_agent` spans agents, the time between them waits.
         Otel = "otel",
-    }
-}
-
-impl Format {
-    /// What `--format auto` saw to take a trace for this format (the plan line says it).
-    pub fn recognised_by(self) -> &'static str {
-        match self {
-            Format::Auto => "",
-            Format::Mooncake => "the first record has no chat_id; timestamps in ms",
-            Format::Bailian => "the first record has chat_id; timestamps in s",
-            Format::Azure => "a CSV header with TIMESTAMP, ContextTokens, GeneratedTokens",
-            Format::Burstgpt => "a CSV header with Timestamp, Request tokens, Response tokens",
-            Format::Tracelab => {
-                "a CSV header with session_id, round_idx, prefix_len, input_len, output_len, \
-                 tool_wait_after_ms"
-            }
-            Format::Weka => {
-                "the first object has `requests`: WEKA sessions, each a task graph run \
-                 closed-loop"
-            }
-            Format::Atif => {
-                "the first object has `steps`: ATIF trajectories, each model call a turn, run \
-                 closed-loop"
-            }
-            Format::Otel => {
-                "the first object has `resourceSpans`: OpenTelemetry traces, each a task run \
-                 closed-loop"
-            }
-            Format::Dag => {
-                "the first line has `turns`: DAG conversations, each task run closed-loop"
-            }
-        }
-    }
-
-    /// Tokens per hash id when `--block-size` is not given.
-    pub fn default_block_size(self) -> u32 {
-        match self {
-            Format::Bailian => 16,
-            Format::Tracelab => tracelab::BLOCK_TOKENS as u32,
-            Format::Weka => weka::BLOCK_TOKENS,
-            Format::Otel => otel::BLOCK_TOKENS as u32,
-            Format::Mooncake
-            | Format::Auto
-            | Format::Azure
-            | Format::Burstgpt
-            | Format::Dag
-            | Format::Atif => 512,
-        }
-    }
-
-    /// A format whose records are agents' turns linked into task graphs: they carry no
-    /// arrival times of their own (each leaves after what it waits for).
-    pub fn is_task_graph(self) -> bool {
-        matches!(
-            self,
-            Format::Weka | Format::Dag | Format::Atif | Format::Otel
-        )
-    }
-
-    /// A CSV format (a header line, then one record a line).
-    pub fn is_csv(self) -> bool {
-        matches!(self, Format::Azure | Format::Burstgpt | Format::Tracelab)
-    }
-
-    /// Multiplier from the trace's timestamp unit to milliseconds.
-    pub fn ms_per_time_unit(self) -> f64 {
-        match self {
-            Format::Bailian => 1000.0,
-            // CSV readers convert their own timestamps to ms.
-            _ => 1.0,
-        }
     }
 }
 

@@ -9,7 +9,7 @@ use super::dag::Dag;
 use super::otel::Otel;
 use super::source::{TraceFile, MAX_LINE_BYTES};
 use super::weka::Weka;
-use super::{parse_record, Format, TraceRecord};
+use super::{parse_record, Format, Layout, TraceRecord};
 use crate::error::{Error, Result};
 
 /// The UTF-8 byte order mark some editors write at the start of a file.
@@ -47,6 +47,24 @@ enum Documents {
     Otel(Otel),
 }
 
+impl Documents {
+    /// The reader of a document format's file (None for a format of lines or CSV).
+    fn open(format: Format, input: Box<dyn io::BufRead + Send>, path: &Path) -> Option<Documents> {
+        match format {
+            Format::Weka => Some(Documents::Weka(Weka::new(input, path))),
+            Format::Atif => Some(Documents::Atif(Atif::new(input, path))),
+            Format::Otel => Some(Documents::Otel(Otel::new(input, path))),
+            Format::Dag => Some(Documents::Dag(Dag::new(input, path))),
+            Format::Auto
+            | Format::Mooncake
+            | Format::Bailian
+            | Format::Azure
+            | Format::Burstgpt
+            | Format::Tracelab => None,
+        }
+    }
+}
+
 /// Reads a trace line by line; never holds more than one line in memory (but for a DAG
 /// file, read whole to resolve its links).
 pub struct TraceReader {
@@ -81,17 +99,9 @@ impl TraceReader {
             columns: None,
             documents: None,
         };
-        if matches!(
-            format,
-            Format::Weka | Format::Dag | Format::Atif | Format::Otel
-        ) {
+        if format.spec().layout == Layout::Documents {
             let input = std::mem::replace(&mut reader.input, Box::new(io::empty()));
-            reader.documents = Some(match format {
-                Format::Weka => Documents::Weka(Weka::new(input, path)),
-                Format::Atif => Documents::Atif(Atif::new(input, path)),
-                Format::Otel => Documents::Otel(Otel::new(input, path)),
-                _ => Documents::Dag(Dag::new(input, path)),
-            });
+            reader.documents = Documents::open(format, input, path);
         }
         if format.is_csv() {
             let header = reader.next_line()?.ok_or_else(|| Error::Trace {
@@ -218,7 +228,7 @@ impl TraceReader {
                 }
             };
             let parsed = match &mut self.columns {
-                Some(columns) => columns.parse(&raw, self.format, &self.path),
+                Some(columns) => columns.parse(&raw, &self.path),
                 None => parse_record(&raw, self.format, &self.path),
             };
             match parsed {
@@ -242,20 +252,6 @@ impl Iterator for TraceReader {
     type Item = Result<TraceRecord>;
     fn next(&mut self) -> Option<Self::Item> {
         self.next_record().transpose()
-    }
-}
-
-/// The document format a line of a pretty-printed JSON document names by its key.
-fn document_key(line: &[u8]) -> Option<Format> {
-    let has = |key: &[u8]| memchr::memmem::find(line, key).is_some();
-    if has(b"\"requests\"") || has(b"\"block_size\"") || has(b"\"hash_id_scope\"") {
-        Some(Format::Weka)
-    } else if has(b"\"steps\"") || has(b"\"ATIF-v") {
-        Some(Format::Atif)
-    } else if has(b"\"resourceSpans\"") {
-        Some(Format::Otel)
-    } else {
-        None
     }
 }
 
@@ -299,7 +295,7 @@ pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> R
                 let Some(next) = reader.next_line()? else {
                     break;
                 };
-                if let Some(format) = document_key(&next.bytes) {
+                if let Some(format) = Format::of_document_line(&next.bytes) {
                     return Ok(format);
                 }
             }
@@ -309,26 +305,8 @@ pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> R
             )));
         }
         match serde_json::from_slice::<serde_json::Value>(&line.bytes) {
-            Ok(serde_json::Value::Object(record)) if record.contains_key("requests") => {
-                return Ok(Format::Weka);
-            }
-            Ok(serde_json::Value::Object(record)) if record.contains_key("steps") => {
-                return Ok(Format::Atif);
-            }
-            Ok(serde_json::Value::Object(record)) if record.contains_key("resourceSpans") => {
-                return Ok(Format::Otel);
-            }
-            Ok(serde_json::Value::Object(record)) if record.contains_key("turns") => {
-                return Ok(Format::Dag);
-            }
             Ok(serde_json::Value::Object(record)) => {
-                let is_bailian =
-                    record.contains_key("chat_id") || record.contains_key("parent_chat_id");
-                return Ok(if is_bailian {
-                    Format::Bailian
-                } else {
-                    Format::Mooncake
-                });
+                return Ok(Format::of_object(|key| record.contains_key(key)));
             }
             parsed => {
                 let e = Error::Trace {

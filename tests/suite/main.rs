@@ -23,6 +23,7 @@ mod hostile_answers;
 mod hostile_input;
 mod hostile_settings;
 mod house;
+mod house_shape;
 mod load_modes;
 mod many_hosts;
 mod papercuts;

@@ -30,7 +30,6 @@ use crate::error::{Error, Result};
 use crate::error_rate::ErrorRateJudge;
 use crate::expected_cache::{ExpectedPrefixHits, SharedModel};
 use crate::fleet::{Load, Route, Router};
-use crate::load::Pace;
 use crate::pipeline::{
     spawn_producers, BodyStyle, BufferPool, ChannelBudget, Passes, PromptLog, RequestBuilder,
     Salts, ToSenders,
@@ -275,10 +274,10 @@ fn start(
     let pools = fleet.specs.len() * num_sender;
     let fd_limit = setup::check_fd_limit(plan.connections * pools, say)?;
     // The requests of the opening moments, which get connections before the start.
-    let opening = match plan.load.pace {
-        Pace::Trace | Pace::Rate { .. } => trace.preview.first_second as usize,
-        Pace::Closed { concurrency } => concurrency,
-    };
+    let opening = plan
+        .load
+        .pace
+        .opening_requests(trace.preview.first_second as usize);
     let warm = limits::warm_connections(opening, pools, plan.connections, fd_limit);
 
     // Requests a sender holds in its deadline heap.

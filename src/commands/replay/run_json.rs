@@ -272,16 +272,7 @@ fn unix_ms(ns: u64) -> f64 {
 
 /// The load mode, as run.json says it.
 fn load_json(load: &crate::load::LoadPlan) -> Value {
-    use crate::load::Pace;
-    let mut v = match load.pace {
-        Pace::Trace => json!({"mode": "trace"}),
-        Pace::Rate {
-            per_s,
-            arrival,
-            burstiness,
-        } => json!({"mode": "rate", "rate": per_s, "arrival": arrival, "burstiness": burstiness}),
-        Pace::Closed { concurrency } => json!({"mode": "closed", "concurrency": concurrency}),
-    };
+    let mut v = load.pace.json();
     v["max_idle_gap_s"] = json!(load.max_idle_gap_ms.map(|g| g / 1000.0));
     v["start_offset_s"] = json!(load.start_offset_ms / 1000.0);
     v

@@ -106,18 +106,8 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
         plan.strict,
     )?;
     let block_size = stats.block_size;
-    if matches!(format, Format::Tracelab | Format::Weka | Format::Otel)
-        && block_size != format.default_block_size()
-    {
-        let why = match format {
-            Format::Tracelab => {
-                "a TraceLab trace has no hash ids; llmreplay makes its own, one per"
-            }
-            Format::Otel => {
-                "an OpenTelemetry trace has no hash ids; llmreplay makes its own, one per"
-            }
-            _ => "a WEKA session's hash ids stand for blocks of",
-        };
+    let fixed = format.spec().fixed_block_size;
+    if let Some(why) = fixed.filter(|_| block_size != format.default_block_size()) {
         return Err(Error::Usage(format!(
             "--block-size {block_size}: {why} {} tokens (leave --block-size out; --server-block-size sets the server's cache block)",
             format.default_block_size()
@@ -136,9 +126,9 @@ pub fn scan_trace(plan: &ReplayPlan, say: &Say) -> Result<TraceInput> {
             message: "the trace has no records".into(),
         });
     }
-    let chosen = match plan.format {
-        Format::Auto => format!(", by auto: {}", format.recognised_by()),
-        _ => String::new(),
+    let chosen = match plan.format == Format::Auto {
+        true => format!(", by auto: {}", format.recognised_by()),
+        false => String::new(),
     };
     say.say(format!(
         "trace {}: {} records ({:?}{chosen}), {}",

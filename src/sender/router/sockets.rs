@@ -9,12 +9,12 @@ use mio::Token;
 
 use crate::record::ErrorKind;
 
-use super::conn::Established;
-use super::deadlines::Deadlines;
-use super::exchange::Exchange;
-use super::router::Router;
-use super::wire::{Ending, Outcome, Reading};
-use super::{ACK_MODE_REFRESH_NS, FIRST_WRITE};
+use super::super::conn::Established;
+use super::super::deadlines::Deadlines;
+use super::super::exchange::Exchange;
+use super::super::wire::{Ending, Outcome, Reading};
+use super::super::{ACK_MODE_REFRESH_NS, FIRST_WRITE};
+use super::Router;
 
 impl Router {
     /// Starts `ex` on the idle connection in `slot`.
@@ -193,7 +193,7 @@ impl Router {
         }
     }
 
-    /// Fails the request on `slot` (or sends it again, see [`super::wire::Wire::fail`]) and
+    /// Fails the request on `slot` (or sends it again, see [`super::super::wire::Wire::fail`]) and
     /// closes the connection.
     pub(super) fn fail_and_close(
         &mut self,
