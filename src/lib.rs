@@ -116,6 +116,10 @@ fn replay_command(args: &cli::ReplayArgs) -> Result<i32> {
         commands::replay::dry_run(&plan)?;
         return Ok(0);
     }
+    if plan.null_sink {
+        commands::replay::null_sink(&plan)?;
+        return Ok(0);
+    }
     sys::stop::install_signal_handlers();
     let outcome = commands::replay::run(&plan)?;
     print_summary(&outcome.summary, plan.output_format);

@@ -174,6 +174,8 @@ pub struct ReplayPlan {
     /// `--time-in-secs`: wall seconds after the start.
     pub wall_limit_s: Option<f64>,
     pub dry_run: bool,
+    /// `--null-sink` (hidden): the producers' benchmark; senders take requests and send none.
+    pub null_sink: bool,
     pub num_producer: Option<usize>,
     pub num_sender: usize,
     pub channel_capacity: usize,
@@ -416,11 +418,8 @@ impl ReplayPlan {
             scenario,
             trace,
             synthetic,
-            format: if a.synthetic.is_some() {
-                Format::Mooncake
-            } else {
-                a.format
-            },
+            // Synthetic load is written as a Mooncake trace.
+            format: a.synthetic.as_ref().map_or(a.format, |_| Format::Mooncake),
             read: ReadOptions {
                 skip_invalid: a.input.skip_invalid,
                 max_records: match a.max_requests {
@@ -461,6 +460,7 @@ impl ReplayPlan {
                 .map(|d| seconds("--time-in-secs", d))
                 .transpose()?,
             dry_run: a.dry_run,
+            null_sink: a.null_sink,
             num_producer: a
                 .num_producer
                 .map(|n| threads("--num-producer", n))

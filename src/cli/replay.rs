@@ -140,6 +140,11 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// Benchmarks only (scripts/bench-producers.sh): senders that send nothing and take every
+    /// request as it is built, so the run measures the producer pipeline alone.
+    #[arg(long, hide = true)]
+    pub null_sink: bool,
+
     /// Replay only the first N records left after --start-offset (over every --loop pass;
     /// the plan line and --dry-run give the schedule that results).
     #[arg(long, value_name = "N")]

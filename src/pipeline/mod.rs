@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
@@ -308,7 +309,29 @@ struct SharedReader {
     finished: bool,
 }
 
-/// Starts `n` producer threads; each returns the number of requests it built.
+/// What a producer thread did: the requests it built, and its time with the shared reader's
+/// lock, under which records are decided in trace order (the pipeline's serial part).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Produced {
+    pub built: u64,
+    /// Nanoseconds it held the lock.
+    pub locked_ns: u64,
+    /// Nanoseconds it waited for the lock.
+    pub waited_ns: u64,
+    /// Its whole run, ns.
+    pub wall_ns: u64,
+}
+
+impl Produced {
+    pub fn add(&mut self, other: Produced) {
+        self.built += other.built;
+        self.locked_ns += other.locked_ns;
+        self.waited_ns += other.waited_ns;
+        self.wall_ns = self.wall_ns.max(other.wall_ns);
+    }
+}
+
+/// Starts `n` producer threads; each says what it did ([`Produced`]).
 /// `cores` are pinned round-robin when given.
 #[allow(clippy::too_many_arguments)]
 pub fn spawn_producers(
@@ -324,7 +347,7 @@ pub fn spawn_producers(
     out: ToSenders,
     cores: Vec<core_affinity::CoreId>,
     stop: Arc<StopRequest>,
-) -> Vec<JoinHandle<Result<u64>>> {
+) -> Vec<JoinHandle<Result<Produced>>> {
     let shared = Arc::new(Mutex::new(SharedReader {
         reader,
         passes,
@@ -473,8 +496,9 @@ fn produce(
     builder: &RequestBuilder,
     out: &ToSenders,
     stop: &StopRequest,
-) -> Result<u64> {
-    let mut built = 0;
+) -> Result<Produced> {
+    let started = Instant::now();
+    let mut done = Produced::default();
     let mut caches = builder.new_caches();
     let lock = || {
         shared
@@ -482,7 +506,15 @@ fn produce(
             .map_err(|_| Error::Run("a producer thread panicked".into()))
     };
     while stop.requested_at().is_none() {
-        let Some(mut p) = lock()?.next_planned()? else {
+        let asked = Instant::now();
+        let mut reader = lock()?;
+        let got = Instant::now();
+        let next = reader.next_planned();
+        let released = Instant::now();
+        drop(reader);
+        done.waited_ns += (got - asked).as_nanos() as u64;
+        done.locked_ns += (released - got).as_nanos() as u64;
+        let Some(mut p) = next? else {
             break;
         };
         if let Some(dataset) = &builder.dataset {
@@ -531,9 +563,10 @@ fn produce(
         if !out.send(request, stop) {
             break; // stopping, or the senders are gone
         }
-        built += 1;
+        done.built += 1;
     }
-    Ok(built)
+    done.wall_ns = started.elapsed().as_nanos() as u64;
+    Ok(done)
 }
 
 /// Logs a request's prompts.jsonl line (`--save-prompts`): a turn the sender will rebuild

@@ -34,12 +34,14 @@ mod conversations;
 mod deadlines;
 mod exchange;
 mod intake;
+mod null;
 mod pool;
 mod router;
 mod start;
 mod turns;
 mod wire;
 pub use intake::Inbox;
+pub use null::spawn_null_sender;
 pub use wire::read_response;
 
 use std::io;

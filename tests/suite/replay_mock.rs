@@ -539,3 +539,36 @@ fn time_in_secs_stops_at_wall_time_and_duration_at_trace_time() {
     // --duration 1 is 1 s of trace: records at 0, ..., 1000 ms.
     assert_eq!(count("--duration 1"), 11);
 }
+
+/// `--null-sink` (the producer benchmark's): every record of every pass is built, over a
+/// trace with conversations carried forward, by each producer count, and none is sent or
+/// recorded.
+#[test]
+fn the_null_sink_takes_every_request_the_producers_build() {
+    let dir = temp_dir("null-sink");
+    let trace = dir.join("chains.jsonl");
+    let lines: Vec<String> = common::by_timestamp(common::bailian_chains(40, 0.01, 0.5, 4))
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    for producers in ["1", "3"] {
+        let out = dir.join(format!("p{producers}"));
+        let run = bin()
+            .args(["replay", "--quiet", "--mock", "--null-sink", "--loop", "2"])
+            .args(["--num-producer", producers, "--tokenizer"])
+            .arg(tokenizer("qwen3"))
+            .arg("--trace")
+            .arg(&trace)
+            .arg("--output")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+        let text = String::from_utf8_lossy(&run.stdout);
+        let said = format!("null sink: 240 requests from {producers} producers in");
+        assert!(text.contains(&said), "{text}");
+        assert!(text.contains("serial share"), "{text}");
+        assert!(read_jsonl(&out.join("requests.jsonl")).is_empty(), "nothing recorded");
+    }
+}

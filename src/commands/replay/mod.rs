@@ -31,8 +31,8 @@ use crate::error_rate::ErrorRateJudge;
 use crate::expected_cache::{ExpectedPrefixHits, SharedModel};
 use crate::fleet::{Load, Route, Router};
 use crate::pipeline::{
-    spawn_producers, BodyStyle, BufferPool, ChannelBudget, Passes, PromptLog, RequestBuilder,
-    Salts, ToSenders,
+    spawn_producers, BodyStyle, BufferPool, ChannelBudget, Passes, Produced, PromptLog,
+    RequestBuilder, Salts, ToSenders,
 };
 use crate::plan::ReplayPlan;
 use crate::progress::{LiveProgress, Snapshot};
@@ -40,7 +40,9 @@ use crate::record::{RecordFormat, RecordWriter, RequestRecord};
 use crate::rendezvous::Rendezvous;
 use crate::report;
 use crate::sender::Inbox;
-use crate::sender::{spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target};
+use crate::sender::{
+    spawn_null_sender, spawn_sender, Progress, SenderConfig, SenderReport, StartGate, Target,
+};
 use crate::server_metrics::{ScrapeConfig, Scraper};
 use crate::session::{SessionMode, SessionTracker};
 use crate::stats::Summary;
@@ -82,6 +84,40 @@ pub fn dry_run(plan: &ReplayPlan) -> Result<()> {
         println!("warning: {w}");
     }
     Ok(())
+}
+
+/// `--null-sink` (hidden): the producer pipeline's benchmark. Sets the run up as a replay
+/// does, with senders that send nothing, and says what the producers did (nothing is
+/// measured or written but run.json).
+pub fn null_sink(plan: &ReplayPlan) -> Result<()> {
+    let say = Say(plan.quiet);
+    let trace = setup::scan_trace(plan, &say)?;
+    let prompts = setup::prepare_prompts(plan, &setup::endpoint_apis(plan), &trace, &say)?;
+    let mock = mock::start_mock(plan, &prompts, trace.stats.block_size, &say)?;
+    let fleet = setup::connect(plan, mock.as_ref())?;
+    let out = setup::prepare_output(plan, &trace)?;
+    let starting = time_zero::Starting::default();
+    let expected = expected_model(plan);
+    let stages = start(
+        plan, &trace, prompts, &fleet, &out, None, &expected, starting, &say,
+    )?;
+    let producers = stages.producers.len();
+    let produced = join_producers(stages.producers)?;
+    for s in stages.senders {
+        s.join()
+            .map_err(|_| Error::Run("a sender thread panicked".into()))?
+            .map_err(|e| Error::Run(format!("sender: {e}")))?;
+    }
+    say_produced(producers, &produced);
+    Ok(())
+}
+
+/// One model of the servers' caches for a run (its priming pass and measured run share it).
+fn expected_model(plan: &ReplayPlan) -> SharedModel {
+    Arc::new(std::sync::Mutex::new(ExpectedPrefixHits::new(
+        plan.expected_cache_blocks,
+        plan.server_block_size,
+    )))
 }
 
 pub fn run(plan: &ReplayPlan) -> Result<RunOutcome> {
@@ -132,10 +168,7 @@ fn run_trace(
     let out = setup::prepare_output(plan, &trace)?;
     // One model for the priming pass and the measured run: what the first leaves in the
     // servers' caches, the second finds.
-    let expected: SharedModel = Arc::new(std::sync::Mutex::new(ExpectedPrefixHits::new(
-        plan.expected_cache_blocks,
-        plan.server_block_size,
-    )));
+    let expected = expected_model(plan);
     if plan.prime {
         let primed = prime(
             plan,
@@ -230,7 +263,7 @@ struct Stages {
     stop: Arc<StopRequest>,
     progress: Arc<Progress>,
     records: crossbeam_channel::Receiver<RequestRecord>,
-    producers: Vec<JoinHandle<Result<u64>>>,
+    producers: Vec<JoinHandle<Result<Produced>>>,
     senders: Vec<JoinHandle<std::io::Result<SenderReport>>>,
     builder: Arc<RequestBuilder>,
     connections_at_start: usize,
@@ -344,30 +377,7 @@ fn start(
         .unzip();
     let (rec_tx, records) = crossbeam_channel::unbounded::<RequestRecord>();
     let reader = setup::replay_reader(&trace.file, trace.format, plan.read)?;
-    // Where each conversation ends: one more read of a trace with conversations.
-    let last_turns =
-        match plan.session_mode == SessionMode::AfterParent && trace.stats.turns_with_parent > 0 {
-            true => Arc::new(crate::session::last_turns(setup::replay_reader(
-                &trace.file,
-                trace.format,
-                plan.read,
-            )?)?),
-            false => Arc::default(),
-        };
-    let measure_cuts = measure_cuts(plan, trace)?;
-    let salts = Salts::new(plan.prompt.salt, plan.loop_prompts);
-    let passes = match plan.passes {
-        1 => Passes::once(salts),
-        n => {
-            let (file, format, read) = (trace.file.clone(), trace.format, plan.read);
-            Passes {
-                left: n - 1,
-                reopen: Box::new(move || setup::replay_reader(&file, format, read)),
-                per_pass: trace.stats.records,
-                salts,
-            }
-        }
-    };
+    let (sessions, passes, measure_cuts) = sessions_and_passes(plan, trace)?;
     let producers = spawn_producers(
         num_producer,
         reader,
@@ -375,14 +385,7 @@ fn start(
         trace.shaping.shaper(),
         plan.hosts.shard.map(crate::shard::ShardFilter::new),
         router,
-        SessionTracker::new(
-            plan.session_mode,
-            plan.think_time_s.map(|s| (s * 1e9) as u64),
-            plan.time_scale,
-        )
-        .with_last_turns(last_turns)
-        .with_measure_cuts(Arc::clone(&measure_cuts))
-        .with_carry(plan.sessions.carry_forward),
+        sessions,
         Arc::clone(expected),
         Arc::clone(&builder),
         ToSenders {
@@ -413,18 +416,26 @@ fn start(
     let progress = Arc::new(Progress::default());
     let senders: Vec<_> = (0..num_sender)
         .map(|i| {
-            spawn_sender(
-                i,
-                Arc::clone(&sender_cfg),
-                clock.clone(),
-                Inbox {
-                    shared: rx.clone(),
-                    own: own_rx[i].clone(),
-                },
-                rec_tx.clone(),
-                Arc::clone(&progress),
-                placement.senders[i],
-            )
+            let inbox = Inbox {
+                shared: rx.clone(),
+                own: own_rx[i].clone(),
+            };
+            let cfg = Arc::clone(&sender_cfg);
+            match plan.null_sink {
+                true => spawn_null_sender(i, cfg, inbox),
+                false => {
+                    let (records, progress) = (rec_tx.clone(), Arc::clone(&progress));
+                    spawn_sender(
+                        i,
+                        cfg,
+                        clock.clone(),
+                        inbox,
+                        records,
+                        progress,
+                        placement.senders[i],
+                    )
+                }
+            }
         })
         .collect();
 
@@ -494,6 +505,43 @@ fn start(
         scraper,
         _pinned: pinned,
     })
+}
+
+/// What the producers need to follow the trace's conversations (each one's last turn, and
+/// `--measure-from mid`'s cuts, both one more read of the trace) and its `--loop` passes.
+fn sessions_and_passes(
+    plan: &ReplayPlan,
+    trace: &TraceInput,
+) -> Result<(SessionTracker, Passes, Arc<crate::session::MeasureCuts>)> {
+    let last_turns =
+        match plan.session_mode == SessionMode::AfterParent && trace.stats.turns_with_parent > 0 {
+            true => Arc::new(crate::session::last_turns(setup::replay_reader(
+                &trace.file,
+                trace.format,
+                plan.read,
+            )?)?),
+            false => Arc::default(),
+        };
+    let measure_cuts = measure_cuts(plan, trace)?;
+    let salts = Salts::new(plan.prompt.salt, plan.loop_prompts);
+    let passes = match plan.passes {
+        1 => Passes::once(salts),
+        n => {
+            let (file, format, read) = (trace.file.clone(), trace.format, plan.read);
+            Passes {
+                left: n - 1,
+                reopen: Box::new(move || setup::replay_reader(&file, format, read)),
+                per_pass: trace.stats.records,
+                salts,
+            }
+        }
+    };
+    let think_ns = plan.think_time_s.map(|s| (s * 1e9) as u64);
+    let sessions = SessionTracker::new(plan.session_mode, think_ns, plan.time_scale)
+        .with_last_turns(last_turns)
+        .with_measure_cuts(Arc::clone(&measure_cuts))
+        .with_carry(plan.sessions.carry_forward);
+    Ok((sessions, passes, measure_cuts))
 }
 
 /// `--measure-from mid`: each conversation's measured-from instant (one more read of the
@@ -620,6 +668,37 @@ fn targets(plan: &ReplayPlan, fleet: &Fleet) -> Vec<Target> {
         .collect()
 }
 
+/// Waits for every producer: what they did together, or the first one's error.
+fn join_producers(producers: Vec<JoinHandle<Result<Produced>>>) -> Result<Produced> {
+    let (mut error, mut produced) = (None, Produced::default());
+    for p in producers {
+        let result = p
+            .join()
+            .unwrap_or_else(|_| Err(Error::Run("a producer thread panicked".into())));
+        match result {
+            Ok(p) => produced.add(p),
+            Err(e) => error = error.or(Some(e)),
+        }
+    }
+    error.map_or(Ok(produced), Err)
+}
+
+/// `--null-sink`: the producer pipeline's rate, and its serial share (the time the producers
+/// held the reader's lock, where records are decided in trace order), one line on stdout.
+fn say_produced(producers: usize, p: &Produced) {
+    let wall_s = p.wall_ns as f64 / 1e9;
+    let busy = (p.wall_ns * producers as u64).max(1) as f64;
+    println!(
+        "null sink: {} requests from {producers} producers in {wall_s:.3} s: {:.0} requests/s; \
+         lock held {:.1} % of the producers' time (serial share {:.3}), waited for {:.1} %",
+        p.built,
+        p.built as f64 / wall_s.max(1e-9),
+        100.0 * p.locked_ns as f64 / busy,
+        p.locked_ns as f64 / p.wall_ns.max(1) as f64,
+        100.0 * p.waited_ns as f64 / busy,
+    );
+}
+
 /// Joins the threads and renders the outputs from requests.jsonl, as `report DIR` does.
 fn finish(
     plan: &ReplayPlan,
@@ -627,15 +706,7 @@ fn finish(
     stages: Stages,
     c: collect::Collected,
 ) -> Result<RunOutcome> {
-    let mut producer_error = None;
-    for p in stages.producers {
-        let result = p
-            .join()
-            .unwrap_or_else(|_| Err(Error::Run("a producer thread panicked".into())));
-        if let Err(e) = result {
-            producer_error = producer_error.or(Some(e));
-        }
-    }
+    let producer_error = join_producers(stages.producers).err();
     if let Some(log) = &stages.builder.prompt_log {
         log.finish()?;
     }
