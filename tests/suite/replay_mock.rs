@@ -564,11 +564,19 @@ fn the_null_sink_takes_every_request_the_producers_build() {
             .arg(&out)
             .output()
             .unwrap();
-        assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
         let text = String::from_utf8_lossy(&run.stdout);
         let said = format!("null sink: 240 requests from {producers} producers in");
         assert!(text.contains(&said), "{text}");
         assert!(text.contains("serial share"), "{text}");
-        assert!(read_jsonl(&out.join("requests.jsonl")).is_empty(), "nothing recorded");
+        assert!(
+            read_jsonl(&out.join("requests.jsonl")).is_empty(),
+            "nothing recorded"
+        );
     }
 }
