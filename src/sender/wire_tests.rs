@@ -140,7 +140,8 @@ fn plain(head: &str, body: &str) -> Vec<u8> {
 const ANSWER: &str =
     r#"{"choices":[{"message":{"content":"hi"}}],"usage":{"completion_tokens":1}}"#;
 
-fn one_read(bytes: &[u8]) -> (Outcome, Wire) {
+/// What `wire` does with one read of `bytes` (a chat answer, not streamed).
+fn read(wire: &mut Wire, bytes: &[u8]) -> Outcome {
     let scanner = EventScanner::new(Api::OpenaiChat);
     let mut gaps = Gaps::default();
     let mut reading = Reading {
@@ -149,10 +150,14 @@ fn one_read(bytes: &[u8]) -> (Outcome, Wire) {
         stream: false,
         head_len: 0,
     };
+    wire.on_readable(SENT_NS + MS, bytes, &mut reading).0
+}
+
+/// A wire with a request sent, after one read of `bytes`.
+fn one_read(bytes: &[u8]) -> (Outcome, Wire) {
     let mut wire = Wire::default();
     wire.begin(sent());
-    let (outcome, _) = wire.on_readable(SENT_NS + MS, bytes, &mut reading);
-    (outcome, wire)
+    (read(&mut wire, bytes), wire)
 }
 
 /// A connection is reused only when the server keeps it alive and sent nothing past the
@@ -175,19 +180,9 @@ fn a_complete_response_reuses_its_connection_only_when_the_server_keeps_it() {
 
 #[test]
 fn bytes_on_a_connection_with_no_request_drop_it() {
-    let scanner = EventScanner::new(Api::OpenaiChat);
-    let mut gaps = Gaps::default();
-    let mut reading = Reading {
-        scanner: &scanner,
-        gaps: &mut gaps,
-        stream: false,
-        head_len: 0,
-    };
     let mut idle = Wire::default();
-    assert_eq!(
-        idle.on_readable(0, b"HTTP/1.1", &mut reading).0,
-        Outcome::Stray
-    );
+    assert_eq!(read(&mut idle, b"HTTP/1.1"), Outcome::Stray);
+    let scanner = EventScanner::new(Api::OpenaiChat);
     assert_eq!(idle.on_eof(0, &scanner), Outcome::Stray);
 }
 
