@@ -201,7 +201,6 @@ pub fn format_number(p: f64) -> String {
     }
 }
 
-/// A new histogram for nanosecond latencies up to an hour.
 /// Percentile `p` of `n` sorted samples, `value(k)` the `k`th (from 0): interpolated between
 /// the two around its rank, as numpy computes it.
 fn interpolated(p: f64, n: u64, value: impl Fn(u64) -> f64) -> f64 {
@@ -243,6 +242,7 @@ pub fn add_pairs(h: &mut Histogram<u64>, pairs: &[[u64; 2]]) {
     }
 }
 
+/// A new histogram for nanosecond latencies up to an hour.
 pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }
