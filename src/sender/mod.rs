@@ -364,7 +364,7 @@ impl SenderLoop {
             Duration::from_nanos(active::HELD_RECHECK_NS)
         } else if !self.intake.done && self.deadlines.len() < self.cfg.lookahead {
             Duration::from_millis(1)
-        } else if self.router.busy() {
+        } else if self.router.open() > 0 {
             Duration::from_nanos(HOUSEKEEPING_NS)
         } else {
             MAX_POLL_WAIT
@@ -403,8 +403,7 @@ impl SenderLoop {
             TIMER => self.deadlines.timer_fired(),
             CONNECTED => {
                 self.router.take_opened(&self.deadlines);
-                let stopping = self.cancel_at.is_some();
-                self.sessions.take_seams(stopping, &mut self.deadlines);
+                self.sessions.take_seams(&mut self.deadlines);
             }
             token => {
                 let closed = event.is_read_closed();
@@ -464,11 +463,8 @@ impl SenderLoop {
 
     /// Records the requests that ended, releasing the turns that waited for them.
     fn record_ended(&mut self) {
-        let stopping = self.cancel_at.is_some();
         while let Some((ex, target)) = self.router.next_ended() {
-            let record = self
-                .sessions
-                .record(ex, target, stopping, &mut self.deadlines);
+            let record = self.sessions.record(ex, target, &mut self.deadlines);
             // The collector outlives the senders; if it is gone the run is being torn down.
             let _ = self.records.send(record);
         }

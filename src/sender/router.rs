@@ -63,8 +63,6 @@ pub(super) struct Router {
     opened: u64,
     /// Requests on a connection, being written or answered.
     in_flight: usize,
-    /// Requests dispatched and not yet ended: in flight or waiting for a connection.
-    open: usize,
     /// Requests whose first bytes were written on time and whose rest is still to write.
     unfinished_writes: Vec<(usize, u32)>,
     /// Requests that ended, in the order they did, for the loop to record.
@@ -122,7 +120,6 @@ impl Router {
             free: Vec::new(),
             opened: 0,
             in_flight: 0,
-            open: 0,
             unfinished_writes: Vec::new(),
             ended: VecDeque::new(),
             progress,
@@ -143,21 +140,15 @@ impl Router {
         (std::mem::take(&mut self.reader.gaps), self.reader.reads)
     }
 
-    /// Requests dispatched and not yet ended (a closed loop's slots in use).
+    /// Requests dispatched and not yet ended: in flight, or waiting for a connection (a
+    /// closed loop's slots in use).
     pub fn open(&self) -> usize {
-        self.open
+        self.in_flight + self.pools.iter().map(|p| p.waiting.len()).sum::<usize>()
     }
 
     /// Nothing in flight, nothing waiting for a connection, nothing left to record.
     pub fn idle(&self) -> bool {
-        self.in_flight == 0
-            && self.ended.is_empty()
-            && self.pools.iter().all(|p| p.waiting.is_empty())
-    }
-
-    /// Requests in flight or waiting for a connection.
-    pub fn busy(&self) -> bool {
-        self.in_flight > 0 || self.pools.iter().any(|p| !p.waiting.is_empty())
+        self.open() == 0 && self.ended.is_empty()
     }
 
     /// Idle connections open (ready for the first requests).
@@ -184,7 +175,6 @@ impl Router {
     fn end(&mut self, mut ex: Exchange, target: usize, now: u64) {
         ex.end_ns.get_or_insert(now);
         self.cfg.load.finished(target);
-        self.open = self.open.saturating_sub(1);
         self.ended.push_back((ex, target));
     }
 
@@ -207,7 +197,6 @@ impl Router {
         }
         let target = req.endpoint as usize;
         self.cfg.load.started(target);
-        self.open += 1;
         let mut ex = Exchange::new(req, self.cfg.record_itl);
         // It was one of the upcoming requests the pool has a connection for: counted twice
         // until the next recount, a burst would open a second connection for each.

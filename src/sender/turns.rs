@@ -24,6 +24,8 @@ pub(super) struct Sessions {
     pub turns_cut: u64,
     /// See [`super::SenderReport::sessions_dropped`].
     pub sessions_dropped: u64,
+    /// The run is stopping ([`Self::clear`]): turns are no longer released.
+    stopping: bool,
 }
 
 impl Sessions {
@@ -34,6 +36,7 @@ impl Sessions {
             conversations,
             turns_cut: 0,
             sessions_dropped: 0,
+            stopping: false,
         }
     }
 
@@ -90,8 +93,10 @@ impl Sessions {
         true
     }
 
-    /// A stop: parked and held turns are dropped unrecorded, their buffers given back.
+    /// A stop: parked and held turns are dropped unrecorded, their buffers given back, and
+    /// none is released after.
     pub fn clear(&mut self) {
+        self.stopping = true;
         let held = self.active.clear_held();
         for turn in self.conversations.clear().into_iter().chain(held) {
             self.cfg.buffers.give(turn.bytes);
@@ -148,26 +153,30 @@ impl Sessions {
         }
     }
 
-    /// Answers counted since the last look: the turns that waited for them go (unless the
-    /// run is `stopping`).
-    pub fn take_seams(&mut self, stopping: bool, deadlines: &mut Deadlines) {
+    /// Answers counted since the last look: the turns that waited for them go.
+    pub fn take_seams(&mut self, deadlines: &mut Deadlines) {
         let released = self.conversations.take_counted();
         self.give_spent();
-        if !stopping {
-            for child in released {
-                self.schedule(child, deadlines);
-            }
+        self.release(released, deadlines);
+    }
+
+    /// Turns whose parents ended go to the heap, unless the run is stopping.
+    fn release(&mut self, turns: Vec<PreparedRequest>, deadlines: &mut Deadlines) {
+        if self.stopping {
+            return;
+        }
+        for turn in turns {
+            self.schedule(turn, deadlines);
         }
     }
 
     /// The record of `ex`, ended on endpoint `target`; a turn's end releases the turns that
-    /// wait for it (into `deadlines`, unless the run is `stopping`), carrying its prompt and
+    /// wait for it (into `deadlines`, unless the run is stopping), carrying its prompt and
     /// answer to those that carry them forward.
     pub fn record(
         &mut self,
         mut ex: Exchange,
         target: usize,
-        stopping: bool,
         deadlines: &mut Deadlines,
     ) -> RequestRecord {
         // A turn whose children carry its prompt and answer forward kept its bytes.
@@ -224,11 +233,7 @@ impl Sessions {
             .conversations
             .ended(record.index, end, !ok, history, heirs);
         self.give_spent();
-        if !stopping {
-            for child in children {
-                self.schedule(child, deadlines);
-            }
-        }
+        self.release(children, deadlines);
         if let Some(turn) = &record.session {
             self.active.gone(&turn.root);
         }

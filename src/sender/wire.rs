@@ -175,15 +175,17 @@ pub fn read_response<'a>(
 ) -> RequestRecord {
     let mut req = PreparedRequest::empty(0, sent_ns);
     req.output_tokens_target = output_tokens_target;
-    let (ex, _) = feed_reads(Exchange::new(req, true), api, reads);
+    let mut ex = Exchange::new(req, true);
+    ex.sent_ns = Some(sent_ns);
+    let (ex, _) = feed_reads(ex, api, reads);
     ex.into_record("", 0)
 }
 
-/// Feeds reads to a wire carrying `ex` until the response completes or fails, as the sender
+/// Feeds reads to a wire carrying `ex` (sent) until the response completes or fails, as the sender
 /// would; a response the reads leave unfinished fails as a reset. Gives the exchange and the
 /// outcome of each read.
 fn feed_reads<'a>(
-    mut ex: Exchange,
+    ex: Exchange,
     api: Api,
     reads: impl IntoIterator<Item = (&'a [u8], u64)>,
 ) -> (Exchange, Vec<Outcome>) {
@@ -195,9 +197,6 @@ fn feed_reads<'a>(
         stream: true,
         head_len: 0,
     };
-    if ex.sent_ns.is_none() {
-        ex.sent_ns = Some(ex.req.scheduled_ns);
-    }
     let mut wire = Wire::default();
     wire.begin(ex);
     let mut outcomes = Vec::new();
