@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::formats::{Columns as CsvColumns, CsvTime};
+use super::formats::{Columns as CsvColumns, CsvTime, FixedColumns};
 use super::tracelab::{self, Tracelab};
 use super::{Format, Input, Layout, RawLine, TraceIds, TraceRecord, FORMATS};
 use crate::error::{Error, Result};
@@ -26,8 +26,7 @@ pub struct Fixed {
     input: usize,
     output: usize,
     session: Option<usize>,
-    names: [&'static str; 3],
-    time: CsvTime,
+    columns: FixedColumns,
 }
 
 /// The CSV formats of the table ([`FORMATS`]), with their columns.
@@ -41,7 +40,7 @@ fn csv_formats() -> impl Iterator<Item = (Format, CsvColumns)> {
 /// The columns a format's header must name.
 fn required(columns: CsvColumns) -> Vec<&'static str> {
     match columns {
-        CsvColumns::Fixed { names, .. } => names.to_vec(),
+        CsvColumns::Fixed(fixed) => fixed.names.to_vec(),
         CsvColumns::Tracelab => tracelab::REQUIRED.to_vec(),
     }
 }
@@ -53,7 +52,7 @@ pub fn detect(header: &[u8]) -> Option<Format> {
     csv_formats()
         .find(|(_, columns)| match columns {
             CsvColumns::Tracelab => tracelab::detect(&cells),
-            CsvColumns::Fixed { names, .. } => names.iter().all(|n| cells.contains(n)),
+            CsvColumns::Fixed(fixed) => fixed.names.iter().all(|n| cells.contains(n)),
         })
         .map(|(f, _)| f)
 }
@@ -104,14 +103,9 @@ impl Columns {
             Layout::Csv(CsvColumns::Tracelab) => {
                 Ok(Columns::Tracelab(Tracelab::from_header(raw, &cells, file)?))
             }
-            Layout::Csv(CsvColumns::Fixed {
-                names,
-                session,
-                time,
-            }) => {
-                let fixed = Fixed::from_header(raw, &cells, (names, session, time), format, file);
-                Ok(Columns::Fixed(fixed?))
-            }
+            Layout::Csv(CsvColumns::Fixed(columns)) => Ok(Columns::Fixed(Fixed::from_header(
+                raw, &cells, columns, format, file,
+            )?)),
             Layout::Lines | Layout::Documents => Err(Error::Usage(format!(
                 "{}: --format {} is not a CSV format",
                 file.display(),
@@ -134,10 +128,11 @@ impl Fixed {
     fn from_header(
         raw: &RawLine,
         cells: &[&str],
-        (want, session, time): ([&'static str; 3], Option<&str>, CsvTime),
+        columns: FixedColumns,
         format: Format,
         file: &Path,
     ) -> Result<Fixed> {
+        let want = columns.names;
         let find = |name: &str| cells.iter().position(|c| *c == name);
         let mut at = [0; 3];
         for (slot, name) in at.iter_mut().zip(want) {
@@ -155,9 +150,8 @@ impl Fixed {
             timestamp: at[0],
             input: at[1],
             output: at[2],
-            session: session.and_then(find),
-            names: want,
-            time,
+            session: columns.session.and_then(find),
+            columns,
         })
     }
 
@@ -174,9 +168,9 @@ impl Fixed {
                 .filter(|c| !c.is_empty())
                 .ok_or_else(|| fail(format!("column `{name}`: missing")))
         };
-        let [ts_name, in_name, out_name] = self.names;
+        let [ts_name, in_name, out_name] = self.columns.names;
         let ts = cell(self.timestamp, ts_name)?;
-        let timestamp_ms = match self.time {
+        let timestamp_ms = match self.columns.time {
             CsvTime::DateTime => datetime_ms(ts).ok_or_else(|| {
                 fail(format!(
                     "column `{ts_name}`: not a date-time like 2023-11-16 18:15:46.6805900: {ts:?}"

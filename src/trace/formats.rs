@@ -19,13 +19,18 @@ pub enum Layout {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Columns {
     /// Three named columns: timestamp, input tokens, output tokens; maybe a session column.
-    Fixed {
-        names: [&'static str; 3],
-        session: Option<&'static str>,
-        time: CsvTime,
-    },
+    Fixed(FixedColumns),
     /// TraceLab's rounds ([`tracelab::REQUIRED`], and `session_id` or `id`).
     Tracelab,
+}
+
+/// Azure's and BurstGPT's columns, by name.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FixedColumns {
+    /// Timestamp, input tokens, output tokens.
+    pub names: [&'static str; 3],
+    pub session: Option<&'static str>,
+    pub time: CsvTime,
 }
 
 /// How a CSV format writes its timestamps.
@@ -151,11 +156,11 @@ pub const FORMATS: [Spec; 9] = [
     },
     Spec {
         format: Format::Azure,
-        layout: Layout::Csv(Columns::Fixed {
+        layout: Layout::Csv(Columns::Fixed(FixedColumns {
             names: ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
             session: None,
             time: CsvTime::DateTime,
-        }),
+        })),
         block_size: 512,
         ms_per_time_unit: 1.0,
         task_graph: false,
@@ -166,11 +171,11 @@ pub const FORMATS: [Spec; 9] = [
     },
     Spec {
         format: Format::Burstgpt,
-        layout: Layout::Csv(Columns::Fixed {
+        layout: Layout::Csv(Columns::Fixed(FixedColumns {
             names: ["Timestamp", "Request tokens", "Response tokens"],
             session: Some("Session ID"),
             time: CsvTime::Seconds,
-        }),
+        })),
         block_size: 512,
         ms_per_time_unit: 1.0,
         task_graph: false,
