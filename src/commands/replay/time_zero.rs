@@ -20,7 +20,7 @@ use crate::sys::wall_start::{self, StartReport};
 pub(super) const START_LEAD_NS: u64 = 500_000_000;
 /// `--start-at`: the senders open their connections this long before the instant (servers
 /// close idle keep-alive connections after a few seconds: vLLM's uvicorn after 5).
-pub(super) const START_AT_LEAD: Duration = Duration::from_secs(2);
+const START_AT_LEAD: Duration = Duration::from_secs(2);
 /// A shard ready after its `--start-at` instant starts this soon.
 pub(super) const LATE_START_NS: u64 = 1_000_000;
 
@@ -258,10 +258,60 @@ pub(super) fn compare_hosts(
     }))
 }
 
+/// `--start-at`: sleeps until the shared instant `at` (on this host's clock, `offset_ns`
+/// behind the checked one), less the lead the start needs; a signal ends the wait.
+pub(super) fn wait_for_start_at(at: Option<u64>, offset_ns: i64, say: &Say) {
+    let Some(at) = at else { return };
+    say.say(format!(
+        "waiting for the common start at {}",
+        wall_start::rfc3339_utc(at)
+    ));
+    let own_at = wall_start::on_this_host(at, offset_ns);
+    wall_start::sleep_until(own_at, START_AT_LEAD, || {
+        crate::sys::stop::signals_received() > 0
+    });
+}
+
+/// The run clock's time 0, as run.json states it.
+pub(super) struct Begun {
+    pub t0_ns: u64,
+    /// `--start-at`: the instant asked for, the one met, and how late.
+    pub common_start: Option<StartReport>,
+    pub started_unix_ms: u64,
+    pub t0_monotonic_ns: u64,
+}
+
+/// Decides time 0 (see [`time_zero`]) and warns when this host met `--start-at` late.
+pub(super) fn begin(
+    at: Option<u64>,
+    offset_ns: i64,
+    clock: &RunClock,
+    first_built: impl Fn() -> bool,
+) -> Begun {
+    let (t0_ns, common_start) = time_zero(at, offset_ns, clock, first_built);
+    let started_unix_ns = match common_start {
+        Some(s) => s.actual_unix_ns,
+        None => wall_start::unix_ns_now() + t0_ns.saturating_sub(clock.now_ns()),
+    };
+    if let Some(late) = common_start.filter(|s| s.late_ns > 0) {
+        eprintln!(
+            "warning: this host was ready {:.1} ms after --start-at: its schedule runs that much \
+             later than the other shards' (run.json records it as start.late_ms)",
+            late.late_ns as f64 / 1e6
+        );
+    }
+    Begun {
+        t0_ns,
+        common_start,
+        started_unix_ms: started_unix_ns / 1_000_000,
+        t0_monotonic_ns: crate::sys::clock::on_monotonic(clock, t0_ns),
+    }
+}
+
 /// The run clock's time 0: at the shared instant `at` (or at once when it has passed, and how
 /// late); else as soon as `first_built` says a request is ready to send (a millisecond on),
 /// waiting at most [`START_LEAD_NS`] for it.
-pub(super) fn time_zero(
+fn time_zero(
     at: Option<u64>,
     offset_ns: i64,
     clock: &RunClock,
