@@ -95,24 +95,7 @@ pub fn report(
         "llmreplay report: every figure below comes from requests.jsonl of this run.",
     );
     if let Some(v) = &summary.verdict {
-        let mut items = String::from("<ul>");
-        for r in &v.reasons {
-            let _ = write!(
-                items,
-                "<li><b>{}</b>: {}</li>",
-                escape(r.key),
-                escape(&r.text)
-            );
-        }
-        items.push_str("</ul>");
-        section(
-            &mut out,
-            "verdict",
-            &format!("Verdict: {}", v.word()),
-            "Whether these numbers hold: every check of README \"Can I trust this run?\", \
-             against the bounds in summary.json's verdict.bounds.",
-            &[items],
-        );
+        verdict_section(&mut out, v);
     }
     if let Some(run) = run {
         section(
@@ -134,7 +117,41 @@ pub fn report(
     if let Some(sessions) = &summary.sessions {
         super::sessions::section_of(&mut out, sessions);
     }
+    latency_sections(&mut out, data, itl);
+    throughput_section(&mut out, &data.per_second);
+    if let Some(targets) = &summary.server {
+        super::server::section_of(&mut out, targets, data);
+    }
+    drift_and_length_sections(&mut out, summary, data);
+    errors_section(&mut out, summary, &data.per_second);
+    out.push_str("</body>\n</html>\n");
+    out
+}
 
+/// The verdict and each of its reasons.
+fn verdict_section(out: &mut String, v: &crate::stats::verdict::Verdict) {
+    let mut items = String::from("<ul>");
+    for r in &v.reasons {
+        let _ = write!(
+            items,
+            "<li><b>{}</b>: {}</li>",
+            escape(r.key),
+            escape(&r.text)
+        );
+    }
+    items.push_str("</ul>");
+    section(
+        out,
+        "verdict",
+        &format!("Verdict: {}", v.word()),
+        "Whether these numbers hold: every check of README \"Can I trust this run?\", \
+         against the bounds in summary.json's verdict.bounds.",
+        &[items],
+    );
+}
+
+/// The latency CDFs, and TTFT and E2EL over the run.
+fn latency_sections(out: &mut String, data: &mut RunData, itl: &Histogram<u64>) {
     let mut ttft: Vec<f32> = data.ttft.iter().map(|p| p.1).collect();
     let mut e2el: Vec<f32> = data.e2el.iter().map(|p| p.1).collect();
     let cdf_of = |name: &str, points: Vec<(f64, f64)>| {
@@ -147,7 +164,7 @@ pub fn report(
     };
     let itl_points = histogram_cdf(itl);
     section(
-        &mut out,
+        out,
         "latency-cdfs",
         "Latency CDFs",
         "TTFT = first token - sent; TPOT = (E2EL - TTFT) / (output tokens - 1); ITL = gap between content chunks; E2EL = last byte - sent.",
@@ -164,7 +181,7 @@ pub fn report(
         ],
     );
     section(
-        &mut out,
+        out,
         "latency-over-time",
         "TTFT and E2EL over the run",
         "One dot per successful request, at the time it was sent.",
@@ -183,9 +200,12 @@ pub fn report(
             ),
         ],
     );
-    let ps = &data.per_second;
+}
+
+/// Requests scheduled, sent and completed, and output tokens, per second.
+fn throughput_section(out: &mut String, ps: &super::data::PerSecond) {
     section(
-        &mut out,
+        out,
         "throughput-over-time",
         "Throughput over time",
         "Per second of the run: requests the trace scheduled (the pale band) vs requests sent and completed; output tokens received.",
@@ -208,11 +228,12 @@ pub fn report(
             ),
         ],
     );
-    if let Some(targets) = &summary.server {
-        super::server::section_of(&mut out, targets, data);
-    }
+}
+
+/// The send drift histogram, and the input lengths asked for against the server's counts.
+fn drift_and_length_sections(out: &mut String, summary: &Summary, data: &RunData) {
     section(
-        &mut out,
+        out,
         "drift-histogram",
         "Send drift",
         "Drift = first byte written - planned send time. Above 1 ms counts as a late send.",
@@ -234,7 +255,7 @@ pub fn report(
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
         .map_or_else(Vec::new, |max| vec![(0.0, 0.0), (max, max)]);
     section(
-        &mut out,
+        out,
         "input-length-match",
         "Input length match",
         &format!(
@@ -251,9 +272,13 @@ pub fn report(
             ],
         )],
     );
+}
+
+/// Failures per second by error kind.
+fn errors_section(out: &mut String, summary: &Summary, ps: &super::data::PerSecond) {
     let errors = error_lines(ps);
     section(
-        &mut out,
+        out,
         "errors-over-time",
         "Errors over time",
         &format!(
@@ -267,8 +292,6 @@ pub fn report(
             &errors,
         )],
     );
-    out.push_str("</body>\n</html>\n");
-    out
 }
 
 /// Failures per second, a line per error kind over the whole run: back at zero after a

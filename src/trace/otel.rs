@@ -15,7 +15,7 @@
 //! join). A call's wait is its start less the latest end of what it waits for: the tools'
 //! run and the user's time, as recorded. No text is recorded: the prompts are synthetic.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -137,65 +137,68 @@ fn spans(doc: &Value, traces: &mut BTreeMap<String, Vec<Span>>) -> std::result::
     Ok(())
 }
 
+/// The agents of one trace: who each span belongs to.
+struct Agents<'a> {
+    by_id: HashMap<&'a str, &'a Span>,
+    /// At most this many steps up (a cycle of parents ends there).
+    depth: usize,
+}
+
+impl<'a> Agents<'a> {
+    fn new(spans: &'a [Span]) -> Self {
+        let by_id = spans.iter().map(|s| (s.id.as_str(), s)).collect();
+        Agents {
+            by_id,
+            depth: spans.len(),
+        }
+    }
+
+    /// The nearest agent above a span (None: the trace's own).
+    fn of(&self, s: &Span) -> Option<&'a Span> {
+        let parent = |s: &Span| s.parent.as_deref().and_then(|p| self.by_id.get(p).copied());
+        let mut at = parent(s);
+        for _ in 0..self.depth {
+            let a = at?;
+            if a.operation == "invoke_agent" {
+                return Some(a);
+            }
+            at = parent(a);
+        }
+        None
+    }
+
+    fn key(&self, s: &Span) -> Option<&'a str> {
+        self.of(s).map(|a| a.id.as_str())
+    }
+}
+
 /// One trace's model calls as a task graph.
 fn task(
     trace: &str,
     spans: &[Span],
     next_block: &mut u64,
 ) -> std::result::Result<Vec<TraceRecord>, String> {
-    let by_id: HashMap<&str, &Span> = spans.iter().map(|s| (s.id.as_str(), s)).collect();
-    // The nearest agent above a span (None: the trace's own).
-    let agent_of = |s: &Span| -> Option<&Span> {
-        let mut at = s.parent.as_deref().and_then(|p| by_id.get(p).copied());
-        for _ in 0..spans.len() {
-            let a = at?;
-            if a.operation == "invoke_agent" {
-                return Some(a);
-            }
-            at = a.parent.as_deref().and_then(|p| by_id.get(p).copied());
-        }
-        None
-    };
-    let mut calls: Vec<&Span> = spans
-        .iter()
-        .filter(|s| MODEL_CALLS.contains(&s.operation.as_str()))
-        .collect();
-    if calls.is_empty() {
-        return Err(
-            "no model call span (gen_ai.operation.name chat, text_completion or generate_content)"
-                .into(),
-        );
-    }
-    calls.sort_by_key(|s| (s.start, s.end));
+    let agents = Agents::new(spans);
+    let calls = model_calls(spans)?;
     let agent_name = |a: Option<&Span>| match a {
         None => trace.to_string(),
         Some(a) => format!("{trace}::sa:{}", a.id),
     };
     // Per agent: its calls so far (positions in `calls`).
     let mut done: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
-    let mut joined: HashMap<&str, bool> = HashMap::new();
+    let mut joined: HashSet<&str> = HashSet::new();
     let mut out: Vec<TraceRecord> = Vec::new();
     let mut blocks: Vec<Vec<u64>> = Vec::new();
     for (i, call) in calls.iter().enumerate() {
-        let (Some(input), Some(output)) = (call.input, call.output) else {
-            return Err(format!("span {}: a model call without gen_ai.usage.input_tokens and gen_ai.usage.output_tokens", call.id));
-        };
-        if !(1..=MAX_LENGTH).contains(&input) || !(1..=MAX_LENGTH).contains(&output) {
-            return Err(format!(
-                "span {}: token counts must be 1 to {MAX_LENGTH}",
-                call.id
-            ));
-        }
-        let agent = agent_of(call);
+        let (input, output) = usage(call)?;
+        let agent = agents.of(call);
         let key = agent.map(|a| a.id.as_str());
         let prev = done.get(&key).and_then(|d| d.last().copied());
         // A sub-agent's first call: after its parent agent's latest call ended before it.
         let spawner = match (prev, agent) {
-            (None, Some(a)) => {
-                let parent_agent = agent_of(a).map(|p| p.id.as_str());
-                done.get(&parent_agent)
-                    .and_then(|d| d.iter().rev().find(|&&j| calls[j].end <= a.start).copied())
-            }
+            (None, Some(a)) => done
+                .get(&agents.key(a))
+                .and_then(|d| d.iter().rev().find(|&&j| calls[j].end <= a.start).copied()),
             _ => None,
         };
         // Joins: sub-agents of this agent whose span ended before this call began.
@@ -203,38 +206,22 @@ fn task(
         for s in spans
             .iter()
             .filter(|s| s.operation == "invoke_agent" && s.end <= call.start)
+            .filter(|s| agents.key(s) == key)
         {
-            if agent_of(s).map(|p| p.id.as_str()) != key || joined.get(s.id.as_str()) == Some(&true)
-            {
-                continue;
-            }
-            if let Some(&last) = done.get(&Some(s.id.as_str())).and_then(|d| d.last()) {
+            let last = done.get(&Some(s.id.as_str())).and_then(|d| d.last());
+            if let Some(&last) = last.filter(|_| !joined.contains(s.id.as_str())) {
                 waits.push(last);
-                joined.insert(&s.id, true);
+                joined.insert(&s.id);
             }
         }
-        let wait_ns = call.start.saturating_sub(
-            waits
-                .iter()
-                .map(|&w| calls[w].end)
-                .max()
-                .unwrap_or(call.start),
-        );
-        let keeps = prev
-            .is_some_and(|p| input >= calls[p].input.unwrap_or(0) + calls[p].output.unwrap_or(0));
-        let count = input.div_ceil(BLOCK_TOKENS) as usize;
-        let mut ids: Vec<u64> = match (keeps, prev) {
-            (true, Some(p)) => blocks[p].iter().copied().take(count).collect(),
-            _ => Vec::new(),
-        };
-        while ids.len() < count {
-            ids.push(*next_block);
-            *next_block += 1;
-        }
-        if let (true, Some(p)) = (keeps, prev) {
-            if let Some(d) = out[p].ids.dag.as_mut() {
-                d.heirs += 1;
-            }
+        let waited_for = waits.iter().map(|&w| calls[w].end).max();
+        let wait_ns = call.start.saturating_sub(waited_for.unwrap_or(call.start));
+        // The previous call's prompt and answer, when this one's prompt holds them.
+        let context = prev.map(|p| calls[p].input.unwrap_or(0) + calls[p].output.unwrap_or(0));
+        let kept = prev.filter(|_| context.is_some_and(|c| input >= c));
+        let ids = prompt_blocks(input, kept.map(|p| &blocks[p][..]), next_block);
+        if let Some(d) = kept.and_then(|p| out[p].ids.dag.as_mut()) {
+            d.heirs += 1;
         }
         let mut record = TraceRecord::task_turn(
             1,
@@ -248,20 +235,67 @@ fn task(
                 branch: agent_name(agent),
                 parents_back: waits.iter().map(|&w| (i - w) as u64).collect(),
                 wait_ms: wait_ns as f64 / 1e6,
-                keeps_parent: keeps,
+                keeps_parent: kept.is_some(),
                 fresh: prev.is_none() && spawner.is_some(),
                 heirs: 0,
             },
         );
-        record.ids.prefix_tokens = prev.map(|p| match keeps {
-            true => calls[p].input.unwrap_or(0) + calls[p].output.unwrap_or(0),
-            false => 0,
-        });
+        record.ids.prefix_tokens = context.map(|c| if kept.is_some() { c } else { 0 });
         out.push(record);
         blocks.push(ids);
         done.entry(key).or_default().push(i);
     }
     Ok(out)
+}
+
+/// The trace's model calls, in the order they started; an error when it has none.
+fn model_calls(spans: &[Span]) -> std::result::Result<Vec<&Span>, String> {
+    let mut calls: Vec<&Span> = spans
+        .iter()
+        .filter(|s| MODEL_CALLS.contains(&s.operation.as_str()))
+        .collect();
+    if calls.is_empty() {
+        return Err(
+            "no model call span (gen_ai.operation.name chat, text_completion or generate_content)"
+                .into(),
+        );
+    }
+    calls.sort_by_key(|s| (s.start, s.end));
+    Ok(calls)
+}
+
+/// A model call's input and output tokens, both present and in range.
+fn usage(call: &Span) -> std::result::Result<(u64, u64), String> {
+    let (Some(input), Some(output)) = (call.input, call.output) else {
+        return Err(format!(
+            "span {}: a model call without gen_ai.usage.input_tokens and \
+             gen_ai.usage.output_tokens",
+            call.id
+        ));
+    };
+    if !(1..=MAX_LENGTH).contains(&input) || !(1..=MAX_LENGTH).contains(&output) {
+        return Err(format!(
+            "span {}: token counts must be 1 to {MAX_LENGTH}",
+            call.id
+        ));
+    }
+    Ok((input, output))
+}
+
+/// A prompt's hash ids: the kept call's blocks first, then new ones.
+fn prompt_blocks(input: u64, kept: Option<&[u64]>, next_block: &mut u64) -> Vec<u64> {
+    let count = input.div_ceil(BLOCK_TOKENS) as usize;
+    let mut ids: Vec<u64> = kept
+        .unwrap_or_default()
+        .iter()
+        .copied()
+        .take(count)
+        .collect();
+    while ids.len() < count {
+        ids.push(*next_block);
+        *next_block += 1;
+    }
+    ids
 }
 
 #[cfg(test)]

@@ -45,115 +45,13 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
         line: raw.line,
         message,
     };
-    let rec: RawRecord =
+    let mut rec: RawRecord =
         serde_json::from_slice(&raw.bytes).map_err(|e| fail(diagnose(&raw.bytes, e)))?;
 
-    // A format forced on the other kind of trace reads its timestamps 1000x off (ms as
-    // seconds or the reverse): the record's own fields say which it is.
-    match (
-        format,
-        rec.chat_id.is_some() || rec.parent_chat_id.is_some(),
-    ) {
-        (Format::Bailian, false) => {
-            return Err(fail(
-                "missing field `chat_id`: --format bailian is for Qwen-Bailian traces (chat_id, \
-                 parent_chat_id, timestamps in seconds); this record is not one. Use --format \
-                 mooncake (timestamps in ms) or auto"
-                    .into(),
-            ))
-        }
-        (Format::Mooncake, true) => {
-            return Err(fail(
-                "field `chat_id`: this is a Qwen-Bailian record (timestamps in seconds), but \
-                 --format mooncake reads timestamps as milliseconds (a replay 1000x too fast). \
-                 Use --format bailian or auto"
-                    .into(),
-            ))
-        }
-        _ => {}
-    }
-    let timestamp_ms = match rec.timestamp {
-        Some(t) if t < 0.0 => {
-            return Err(fail(format!(
-                "field `timestamp`: must not be negative, got {t}"
-            )))
-        }
-        Some(t) if t * format.ms_per_time_unit() > MAX_TIMESTAMP_MS => {
-            return Err(fail(format!(
-                "field `timestamp`: {t:e} is out of range (at most {MAX_TIMESTAMP_MS:e} ms)"
-            )))
-        }
-        Some(t) => Some(t * format.ms_per_time_unit()),
-        None if format == Format::Bailian => {
-            return Err(fail("missing field `timestamp` (seconds)".into()))
-        }
-        None => None,
-    };
-
-    let input = match (rec.messages, rec.text_input, rec.input_length) {
-        (Some(_), _, Some(_)) | (Some(_), Some(_), _) => {
-            return Err(fail(
-                "field `messages` excludes `input_length` and `text_input`: give one of them"
-                    .into(),
-            ))
-        }
-        (Some(messages), None, None) => {
-            if messages.is_empty() {
-                return Err(fail("field `messages`: must not be empty".into()));
-            }
-            if let Some((i, m)) = messages
-                .iter()
-                .enumerate()
-                .find(|(_, m)| !m.get("role").is_some_and(Value::is_string))
-            {
-                return Err(fail(format!(
-                    "field `messages`: expected an array of message objects, each with a string \
-                     `role`; message {i} is {}",
-                    shown(m)
-                )));
-            }
-            Input::Messages {
-                messages,
-                tools: rec.tools,
-            }
-        }
-        (None, Some(text), input_length) => Input::Text { text, input_length },
-        (None, None, Some(input_length)) => {
-            if input_length == 0 {
-                return Err(fail("field `input_length`: must be at least 1".into()));
-            }
-            Input::Synthetic {
-                input_length,
-                hash_ids: rec.hash_ids.unwrap_or_default(),
-            }
-        }
-        (None, None, None) => {
-            return Err(fail(
-                "missing field `input_length` (or `text_input`, or `messages`)".into(),
-            ))
-        }
-    };
-    for (field, value) in [
-        ("input_length", rec.input_length),
-        ("output_length", rec.output_length),
-    ] {
-        if let Some(v) = value.filter(|&v| v > MAX_LENGTH) {
-            return Err(fail(format!(
-                "field `{field}`: {v} tokens is more than the {MAX_LENGTH} supported"
-            )));
-        }
-    }
-    if matches!(input, Input::Synthetic { .. }) && rec.output_length.is_none() {
-        return Err(fail("missing field `output_length`".into()));
-    }
-    if rec.output_length == Some(0) {
-        return Err(fail("field `output_length`: must be at least 1".into()));
-    }
-    if let Some(d) = rec.delay.filter(|d| !(*d >= 0.0 && d.is_finite())) {
-        return Err(fail(format!(
-            "field `delay`: milliseconds, 0 or more; got {d}"
-        )));
-    }
+    fits(format, &rec).map_err(fail)?;
+    let timestamp_ms = timestamp_ms(rec.timestamp, format).map_err(fail)?;
+    let input = input(&mut rec).map_err(fail)?;
+    lengths(&rec, &input).map_err(fail)?;
     let session_id = rec.session_id.map(|v| match v {
         Value::String(s) => s,
         other => other.to_string(),
@@ -177,6 +75,107 @@ pub fn parse_record(raw: &RawLine, format: Format, file: &Path) -> Result<TraceR
         },
         extra: rec.extra,
     })
+}
+
+/// A format forced on the other kind of trace reads its timestamps 1000x off (ms as seconds
+/// or the reverse): the record's own fields say which it is.
+fn fits(format: Format, rec: &RawRecord) -> std::result::Result<(), String> {
+    match (
+        format,
+        rec.chat_id.is_some() || rec.parent_chat_id.is_some(),
+    ) {
+        (Format::Bailian, false) => Err(
+            "missing field `chat_id`: --format bailian is for Qwen-Bailian traces (chat_id, \
+             parent_chat_id, timestamps in seconds); this record is not one. Use --format \
+             mooncake (timestamps in ms) or auto"
+                .into(),
+        ),
+        (Format::Mooncake, true) => Err(
+            "field `chat_id`: this is a Qwen-Bailian record (timestamps in seconds), but \
+             --format mooncake reads timestamps as milliseconds (a replay 1000x too fast). \
+             Use --format bailian or auto"
+                .into(),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The record's timestamp in ms (the format says its unit), checked.
+fn timestamp_ms(
+    timestamp: Option<f64>,
+    format: Format,
+) -> std::result::Result<Option<f64>, String> {
+    let ms = format.ms_per_time_unit();
+    match timestamp {
+        Some(t) if t < 0.0 => Err(format!("field `timestamp`: must not be negative, got {t}")),
+        Some(t) if t * ms > MAX_TIMESTAMP_MS => Err(format!(
+            "field `timestamp`: {t:e} is out of range (at most {MAX_TIMESTAMP_MS:e} ms)"
+        )),
+        Some(t) => Ok(Some(t * ms)),
+        None if format == Format::Bailian => Err("missing field `timestamp` (seconds)".into()),
+        None => Ok(None),
+    }
+}
+
+/// What the record asks to send: messages, a text, or a synthetic prompt of a length (one
+/// of them).
+fn input(rec: &mut RawRecord) -> std::result::Result<Input, String> {
+    match (rec.messages.take(), rec.text_input.take(), rec.input_length) {
+        (Some(_), _, Some(_)) | (Some(_), Some(_), _) => Err(
+            "field `messages` excludes `input_length` and `text_input`: give one of them".into(),
+        ),
+        (Some(messages), None, None) => {
+            if messages.is_empty() {
+                return Err("field `messages`: must not be empty".into());
+            }
+            if let Some((i, m)) = messages
+                .iter()
+                .enumerate()
+                .find(|(_, m)| !m.get("role").is_some_and(Value::is_string))
+            {
+                return Err(format!(
+                    "field `messages`: expected an array of message objects, each with a string \
+                     `role`; message {i} is {}",
+                    shown(m)
+                ));
+            }
+            let tools = rec.tools.take();
+            Ok(Input::Messages { messages, tools })
+        }
+        (None, Some(text), input_length) => Ok(Input::Text { text, input_length }),
+        (None, None, Some(0)) => Err("field `input_length`: must be at least 1".into()),
+        (None, None, Some(input_length)) => Ok(Input::Synthetic {
+            input_length,
+            hash_ids: rec.hash_ids.take().unwrap_or_default(),
+        }),
+        (None, None, None) => {
+            Err("missing field `input_length` (or `text_input`, or `messages`)".into())
+        }
+    }
+}
+
+/// The lengths asked for, and the delay, are in range.
+fn lengths(rec: &RawRecord, input: &Input) -> std::result::Result<(), String> {
+    for (field, value) in [
+        ("input_length", rec.input_length),
+        ("output_length", rec.output_length),
+    ] {
+        if let Some(v) = value.filter(|&v| v > MAX_LENGTH) {
+            return Err(format!(
+                "field `{field}`: {v} tokens is more than the {MAX_LENGTH} supported"
+            ));
+        }
+    }
+    if matches!(input, Input::Synthetic { .. }) && rec.output_length.is_none() {
+        return Err("missing field `output_length`".into());
+    }
+    if rec.output_length == Some(0) {
+        return Err("field `output_length`: must be at least 1".into());
+    }
+    match rec.delay.filter(|d| !(*d >= 0.0 && d.is_finite())) {
+        Some(d) => Err(format!("field `delay`: milliseconds, 0 or more; got {d}")),
+        None => Ok(()),
+    }
 }
 
 /// AIPerf's `message_mode`: history (its default, sent verbatim) or delta (new messages only,

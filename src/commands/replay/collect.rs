@@ -22,7 +22,8 @@ pub(super) struct Collected {
     pub(super) shard_lost: Option<String>,
 }
 
-/// Writes records as they complete (flushed per batch), feeds the progress line, and on a signal stops sending and drains.
+/// Writes records as they complete (flushed per batch), feeds the progress line, and on a
+/// signal stops sending and drains.
 pub(super) fn collect(
     plan: &ReplayPlan,
     trace: &TraceInput,
@@ -30,105 +31,18 @@ pub(super) fn collect(
     out: Output,
     mut meeting: Option<&mut Rendezvous>,
 ) -> Result<Collected> {
-    let on_loss = plan.hosts.rendezvous.as_ref().map(|r| r.on_loss);
-    let mut shard_lost: Option<String> = None;
-    let mut writer = RecordWriter::new(out.requests_file, RecordFormat::Llmreplay);
-    let (copy_path, mut copy) = match out.copy {
-        Some((path, file)) => (
-            Some(path),
-            Some(RecordWriter::new(file, plan.record_format)),
-        ),
-        None => (None, None),
-    };
-    let conversations = trace.stats.turns_with_parent > 0;
-    let mut live = LiveProgress::new(trace.preview.last_ns as f64 / 1e9, !plan.quiet)
-        .planning(trace.preview.records, conversations);
-    let mut stopped = false;
-    // A write that fails (the disk full) stops the run: what was written stays whole.
-    let mut write_failed: Option<String> = None;
-    let on_write_error =
-        |failed: &mut Option<String>, path: &Path, e: io::Error, live: &mut LiveProgress| {
-            if failed.is_none() {
-                live.finish();
-                let reason = format!("cannot write {}: {e}", path.display());
-                eprintln!("error: {reason}; the run stops, nothing new is sent");
-                stages.stop.request(stages.clock.now_ns());
-                *failed = Some(reason);
-            }
-        };
-    let (mut measured_ok, mut measured_failed, mut closed_unanswered) = (0u64, 0u64, 0u64);
-    let mut judge = plan
-        .max_error_rate
-        .map(|limit| ErrorRateJudge::new(limit, trace.preview.skipped_by_offset));
-    let mut stopped_early = None;
-    let mut lost_said: Vec<u32> = Vec::new();
+    let mut c = Collector::new(plan, trace, stages, out);
     let mut beat_at = std::time::Instant::now();
     loop {
-        if !stopped && signals_received() > 0 {
-            stopped = true;
-            stages.stop.request(stages.clock.now_ns());
-            live.finish();
-            eprintln!(
-                "stopping: nothing new is sent; waiting up to {} s for requests in flight \
-                 (signal again to exit at once)",
-                plan.drain_timeout_s
-            );
-            // A summary of what is recorded so far, so that a second signal or a kill during
-            // the drain still leaves one; it says so (`ended.how: stopping`), and the end
-            // writes it again with how the run ended.
-            let mut run = report::run_config(&out.dir).unwrap_or_default();
-            run["ended"] = json!({
-                "how": "stopping",
-                "detail": "a signal stopped the run; this summary covers the records written \
-                           before the drain of the requests in flight, and is replaced when \
-                           it ends",
-            });
-            let noted = report::write_json(&out.dir.join("run.json"), &run);
-            if noted.is_ok() && writer.flush().is_ok() {
-                if let Err(e) = report::render(&out.dir, &out.requests_path, &plan.render) {
-                    eprintln!("warning: the summary before the drain: {e}");
-                }
-            }
+        if !c.got.stopped && signals_received() > 0 {
+            c.stop_on_signal();
         }
         match stages.records.recv_timeout(Duration::from_millis(50)) {
             Ok(first) => {
-                for mut r in std::iter::once(first).chain(stages.records.try_iter()) {
-                    if write_failed.is_some() {
-                        continue; // draining: nothing more can be kept
-                    }
-                    log_sent_prompt(&mut r, stages);
-                    if let Err(e) = writer.write(&r) {
-                        on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
-                    }
-                    if let (Some(c), Some(path)) = (copy.as_mut(), &copy_path) {
-                        if let Err(e) = c.write(&r) {
-                            on_write_error(&mut write_failed, path, e, &mut live);
-                        }
-                    }
-                    live.add(&r);
-                    if !r.warmup {
-                        measured_ok += u64::from(r.ok());
-                        measured_failed += u64::from(!r.ok());
-                        closed_unanswered += u64::from(r.closed_unanswered());
-                    }
-                    let verdict = judge
-                        .as_mut()
-                        .and_then(|j| j.record(r.index, !r.ok(), r.warmup));
-                    if let (None, Some(reason)) = (&stopped_early, verdict) {
-                        live.finish();
-                        eprintln!("{reason}; nothing new is sent, requests in flight drain");
-                        stages.stop.request(stages.clock.now_ns());
-                        stopped_early = Some(reason);
-                    }
+                for r in std::iter::once(first).chain(stages.records.try_iter()) {
+                    c.take(r);
                 }
-                if let Err(e) = writer.flush() {
-                    on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
-                }
-                if let (Some(c), Some(path)) = (copy.as_mut(), &copy_path) {
-                    if let Err(e) = c.flush() {
-                        on_write_error(&mut write_failed, path, e, &mut live);
-                    }
-                }
+                c.flush();
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
@@ -144,58 +58,193 @@ pub(super) fn collect(
             .filter(|_| beat_at.elapsed() >= BEAT_EVERY)
         {
             beat_at = std::time::Instant::now();
-            rv.update(beat(&live, stages));
-            for (shard, why) in rv.lost_peers() {
-                match on_loss {
-                    Some(OnShardLoss::Stop) if shard_lost.is_none() && !stopped => {
-                        live.finish();
-                        eprintln!(
-                            "{}; this shard stops: nothing new is sent, requests in flight \
-                             drain (--on-shard-loss continue carries on)",
-                            crate::printable::printable(&why)
-                        );
-                        stages.stop.request(stages.clock.now_ns());
-                        shard_lost = Some(why);
-                    }
-                    // Said once a shard: its reason (a silence) grows with every look.
-                    Some(OnShardLoss::Continue) if !lost_said.contains(&shard) => {
-                        eprintln!(
-                            "warning: {}; this shard carries on (--on-shard-loss continue): \
-                             the merged run lacks that shard's share",
-                            crate::printable::printable(&why)
-                        );
-                        lost_said.push(shard);
-                    }
-                    _ => {}
-                }
-            }
+            c.heartbeat(rv);
         }
-        if !stopped && shard_lost.is_none() {
-            live.tick(snapshot);
+        if !c.got.stopped && c.got.shard_lost.is_none() {
+            c.live.tick(snapshot);
         }
     }
-    if let Err(e) = writer.flush() {
-        on_write_error(&mut write_failed, &out.requests_path, e, &mut live);
+    if let Err(e) = c.writer.flush() {
+        c.write_failed(&c.got.requests_path.clone(), e);
     }
     if let Some(rv) = meeting {
         // The closing heartbeat's counts: every record is in.
-        rv.update(beat(&live, stages));
+        rv.update(beat(&c.live, stages));
     }
-    if !stopped {
-        live.finish();
+    if !c.got.stopped {
+        c.live.finish();
     }
-    Ok(Collected {
-        dir: out.dir,
-        requests_path: out.requests_path,
-        copy_path,
-        stopped,
-        stopped_early,
-        write_failed,
-        measured_ok,
-        measured_failed,
-        closed_unanswered,
-        shard_lost,
-    })
+    Ok(c.got)
+}
+
+/// The collector's state: the record files, the progress line, the error-rate judge, and
+/// what it gathered so far (why the run stopped, the counts).
+struct Collector<'a> {
+    plan: &'a ReplayPlan,
+    stages: &'a Stages,
+    writer: RecordWriter,
+    /// `--output-path`: the copy in the format asked for.
+    copy: Option<RecordWriter>,
+    live: LiveProgress,
+    judge: Option<ErrorRateJudge>,
+    on_loss: Option<OnShardLoss>,
+    /// The shards lost that were said (under `--on-shard-loss continue`, once each).
+    lost_said: Vec<u32>,
+    got: Collected,
+}
+
+impl<'a> Collector<'a> {
+    fn new(plan: &'a ReplayPlan, trace: &TraceInput, stages: &'a Stages, out: Output) -> Self {
+        let (copy_path, copy) = match out.copy {
+            Some((path, file)) => (
+                Some(path),
+                Some(RecordWriter::new(file, plan.record_format)),
+            ),
+            None => (None, None),
+        };
+        let conversations = trace.stats.turns_with_parent > 0;
+        Collector {
+            plan,
+            stages,
+            writer: RecordWriter::new(out.requests_file, RecordFormat::Llmreplay),
+            copy,
+            live: LiveProgress::new(trace.preview.last_ns as f64 / 1e9, !plan.quiet)
+                .planning(trace.preview.records, conversations),
+            judge: plan
+                .max_error_rate
+                .map(|limit| ErrorRateJudge::new(limit, trace.preview.skipped_by_offset)),
+            on_loss: plan.hosts.rendezvous.as_ref().map(|r| r.on_loss),
+            lost_said: Vec::new(),
+            got: Collected {
+                dir: out.dir,
+                requests_path: out.requests_path,
+                copy_path,
+                stopped: false,
+                stopped_early: None,
+                write_failed: None,
+                measured_ok: 0,
+                measured_failed: 0,
+                closed_unanswered: 0,
+                shard_lost: None,
+            },
+        }
+    }
+
+    /// Asks the senders to stop: nothing new is sent, requests in flight drain.
+    fn stop_sending(&mut self) {
+        self.live.finish();
+        self.stages.stop.request(self.stages.clock.now_ns());
+    }
+
+    /// A signal: sending stops, and a summary of what is recorded so far is written, so that
+    /// a second signal or a kill during the drain still leaves one; it says so (`ended.how:
+    /// stopping`), and the end writes it again with how the run ended.
+    fn stop_on_signal(&mut self) {
+        self.got.stopped = true;
+        self.stop_sending();
+        eprintln!(
+            "stopping: nothing new is sent; waiting up to {} s for requests in flight (signal \
+             again to exit at once)",
+            self.plan.drain_timeout_s
+        );
+        let dir = &self.got.dir;
+        let mut run = report::run_config(dir).unwrap_or_default();
+        run["ended"] = json!({
+            "how": "stopping",
+            "detail": "a signal stopped the run; this summary covers the records written \
+                       before the drain of the requests in flight, and is replaced when \
+                       it ends",
+        });
+        let noted = report::write_json(&dir.join("run.json"), &run);
+        if noted.is_ok() && self.writer.flush().is_ok() {
+            if let Err(e) = report::render(dir, &self.got.requests_path, &self.plan.render) {
+                eprintln!("warning: the summary before the drain: {e}");
+            }
+        }
+    }
+
+    /// A write that fails (the disk full) stops the run: what was written stays whole.
+    fn write_failed(&mut self, path: &Path, e: io::Error) {
+        if self.got.write_failed.is_none() {
+            let reason = format!("cannot write {}: {e}", path.display());
+            self.stop_sending();
+            eprintln!("error: {reason}; the run stops, nothing new is sent");
+            self.got.write_failed = Some(reason);
+        }
+    }
+
+    /// One record: written (and copied), counted, and judged against `--max-error-rate`.
+    fn take(&mut self, mut r: RequestRecord) {
+        if self.got.write_failed.is_some() {
+            return; // draining: nothing more can be kept
+        }
+        log_sent_prompt(&mut r, self.stages);
+        if let Err(e) = self.writer.write(&r) {
+            self.write_failed(&self.got.requests_path.clone(), e);
+        }
+        if let Some(Err(e)) = self.copy.as_mut().map(|c| c.write(&r)) {
+            self.copy_failed(e);
+        }
+        self.live.add(&r);
+        if !r.warmup {
+            self.got.measured_ok += u64::from(r.ok());
+            self.got.measured_failed += u64::from(!r.ok());
+            self.got.closed_unanswered += u64::from(r.closed_unanswered());
+        }
+        let verdict = self
+            .judge
+            .as_mut()
+            .and_then(|j| j.record(r.index, !r.ok(), r.warmup));
+        if let (None, Some(reason)) = (&self.got.stopped_early, verdict) {
+            self.stop_sending();
+            eprintln!("{reason}; nothing new is sent, requests in flight drain");
+            self.got.stopped_early = Some(reason);
+        }
+    }
+
+    fn copy_failed(&mut self, e: io::Error) {
+        let path = self.got.copy_path.clone().unwrap_or_default();
+        self.write_failed(&path, e);
+    }
+
+    /// The batch's records reach the files.
+    fn flush(&mut self) {
+        if let Err(e) = self.writer.flush() {
+            self.write_failed(&self.got.requests_path.clone(), e);
+        }
+        if let Some(Err(e)) = self.copy.as_mut().map(RecordWriter::flush) {
+            self.copy_failed(e);
+        }
+    }
+
+    /// `--rendezvous`: this shard's counts to the others, and the shards they lost: under
+    /// `--on-shard-loss stop` this one stops too; under `continue` it says so once a shard.
+    fn heartbeat(&mut self, rv: &mut Rendezvous) {
+        rv.update(beat(&self.live, self.stages));
+        for (shard, why) in rv.lost_peers() {
+            match self.on_loss {
+                Some(OnShardLoss::Stop) if self.got.shard_lost.is_none() && !self.got.stopped => {
+                    self.stop_sending();
+                    eprintln!(
+                        "{}; this shard stops: nothing new is sent, requests in flight drain \
+                         (--on-shard-loss continue carries on)",
+                        crate::printable::printable(&why)
+                    );
+                    self.got.shard_lost = Some(why);
+                }
+                // Said once a shard: its reason (a silence) grows with every look.
+                Some(OnShardLoss::Continue) if !self.lost_said.contains(&shard) => {
+                    eprintln!(
+                        "warning: {}; this shard carries on (--on-shard-loss continue): the \
+                         merged run lacks that shard's share",
+                        crate::printable::printable(&why)
+                    );
+                    self.lost_said.push(shard);
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// A rebuilt turn's prompts.jsonl line, as sent (`--save-prompts`).
