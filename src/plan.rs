@@ -15,6 +15,7 @@ use crate::fleet::{EndpointSpec, Route};
 pub use crate::prompt::{PromptMode, PromptSource};
 pub use crate::report::OutputFormat;
 use crate::report::RenderOptions;
+use crate::stats::latency::TPOT;
 use crate::synthetic::SyntheticSpec;
 use crate::trace::{Format, ReadOptions};
 use crate::transport::TlsOptions;
@@ -548,7 +549,7 @@ impl ReplayPlan {
             save_prompts: a.save_prompts,
             record_itl: a.record_itl,
             render: match render_options(&a.results)? {
-                r if a.no_stream && r.slo.as_ref().is_some_and(|s| s.tpot_ms.is_some()) => {
+                r if a.no_stream && r.slo.as_ref().is_some_and(|s| s.limit(&TPOT).is_some()) => {
                     return Err(Error::Usage(
                         "--goodput tpot:MS needs streaming: with --no-stream the whole answer \
                          comes at once, so no request has a TPOT and every one would count as \

@@ -103,7 +103,7 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
     let outcome = super::replay::run(&replay)?;
     let s = &outcome.summary;
     let drift = |p: f64| {
-        s.latency("drift_ms")
+        s.latency(&crate::stats::latency::DRIFT)
             .and_then(|d| d.raw_percentile(p))
             .unwrap_or(f64::NAN)
     };
@@ -113,7 +113,9 @@ fn run_step(plan: &CalibratePlan, rate: f64, dir: &std::path::Path) -> Result<St
         output_tokens_per_s: s.output_throughput,
         drift_p50_ms: drift(50.0),
         drift_p99_ms: drift(99.0),
-        drift_max_ms: s.latency("drift_ms").map_or(f64::NAN, |d| d.max),
+        drift_max_ms: s
+            .latency(&crate::stats::latency::DRIFT)
+            .map_or(f64::NAN, |d| d.max),
         late_sends: s.late_sends,
         failed: s.failed,
         first_errors: s

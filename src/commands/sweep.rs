@@ -20,7 +20,7 @@ use crate::commands::replay;
 use crate::error::Result;
 use crate::plan::{SweepAxis, SweepPlan};
 use crate::report::{self, html};
-use crate::stats::Summary;
+use crate::stats::{latency, Summary};
 
 /// One step's outcome.
 #[derive(Clone, Debug, Serialize)]
@@ -116,7 +116,7 @@ fn configuration(plan: &SweepPlan, slo: &crate::stats::Slo) -> Vec<String> {
                 SweepAxis::Scale => "requests",
                 SweepAxis::Sessions => "tasks (of a task trace; else requests)",
             },
-            describe_slo(slo),
+            slo.describe(),
             match plan.base.scrape {
                 Some(_) => " and no scraped server's queue kept growing",
                 None => "",
@@ -159,7 +159,7 @@ pub fn run(plan: &SweepPlan) -> Result<Sweep> {
             SweepAxis::Scale => "requests",
             SweepAxis::Sessions => "tasks (or requests)",
         },
-        describe_slo(slo),
+        slo.describe(),
         plan.bisect,
         plan.dir.display()
     );
@@ -258,7 +258,7 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, level: f64) -> Result<Option<bool>>
     };
     let queue_grew = queue_grew(s);
     let passed = share >= plan.min_goodput && queue_grew != Some(true);
-    let p = |key: &str, q| s.latency(key).and_then(|d| d.percentile(q));
+    let p = |l: &latency::Latency, q| s.latency(l).and_then(|d| d.percentile(q));
     let expected = s.prefix.expected_share();
     let observed = s.observed_prefix_share().map(|(share, _)| share);
     let name = level_name(plan.axis, level);
@@ -295,9 +295,9 @@ fn step(plan: &SweepPlan, sweep: &mut Sweep, level: f64) -> Result<Option<bool>>
         good_tasks_per_s: tasks.and_then(|t| t.good_tasks_per_s),
         request_throughput: s.request_throughput,
         output_throughput: s.output_throughput,
-        ttft_p50_ms: p("ttft_ms", 50.0),
-        ttft_p99_ms: p("ttft_ms", 99.0),
-        e2el_p99_ms: p("e2el_ms", 99.0),
+        ttft_p50_ms: p(&latency::TTFT, 50.0),
+        ttft_p99_ms: p(&latency::TTFT, 99.0),
+        e2el_p99_ms: p(&latency::E2EL, 99.0),
         queue_grew,
         prefix_expected_share: expected,
         prefix_observed_share: observed,
@@ -347,20 +347,6 @@ fn queue_grew(s: &Summary) -> Option<bool> {
         any = Some(any.unwrap_or(false) || grew);
     }
     any
-}
-
-fn describe_slo(slo: &crate::stats::Slo) -> String {
-    let parts: Vec<String> = [
-        ("TTFT", slo.ttft_ms),
-        ("TPOT", slo.tpot_ms),
-        ("E2EL", slo.e2el_ms),
-        ("TTFT from schedule", slo.ttft_from_schedule_ms),
-        ("E2EL from schedule", slo.e2el_from_schedule_ms),
-    ]
-    .iter()
-    .filter_map(|(name, v)| v.map(|v| format!("{name} <= {v} ms")))
-    .collect();
-    parts.join(", ")
 }
 
 /// A level as the sweep's texts name it: `x2.000`, `3 sessions at once`.
@@ -524,14 +510,14 @@ fn page(plan: &SweepPlan, sweep: &Sweep) -> String {
     let ttft: Vec<html::Series> = [
         Some(html::Series::line("TTFT p50", line(&|s| s.ttft_p50_ms))),
         Some(html::Series::line("TTFT p99", line(&|s| s.ttft_p99_ms))),
-        slo_line("TTFT SLO", slo.ttft_ms),
+        slo_line("TTFT SLO", slo.limit(&latency::TTFT)),
     ]
     .into_iter()
     .flatten()
     .collect();
     let e2el: Vec<html::Series> = [
         Some(html::Series::line("E2EL p99", line(&|s| s.e2el_p99_ms))),
-        slo_line("E2EL SLO", slo.e2el_ms),
+        slo_line("E2EL SLO", slo.limit(&latency::E2EL)),
     ]
     .into_iter()
     .flatten()

@@ -47,7 +47,7 @@ pub fn rows(a: &Summary, b: &Summary) -> Vec<Row> {
     for l in crate::stats::latency::LATENCIES {
         for stat in &stats {
             push(format!("{}.{stat}", l.key), &|s: &Summary| {
-                s.latency(l.key).and_then(|d| html::stat(d, stat))
+                s.latency(l).and_then(|d| html::stat(d, stat))
             });
         }
     }

@@ -33,98 +33,126 @@ pub struct Latency {
 
 /// Every latency distribution, in the order summary.txt and the pages show them.
 pub const LATENCIES: &[Latency] = &[
-    Latency {
-        key: "ttft_ms",
-        title: "Time to First Token",
-        name: "TTFT",
-        samples: Samples::Succeeded(RequestRecord::ttft_ms),
-    },
-    Latency {
-        key: "ttfo_ms",
-        title: "Time to First Output (after reasoning)",
-        name: "TTFO",
-        samples: Samples::Succeeded(RequestRecord::ttfo_ms),
-    },
-    Latency {
-        key: "ttft_from_schedule_ms",
-        title: "TTFT from schedule",
-        name: "TTFT-sched",
-        samples: Samples::Succeeded(RequestRecord::ttft_from_schedule_ms),
-    },
-    Latency {
-        key: "tpot_ms",
-        title: "Time per Output Token (excl. 1st token)",
-        name: "TPOT",
-        samples: Samples::Succeeded(RequestRecord::tpot_ms),
-    },
-    Latency {
-        key: "tpot_reasoning_ms",
-        title: "TPOT of reasoning tokens",
-        name: "TPOT-reasoning",
-        samples: Samples::Succeeded(RequestRecord::tpot_reasoning_ms),
-    },
-    Latency {
-        key: "tpot_answer_ms",
-        title: "TPOT of answer tokens (after reasoning)",
-        name: "TPOT-answer",
-        samples: Samples::Succeeded(RequestRecord::tpot_answer_ms),
-    },
-    Latency {
-        key: "itl_ms",
-        title: "Inter-token Latency (per chunk)",
-        name: "ITL",
-        samples: Samples::Gaps(|g| g.chunk.clone()),
-    },
-    Latency {
-        key: "itl_reasoning_ms",
-        title: "ITL of reasoning chunks",
-        name: "ITL-reasoning",
-        samples: Samples::Gaps(|g| g.reasoning.clone()),
-    },
-    Latency {
-        key: "itl_answer_ms",
-        title: "ITL of answer chunks (after reasoning)",
-        name: "ITL-answer",
-        samples: Samples::Gaps(Gaps::answer),
-    },
-    Latency {
-        key: "token_itl_ms",
-        title: "Inter-token Latency (per token)",
-        name: "Token ITL",
-        samples: Samples::Gaps(|g| g.token.clone()),
-    },
-    Latency {
-        key: "e2el_ms",
-        title: "End-to-end Latency",
-        name: "E2EL",
-        samples: Samples::Succeeded(RequestRecord::e2el_ms),
-    },
-    Latency {
-        key: "e2el_from_schedule_ms",
-        title: "E2EL from schedule",
-        name: "E2EL-sched",
-        samples: Samples::Succeeded(RequestRecord::e2el_from_schedule_ms),
-    },
-    Latency {
-        key: "connection_wait_ms",
-        title: "Waits for a connection (requests due with none idle)",
-        name: "Conn wait",
-        samples: Samples::Every(RequestRecord::connection_wait_ms),
-    },
-    Latency {
-        key: "drift_ms",
-        title: "Send drift (sent - scheduled)",
-        name: "Drift",
-        samples: Samples::Every(RequestRecord::drift_ms),
-    },
+    TTFT,
+    TTFO,
+    TTFT_SCHED,
+    TPOT,
+    TPOT_REASONING,
+    TPOT_ANSWER,
+    ITL,
+    ITL_REASONING,
+    ITL_ANSWER,
+    TOKEN_ITL,
+    E2EL,
+    E2EL_SCHED,
+    CONNECTION_WAIT,
+    DRIFT,
 ];
 
-/// The entry of `key`.
-pub fn position(key: &str) -> usize {
+pub const TTFT: Latency = Latency {
+    key: "ttft_ms",
+    title: "Time to First Token",
+    name: "TTFT",
+    samples: Samples::Succeeded(RequestRecord::ttft_ms),
+};
+
+pub const TTFO: Latency = Latency {
+    key: "ttfo_ms",
+    title: "Time to First Output (after reasoning)",
+    name: "TTFO",
+    samples: Samples::Succeeded(RequestRecord::ttfo_ms),
+};
+
+pub const TTFT_SCHED: Latency = Latency {
+    key: "ttft_from_schedule_ms",
+    title: "TTFT from schedule",
+    name: "TTFT-sched",
+    samples: Samples::Succeeded(RequestRecord::ttft_from_schedule_ms),
+};
+
+pub const TPOT: Latency = Latency {
+    key: "tpot_ms",
+    title: "Time per Output Token (excl. 1st token)",
+    name: "TPOT",
+    samples: Samples::Succeeded(RequestRecord::tpot_ms),
+};
+
+pub const TPOT_REASONING: Latency = Latency {
+    key: "tpot_reasoning_ms",
+    title: "TPOT of reasoning tokens",
+    name: "TPOT-reasoning",
+    samples: Samples::Succeeded(RequestRecord::tpot_reasoning_ms),
+};
+
+pub const TPOT_ANSWER: Latency = Latency {
+    key: "tpot_answer_ms",
+    title: "TPOT of answer tokens (after reasoning)",
+    name: "TPOT-answer",
+    samples: Samples::Succeeded(RequestRecord::tpot_answer_ms),
+};
+
+pub const ITL: Latency = Latency {
+    key: "itl_ms",
+    title: "Inter-token Latency (per chunk)",
+    name: "ITL",
+    samples: Samples::Gaps(|g| g.chunk.clone()),
+};
+
+pub const ITL_REASONING: Latency = Latency {
+    key: "itl_reasoning_ms",
+    title: "ITL of reasoning chunks",
+    name: "ITL-reasoning",
+    samples: Samples::Gaps(|g| g.reasoning.clone()),
+};
+
+pub const ITL_ANSWER: Latency = Latency {
+    key: "itl_answer_ms",
+    title: "ITL of answer chunks (after reasoning)",
+    name: "ITL-answer",
+    samples: Samples::Gaps(Gaps::answer),
+};
+
+pub const TOKEN_ITL: Latency = Latency {
+    key: "token_itl_ms",
+    title: "Inter-token Latency (per token)",
+    name: "Token ITL",
+    samples: Samples::Gaps(|g| g.token.clone()),
+};
+
+pub const E2EL: Latency = Latency {
+    key: "e2el_ms",
+    title: "End-to-end Latency",
+    name: "E2EL",
+    samples: Samples::Succeeded(RequestRecord::e2el_ms),
+};
+
+pub const E2EL_SCHED: Latency = Latency {
+    key: "e2el_from_schedule_ms",
+    title: "E2EL from schedule",
+    name: "E2EL-sched",
+    samples: Samples::Succeeded(RequestRecord::e2el_from_schedule_ms),
+};
+
+pub const CONNECTION_WAIT: Latency = Latency {
+    key: "connection_wait_ms",
+    title: "Waits for a connection (requests due with none idle)",
+    name: "Conn wait",
+    samples: Samples::Every(RequestRecord::connection_wait_ms),
+};
+
+pub const DRIFT: Latency = Latency {
+    key: "drift_ms",
+    title: "Send drift (sent - scheduled)",
+    name: "Drift",
+    samples: Samples::Every(RequestRecord::drift_ms),
+};
+
+/// Where `latency` (one of the consts above) is in [`LATENCIES`].
+pub fn position(latency: &Latency) -> usize {
     LATENCIES
         .iter()
-        .position(|l| l.key == key)
-        .unwrap_or_else(|| panic!("no latency {key} in LATENCIES"))
+        .position(|l| l.key == latency.key)
+        .expect("each latency const is in LATENCIES")
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod gaps;
 pub mod latency;
 mod reasoning;
 mod sessions;
+mod slo;
 mod tasks;
 pub mod verdict;
 
@@ -27,73 +28,12 @@ pub use gaps::Gaps;
 use latency::{Samples, LATENCIES};
 use sessions::SessionBuilder;
 pub use sessions::{Round, SessionSummary};
+pub use slo::Slo;
 pub use tasks::TaskSummary;
 pub use verdict::{Bounds, Verdict};
 
 /// Percentiles every distribution reports; `--percentiles` adds more.
 pub const DEFAULT_PERCENTILES: [f64; 5] = [25.0, 50.0, 75.0, 90.0, 99.0];
-
-/// Service-level objectives for goodput (`--goodput ttft:MS tpot:MS e2el:MS`, vLLM's syntax;
-/// `ttft-sched:MS` and `e2el-sched:MS` time from the planned send, so a request the client
-/// sent late is not good for it). A request is good when it succeeded and meets every given
-/// SLO, inclusive.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct Slo {
-    pub ttft_ms: Option<f64>,
-    pub tpot_ms: Option<f64>,
-    pub e2el_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttft_from_schedule_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub e2el_from_schedule_ms: Option<f64>,
-}
-
-impl Slo {
-    /// Parses `ttft:500`, `tpot:50`, `e2el:2000` items.
-    pub fn parse(items: &[String]) -> Result<Option<Slo>, String> {
-        if items.is_empty() {
-            return Ok(None);
-        }
-        let mut slo = Slo::default();
-        for item in items {
-            let bad = || {
-                format!(
-                    "--goodput {item:?}: expected ttft:MS, tpot:MS, e2el:MS, ttft-sched:MS or \
-                     e2el-sched:MS"
-                )
-            };
-            let (name, value) = item.split_once(':').ok_or_else(bad)?;
-            let ms: f64 = value.trim().parse().map_err(|_| bad())?;
-            if !(ms.is_finite() && ms >= 0.0) {
-                return Err(bad());
-            }
-            match name.trim() {
-                "ttft" => slo.ttft_ms = Some(ms),
-                "tpot" => slo.tpot_ms = Some(ms),
-                "e2el" => slo.e2el_ms = Some(ms),
-                "ttft-sched" => slo.ttft_from_schedule_ms = Some(ms),
-                "e2el-sched" => slo.e2el_from_schedule_ms = Some(ms),
-                _ => return Err(bad()),
-            }
-        }
-        Ok(Some(slo))
-    }
-
-    /// Whether a successful request meets every SLO. A request with one output token has no
-    /// TPOT and meets that SLO (as vLLM counts it 0).
-    pub fn met_by(&self, r: &RequestRecord) -> bool {
-        let within = |slo: Option<f64>, v: Option<f64>| match (slo, v) {
-            (None, _) => true,
-            (Some(s), Some(v)) => v <= s,
-            (Some(_), None) => false,
-        };
-        within(self.ttft_ms, r.ttft_ms())
-            && within(self.tpot_ms, r.tpot_ms().or(Some(0.0)))
-            && within(self.e2el_ms, r.e2el_ms())
-            && within(self.ttft_from_schedule_ms, r.ttft_from_schedule_ms())
-            && within(self.e2el_from_schedule_ms, r.e2el_from_schedule_ms())
-    }
-}
 
 /// Adds `amount` to per-second buckets, spread evenly over `[start_ns, end_ns]` (all at
 /// `start_ns` when the span is empty).
@@ -431,9 +371,9 @@ impl Summary {
         LATENCIES.iter().zip(&self.latencies).collect()
     }
 
-    /// The distribution of the latency `key` of [`LATENCIES`] (`ttft_ms`).
-    pub fn latency(&self, key: &str) -> Option<&Distribution> {
-        self.latencies.get(latency::position(key))?.as_ref()
+    /// The distribution of `latency`, one of [`latency`]'s consts (`latency::DRIFT`).
+    pub fn latency(&self, latency: &latency::Latency) -> Option<&Distribution> {
+        self.latencies.get(latency::position(latency))?.as_ref()
     }
 
     pub fn to_json(&self) -> Value {

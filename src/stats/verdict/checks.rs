@@ -51,7 +51,7 @@ pub fn outcome(s: &Summary, bounds: &Bounds, say: &mut Say) {
 
 /// The client kept its schedule: drift, late sends, holes in the load.
 pub fn schedule(s: &Summary, run: Option<&Value>, bounds: &Bounds, say: &mut Say) {
-    let Some(d) = s.latency("drift_ms") else {
+    let Some(d) = s.latency(&crate::stats::latency::DRIFT) else {
         return;
     };
     let queued = run.map_or(0, |r| r["senders"]["queued_late"].as_u64().unwrap_or(0));
