@@ -9,6 +9,7 @@
 //! bodies and the rare events that carry an error.
 
 mod body;
+pub mod cache_probe;
 mod events;
 mod serve;
 

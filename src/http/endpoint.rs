@@ -174,6 +174,22 @@ impl Endpoint {
         }
     }
 
+    /// The request line and fixed headers of every request of a run to `api_path` (the
+    /// senders add the body's length and the body).
+    pub fn request_head(&self, api_path: &str, stream: bool, headers: &str) -> Vec<u8> {
+        let accept = match stream {
+            true => "text/event-stream",
+            false => "application/json",
+        };
+        format!(
+            "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: llmreplay/{}\r\nAccept: {accept}\r\nContent-Type: application/json\r\n{headers}",
+            self.request_path(api_path),
+            self.host_header(),
+            env!("CARGO_PKG_VERSION"),
+        )
+        .into_bytes()
+    }
+
     /// The `Host` header value.
     pub fn host_header(&self) -> String {
         let host = if self.host.contains(':') {

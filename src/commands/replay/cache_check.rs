@@ -4,22 +4,11 @@
 //! `--enable-prompt-tokens-details`), would otherwise make an hour-long cache experiment
 //! publish 0 % hits.
 
-use std::time::Duration;
-
 use serde_json::{Map, Value};
 
 use super::setup::Fleet;
-use crate::api::{Api, BodyOptions, EventScanner};
+use crate::api::cache_probe::{cached_on_repeat, ProbeTarget};
 use crate::error::{Error, Result};
-use crate::http::blocking::KeptConnection;
-use crate::trace::{Input, TraceIds, TraceRecord};
-
-/// Words in the probe prompt: several blocks of any server's cache (vLLM 16, SGLang 1,
-/// llama.cpp 1, the mock's --cache-block-size).
-const PROBE_WORDS: usize = 512;
-
-/// A probe answer may take a cold prefill of the prompt.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Each endpoint's cached tokens on the second of two identical requests; the error names
 /// the endpoint and what its answer said.
@@ -27,10 +16,6 @@ pub fn require_cache_report(
     fleet: &Fleet,
     extra_body: Option<&Map<String, Value>>,
 ) -> Result<Vec<u64>> {
-    let prompt: String = (0..PROBE_WORDS)
-        .map(|i| ["the", "cache", "probe", "of", "llmreplay", "run"][i % 6])
-        .collect::<Vec<_>>()
-        .join(" ");
     let mut seen = Vec::with_capacity(fleet.specs.len());
     for (i, spec) in fleet.specs.iter().enumerate() {
         let e = &spec.endpoint;
@@ -42,25 +27,17 @@ pub fn require_cache_report(
                 e.url
             ))
         };
-        let body = probe_body(spec.api, &fleet.models[i], &prompt, extra_body)?;
-        let path = e.request_path(spec.api.path(false));
         let headers = fleet.headers.for_endpoint(e);
-        let scanner = EventScanner::new(spec.api);
-        let mut conn = KeptConnection::new(fleet.addrs[i], fleet.tls[i].clone(), PROBE_TIMEOUT);
-        let mut cached = None;
-        for _ in 0..2 {
-            let (status, answer) = conn
-                .post_json(&e.host_header(), &path, &body, &headers)
-                .map_err(|err| fail(format!("the probe request failed: {err}")))?;
-            if status != 200 {
-                let text = crate::api::excerpt(&answer);
-                return Err(fail(format!(
-                    "the probe request answered HTTP {status}: {text}"
-                )));
-            }
-            cached = scanner.parse_body(&answer).cached_tokens;
-        }
-        match cached {
+        let target = ProbeTarget {
+            api: spec.api,
+            model: &fleet.models[i],
+            addr: fleet.addrs[i],
+            tls: fleet.tls[i].clone(),
+            host: e.host_header(),
+            path: e.request_path(spec.api.path(false)),
+            headers: &headers,
+        };
+        match cached_on_repeat(&target, extra_body).map_err(fail)? {
             Some(n) if n > 0 => seen.push(n),
             Some(_) => {
                 return Err(fail(
@@ -75,36 +52,4 @@ pub fn require_cache_report(
         }
     }
     Ok(seen)
-}
-
-/// The probe's body: the dialect's own body for a one-token answer to `prompt`, with the
-/// run's `--extra-body` (a `{"cache_prompt": false}` must fail the check, not pass it).
-fn probe_body(
-    api: Api,
-    model: &str,
-    prompt: &str,
-    extra_body: Option<&Map<String, Value>>,
-) -> Result<Vec<u8>> {
-    let record = TraceRecord {
-        index: 0,
-        line: 0,
-        timestamp_ms: None,
-        input: Input::Text {
-            text: prompt.to_string(),
-            input_length: None,
-        },
-        output_length: Some(1),
-        ids: TraceIds::default(),
-        extra: None,
-    };
-    let opts = BodyOptions {
-        model_json: Value::from(model).to_string(),
-        stream: false,
-        exact_output: false,
-        extra_body: extra_body.cloned(),
-    };
-    let mut body = Vec::new();
-    api.write_body(&record, &opts, None, &mut body, None)
-        .map_err(|e| Error::Run(format!("--require-cache-report: the probe body: {e}")))?;
-    Ok(body)
 }

@@ -736,19 +736,3 @@ pub fn check_fd_limit(pooled: usize, say: &Say) -> Result<u64> {
     }
     Ok(limit)
 }
-
-/// The request line and fixed headers of every request to `endpoint`.
-pub fn request_head(endpoint: &Endpoint, api_path: &str, stream: bool, headers: &str) -> Vec<u8> {
-    let accept = if stream {
-        "text/event-stream"
-    } else {
-        "application/json"
-    };
-    format!(
-        "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: llmreplay/{}\r\nAccept: {accept}\r\nContent-Type: application/json\r\n{headers}",
-        endpoint.request_path(api_path),
-        endpoint.host_header(),
-        env!("CARGO_PKG_VERSION"),
-    )
-    .into_bytes()
-}

@@ -498,8 +498,7 @@ fn targets(plan: &ReplayPlan, fleet: &Fleet) -> Vec<Target> {
             url: spec.endpoint.url.clone(),
             host: spec.endpoint.host_header(),
             addr: *addr,
-            request_head: setup::request_head(
-                &spec.endpoint,
+            request_head: spec.endpoint.request_head(
                 spec.api.path(plan.stream),
                 plan.stream,
                 &fleet.headers.for_endpoint(&spec.endpoint),
