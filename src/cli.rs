@@ -33,6 +33,7 @@ pub(crate) fn api() -> impl TypedValueParser<Value = Api> {
     PossibleValuesParser::new(values).map(|name| Api::from_name(&name).expect("a registered name"))
 }
 
+mod capture;
 mod hosts;
 mod mock;
 pub mod peers;
@@ -40,6 +41,7 @@ mod replay;
 pub mod scenario;
 pub mod sessions;
 mod shared;
+pub use capture::CaptureArgs;
 pub use hosts::{K8sJobArgs, MergeArgs, ShardArgs, WatchArgs};
 pub use mock::MockArgs;
 pub use replay::{ReplayArgs, ScrapeArgs};
@@ -152,6 +154,10 @@ pub enum Command {
     Mock(Box<MockArgs>),
     /// Validate a trace and print its statistics (records, span, rate, tokens, prefix reuse).
     Inspect(InspectArgs),
+    /// Record live traffic as a trace that holds no text: a reverse proxy that forwards every
+    /// request and answer unchanged and writes one line per generation request (arrival,
+    /// lengths, keyed hash ids of the prompt's token blocks, what the proxy measured).
+    Capture(Box<CaptureArgs>),
     /// Re-render the summary, report.html and results.xlsx of a finished run from its
     /// requests.jsonl (with other --goodput / --percentiles); with two runs, compare them.
     Report(ReportArgs),

@@ -11,6 +11,7 @@
 //! them `FromStr`, `Display` and `Serialize` from one list of names.
 
 pub mod api;
+pub mod capture;
 pub mod carry;
 pub mod choice;
 pub mod cli;
@@ -106,6 +107,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Watch(args) => watch_command(&args),
         Command::K8sJob(args) => k8s_job_command(&args),
         Command::Inspect(args) => inspect_command(&args),
+        Command::Capture(args) => capture_command(&args),
     }
 }
 
@@ -275,6 +277,30 @@ fn k8s_job_command(args: &cli::K8sJobArgs) -> Result<i32> {
         eprintln!("warning: {w}");
     }
     print!("{}", commands::k8s_job::manifest(&plan));
+    Ok(0)
+}
+
+/// `capture`: the proxy until a signal or `--max-requests`, then what went through.
+fn capture_command(args: &cli::CaptureArgs) -> Result<i32> {
+    let plan = plan::CapturePlan::from_args(args)?;
+    let output = plan.output.clone();
+    sys::stop::install_signal_handlers();
+    let stats = commands::capture::run(plan)?;
+    eprintln!(
+        "capture: {} requests in {} ({} failed); {} bodies that could not be read and {} \
+         other requests went through unrecorded",
+        stats.recorded,
+        output.display(),
+        stats.failed,
+        stats.unread,
+        stats.other
+    );
+    if let Some(why) = &stats.unread_why {
+        eprintln!(
+            "capture: the first body that could not be read: {}",
+            printable::printable(why)
+        );
+    }
     Ok(0)
 }
 

@@ -20,10 +20,12 @@ use crate::synthetic::SyntheticSpec;
 use crate::trace::{Format, ReadOptions};
 use crate::transport::TlsOptions;
 
+mod capture;
 pub mod hosts;
 mod parts;
 mod prompt;
 mod sweep;
+pub use capture::CapturePlan;
 pub use hosts::HostsPlan;
 use parts::{load_plan, scrape_plan, session_plan};
 pub use parts::{mock_config, render_options, ScrapePlan};

@@ -15,7 +15,7 @@ mod serve;
 
 pub use body::{BodyError, BodyOptions, Synthesis};
 pub use events::{excerpt, EventScanner, FullResponse, StreamEvent, StreamKeys, EXCERPT};
-pub use serve::{Answer, MockRequest, Prompt, Route, TOKEN_TEXT};
+pub use serve::{with_system, Answer, MockRequest, Prompt, Route, TOKEN_TEXT};
 
 use std::fmt;
 use std::str::FromStr;

@@ -29,6 +29,13 @@ pub enum Prompt<'a> {
     Text(&'a Value),
 }
 
+/// Chat messages as a template reads them: a system prompt given beside them (Anthropic's
+/// `system`) is the first message.
+pub fn with_system(messages: &[Value], system: Option<&Value>) -> Value {
+    let system = system.map(|s| serde_json::json!({"role": "system", "content": s}));
+    Value::Array(system.into_iter().chain(messages.iter().cloned()).collect())
+}
+
 /// What the mock reads from a request body.
 #[derive(Debug)]
 pub struct MockRequest<'a> {

@@ -2,6 +2,7 @@
 //! clap type, and returns what it measured; printing and exit codes are the caller's.
 
 pub mod calibrate;
+pub mod capture;
 pub mod k8s_job;
 pub mod merge;
 pub mod prompts;

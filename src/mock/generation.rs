@@ -108,13 +108,9 @@ impl PromptCounting {
                 thinking,
             } => {
                 if tokenizer {
-                    // A system prompt given beside the messages is the template's first message.
-                    let system =
-                        system.map(|s| serde_json::json!({"role": "system", "content": s}));
-                    let messages = system.into_iter().chain(messages.iter().cloned()).collect();
                     return Count::Deferred(CountJob::Chat {
                         thinking,
-                        messages: Value::Array(messages),
+                        messages: crate::api::with_system(messages, system),
                         tools: tools.cloned(),
                     });
                 }

@@ -8,6 +8,7 @@ mod common;
 mod agentic;
 mod anthropic;
 mod as_sent;
+mod capture;
 mod carry_forward;
 mod chat_templates;
 mod connections;

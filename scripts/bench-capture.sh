@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# What `llmreplay capture` adds: the same load replayed against a mock in its own process,
+# straight and through the capture, alternately, ROUNDS times; per round the TTFT p50 and p99
+# of each, the difference (what the proxy adds), and the capture's CPU per 1M tokens it
+# forwarded (from /proc: user+system time of its process).
+# Usage: scripts/bench-capture.sh [bench-configs/capture.env]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck disable=SC1090
+source "${1:-bench-configs/capture.env}"
+cargo build --release -q
+bin=$PWD/target/release/llmreplay
+out=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$out"' EXIT
+# STREAMS requests at once, each OUTPUT tokens, text prompts of PROMPT words.
+python3 - "$out/trace.jsonl" "$STREAMS" "$OUTPUT" "$PROMPT" <<'PY'
+import json, sys
+path, n, output, words = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+with open(path, "w") as f:
+    for i in range(n):
+        text = " ".join(["load"] * words) + f" {i}"
+        f.write(json.dumps({"timestamp": 0, "text_input": text, "output_length": output}) + "\n")
+PY
+"$bin" mock --listen 127.0.0.1:0 --ttft-ms "$TTFT_MS" --itl-ms "$ITL_MS" \
+  --tokenizer "$TOKENIZER" > "$out/mock.out" 2>/dev/null &
+until grep -q listening "$out/mock.out" 2>/dev/null; do sleep 0.1; done
+mock=$(sed -n 's/^listening on //p' "$out/mock.out")
+ttft() { python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['ttft_ms']; print(t['p50'], t['p99'])" "$1/summary.json"; }
+replay() { "$bin" replay --quiet --model m --api openai-completions --endpoint "http://$1" \
+  --trace "$out/trace.jsonl" --connections "$STREAMS" --output "$2" >/dev/null 2>&1; }
+printf '%-6s %10s %10s %10s %10s %10s %12s\n' round p50 p99 p50-prx p99-prx added-p99 cpu-s/1Mtok
+for r in $(seq 1 "$ROUNDS"); do
+  replay "$mock" "$out/direct-$r"
+  "$bin" capture --listen 127.0.0.1:0 --upstream "http://$mock" --tokenizer "$TOKENIZER" \
+    --output "$out/cap-$r.jsonl" --max-requests "$STREAMS" > "$out/cap-$r.out" 2>/dev/null &
+  cap_pid=$!
+  until grep -q capturing "$out/cap-$r.out" 2>/dev/null; do sleep 0.1; done
+  cap=$(sed -n 's/^capturing on //p' "$out/cap-$r.out")
+  replay "$cap" "$out/proxied-$r"
+  # Its CPU before it exits (ticks of utime + stime).
+  ticks=$(awk '{print $14 + $15}' "/proc/$cap_pid/stat")
+  wait "$cap_pid"
+  read -r d50 d99 <<< "$(ttft "$out/direct-$r")"
+  read -r p50 p99 <<< "$(ttft "$out/proxied-$r")"
+  tokens=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['output_tokens'])" "$out/proxied-$r/summary.json")
+  python3 - "$r" "$d50" "$d99" "$p50" "$p99" "$ticks" "$tokens" "$(getconf CLK_TCK)" <<'PY'
+import sys
+r, d50, d99, p50, p99, ticks, tokens, hz = sys.argv[1:]
+cpu = float(ticks) / float(hz)
+print(f"{r:<6} {float(d50):10.3f} {float(d99):10.3f} {float(p50):10.3f} {float(p99):10.3f} "
+      f"{float(p99) - float(d99):10.3f} {cpu / max(int(tokens), 1) * 1e6:12.2f}")
+PY
+done

@@ -1,0 +1,241 @@
+//! `llmreplay capture`: a reverse proxy that forwards every request and answer unchanged, byte
+//! for byte, and writes each generation request as a line of a trace that holds no text
+//! ([`record`]): its arrival, lengths, the keyed hash ids of its prompt's token blocks
+//! ([`blocks`]), and what the proxy measured of the answer.
+//!
+//! One mio event loop on the calling thread (no async runtime). Each client connection is a
+//! [`pair::Pair`] with one upstream connection; the answer is measured by the sender's own
+//! [`Wire`](crate::sender::wire::Wire) as the bytes pass, so the capture's TTFT is the replay's.
+//! Lines are written in the order requests arrived (an answer that ends first waits for the
+//! ones before it), flushed as they go. A signal, or `--max-requests`, stops the accepting;
+//! answers in flight get [`DRAIN`] to end, and are then cut and recorded as cancelled.
+
+pub mod blocks;
+mod pair;
+mod record;
+mod request;
+mod writer;
+
+use std::fs::File;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+
+pub use blocks::{random_secret, BlockHasher};
+use pair::{Cx, Ended, Pair};
+use writer::TraceWriter;
+
+use crate::error::{Error, Result};
+use crate::prompt::PromptCounter;
+use crate::stats::Gaps;
+use crate::sys::clock::RunClock;
+use crate::sys::stop::signals_received;
+use crate::transport::TlsTarget;
+
+/// How long answers in flight may take to end once the capture stops.
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// How often the loop looks at signals while no socket stirs.
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+const LISTENER: Token = Token(usize::MAX);
+
+/// What the capture needs.
+pub struct CaptureConfig {
+    pub upstream: SocketAddr,
+    pub upstream_tls: Option<TlsTarget>,
+    /// The served model's tokenizer and chat template.
+    pub counter: PromptCounter,
+    pub hasher: BlockHasher,
+    /// End after this many requests were taken (and answered).
+    pub max_requests: Option<u64>,
+}
+
+/// What went through.
+#[derive(Debug, Default)]
+pub struct CaptureStats {
+    /// Generation requests written to the trace, and of them those that failed.
+    pub recorded: u64,
+    pub failed: u64,
+    /// Generation requests whose body could not be read: forwarded, not in the trace; and
+    /// why the first could not.
+    pub unread: u64,
+    pub unread_why: Option<String>,
+    /// Other requests (`GET /v1/models`, ...): forwarded, not in the trace.
+    pub other: u64,
+}
+
+pub struct Capture {
+    poll: Poll,
+    listener: Option<TcpListener>,
+    upstream: SocketAddr,
+    upstream_tls: Option<TlsTarget>,
+    max_requests: Option<u64>,
+    writer: TraceWriter,
+    clock: RunClock,
+    pairs: Vec<Option<Pair>>,
+    free: Vec<usize>,
+    gaps: Gaps,
+    next_index: u64,
+}
+
+impl Capture {
+    /// Listens on `listen`; the trace goes to `out` (at `path`, named in errors).
+    pub fn bind(
+        listen: SocketAddr,
+        cfg: CaptureConfig,
+        out: File,
+        path: PathBuf,
+    ) -> io::Result<Capture> {
+        let poll = Poll::new()?;
+        let mut listener = TcpListener::bind(listen)?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Capture {
+            poll,
+            listener: Some(listener),
+            upstream: cfg.upstream,
+            upstream_tls: cfg.upstream_tls,
+            max_requests: cfg.max_requests,
+            writer: TraceWriter::start(out, path, cfg.counter, cfg.hasher),
+            clock: RunClock::new(),
+            pairs: Vec::new(),
+            free: Vec::new(),
+            gaps: Gaps::default(),
+            next_index: 0,
+        })
+    }
+
+    pub fn addr(&self) -> io::Result<SocketAddr> {
+        match &self.listener {
+            Some(l) => l.local_addr(),
+            None => Err(io::Error::other("not listening")),
+        }
+    }
+
+    /// Serves until a signal or `--max-requests`, then drains and writes the last lines.
+    pub fn run(mut self) -> Result<CaptureStats> {
+        let mut events = Events::with_capacity(1024);
+        let mut ended = Vec::new();
+        let mut drain_until: Option<u64> = None;
+        loop {
+            let now = self.clock.now_ns();
+            let asked = self.max_requests.is_some_and(|n| self.next_index >= n);
+            if drain_until.is_none() && (asked || signals_received() > 0) {
+                self.stop_listening();
+                drain_until = Some(now + DRAIN.as_nanos() as u64);
+            }
+            let busy = self.pairs.iter().flatten().any(Pair::busy);
+            if drain_until.is_some_and(|at| !busy || now >= at) {
+                break;
+            }
+            match self.poll.poll(&mut events, Some(LOOK_EVERY)) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.writer.finish()?;
+                    return Err(Error::Run(format!("capture: poll: {e}")));
+                }
+                Ok(()) => {}
+            }
+            let mut touched: Vec<usize> = Vec::new();
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(&mut touched),
+                    token => touched.push(pair::slot_of(token).0),
+                }
+            }
+            touched.sort_unstable();
+            touched.dedup();
+            self.pump(&touched, drain_until.is_some(), &mut ended);
+            if !ended.drain(..).all(|e| self.writer.send(e)) {
+                break; // the writer stopped: its error ends the capture
+            }
+        }
+        let all: Vec<usize> = (0..self.pairs.len()).collect();
+        self.cut(&all, &mut ended);
+        for e in ended {
+            self.writer.send(e);
+        }
+        self.writer.finish()
+    }
+
+    fn stop_listening(&mut self) {
+        if let Some(mut l) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+    }
+
+    fn accept(&mut self, touched: &mut Vec<usize>) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        loop {
+            let tcp = match listener.accept() {
+                Ok((tcp, _)) => tcp,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return, // WouldBlock, or out of descriptors: the next edge retries
+            };
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.pairs.push(None);
+                self.pairs.len() - 1
+            });
+            match Pair::accept(tcp, slot, self.poll.registry()) {
+                Ok(pair) => {
+                    self.pairs[slot] = Some(pair);
+                    touched.push(slot);
+                }
+                Err(_) => self.free.push(slot),
+            }
+        }
+    }
+
+    /// Pumps the pairs of `slots`, and frees those that ended (after the round: an event
+    /// of this round may still name the slot).
+    fn pump(&mut self, slots: &[usize], stopping: bool, ended: &mut Vec<Ended>) {
+        self.each_pair(slots, stopping, ended, |pair, cx, ended| {
+            if !stopping || pair.busy() {
+                pair.pump(cx, ended);
+            }
+        });
+    }
+
+    /// Cuts what is still in flight on the pairs of `slots`.
+    fn cut(&mut self, slots: &[usize], ended: &mut Vec<Ended>) {
+        self.each_pair(slots, true, ended, Pair::cut);
+    }
+
+    fn each_pair(
+        &mut self,
+        slots: &[usize],
+        stopping: bool,
+        ended: &mut Vec<Ended>,
+        mut act: impl FnMut(&mut Pair, &mut Cx, &mut Vec<Ended>),
+    ) {
+        let mut cx = Cx {
+            registry: self.poll.registry(),
+            upstream: self.upstream,
+            upstream_tls: self.upstream_tls.as_ref(),
+            gaps: &mut self.gaps,
+            next_index: &mut self.next_index,
+            now: self.clock.now_ns(),
+            stopping,
+        };
+        let mut freed = Vec::new();
+        for &slot in slots {
+            let Some(pair) = self.pairs.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            act(pair, &mut cx, ended);
+            if pair.gone {
+                pair.deregister(cx.registry);
+                self.pairs[slot] = None;
+                freed.push(slot);
+            }
+        }
+        self.free.extend(freed);
+    }
+}

@@ -1,0 +1,527 @@
+//! One client connection and the upstream connection its requests go to. [`Pair::pump`] does
+//! everything the two sockets allow at once: reads the client, takes a whole request and
+//! sends its bytes upstream, reads the answer into the client's buffer while the sender's
+//! [`Wire`] measures it, and writes the client. An exchange that ends is handed back to the
+//! capture, which writes its record.
+
+use std::io::{self, ErrorKind as IoKind};
+use std::net::SocketAddr;
+
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+
+use super::request::{self, Framed};
+use crate::api::{self, Api, EventScanner};
+use crate::pipeline::PreparedRequest;
+use crate::record::{ErrorKind, RequestRecord};
+use crate::sender::wire::{Ending, Outcome, Reading, Wire};
+use crate::sender::Exchange;
+use crate::stats::Gaps;
+use crate::transport::{Stream, TlsTarget};
+
+/// Answer bytes held for a slow client before the upstream is no longer read (the rest
+/// waits in the kernel: memory stays bounded however slow the client).
+const CLIENT_BACKLOG: usize = 4 << 20;
+
+/// Rounds of one pump (see [`Pair::pump`]); the next event goes on.
+const MAX_ROUNDS: usize = 64;
+
+/// What a pair needs of the capture.
+pub struct Cx<'a> {
+    pub registry: &'a Registry,
+    pub upstream: SocketAddr,
+    pub upstream_tls: Option<&'a TlsTarget>,
+    pub gaps: &'a mut Gaps,
+    pub next_index: &'a mut u64,
+    pub now: u64,
+    /// The capture is stopping: no new request is taken.
+    pub stopping: bool,
+}
+
+/// A generation request as taken: its dialect and route, and its bytes (its body read for
+/// the trace off the event loop, by the writer).
+pub struct Asked {
+    pub api: Api,
+    pub route: api::Route,
+    pub bytes: Vec<u8>,
+    pub body_at: usize,
+}
+
+impl Asked {
+    pub fn body(&self) -> &[u8] {
+        &self.bytes[self.body_at..]
+    }
+}
+
+/// The request in flight on a pair (None: not a generation request), and when its first
+/// byte came.
+pub struct Taken {
+    pub asked: Option<Asked>,
+    /// It asked for a stream.
+    pub stream: bool,
+    pub arrived_ns: u64,
+}
+
+impl Taken {
+    fn new(
+        route: Option<(Api, api::Route)>,
+        bytes: Vec<u8>,
+        body_at: usize,
+        stream: bool,
+        arrived_ns: u64,
+    ) -> Taken {
+        let asked = route.map(|(api, route)| Asked {
+            api,
+            route,
+            bytes,
+            body_at,
+        });
+        Taken {
+            asked,
+            stream,
+            arrived_ns,
+        }
+    }
+}
+
+/// An exchange that ended, measured.
+pub struct Ended {
+    pub taken: Taken,
+    pub record: RequestRecord,
+}
+
+struct Upstream {
+    stream: Stream,
+    out: Vec<u8>,
+    connected: bool,
+}
+
+pub struct Pair {
+    client: Stream,
+    slot: usize,
+    input: Vec<u8>,
+    /// When the first bytes of the request now in `input` came.
+    arrived_ns: Option<u64>,
+    to_client: Vec<u8>,
+    /// Close once `to_client` is written.
+    close_client: bool,
+    /// The client closed or broke: the pair ends.
+    pub gone: bool,
+    upstream: Option<Upstream>,
+    wire: Wire,
+    taken: Option<Taken>,
+    /// The event scanner of the dialect in flight (made again when it changes).
+    scanner: Option<EventScanner>,
+}
+
+fn client_token(slot: usize) -> Token {
+    Token(slot * 2)
+}
+
+fn upstream_token(slot: usize) -> Token {
+    Token(slot * 2 + 1)
+}
+
+/// The pair slot of a token, and whether it is the upstream side.
+pub fn slot_of(token: Token) -> (usize, bool) {
+    (token.0 / 2, token.0 % 2 == 1)
+}
+
+impl Pair {
+    pub fn accept(mut tcp: TcpStream, slot: usize, registry: &Registry) -> io::Result<Pair> {
+        tcp.set_nodelay(true)?;
+        registry.register(
+            &mut tcp,
+            client_token(slot),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        Ok(Pair {
+            client: Stream::Plain(tcp),
+            slot,
+            input: Vec::new(),
+            arrived_ns: None,
+            to_client: Vec::new(),
+            close_client: false,
+            gone: false,
+            upstream: None,
+            wire: Wire::default(),
+            taken: None,
+            scanner: None,
+        })
+    }
+
+    /// Whether a request is in flight.
+    pub fn busy(&self) -> bool {
+        self.taken.is_some()
+    }
+
+    /// Everything the sockets allow now; the exchanges that ended are pushed to `ended`.
+    pub fn pump(&mut self, cx: &mut Cx, ended: &mut Vec<Ended>) {
+        self.read_client(cx.now);
+        if self.gone {
+            self.end_in_flight(ErrorKind::Cancelled, "the client went away", cx, ended);
+            self.close_upstream(cx.registry);
+            return;
+        }
+        self.write_client();
+        // Rounds while there is more to do at once: an answer that ended lets a pipelined
+        // request go, and a client that took the whole backlog lets the upstream be read on
+        // (its bytes wait in the kernel, which raises no new edge for them).
+        for _ in 0..MAX_ROUNDS {
+            let before = ended.len();
+            self.take_request(cx, ended);
+            let full = self.pump_upstream(cx, ended);
+            self.write_client();
+            let next = ended.len() > before && self.taken.is_none() && !self.input.is_empty();
+            let drained = full && self.to_client.is_empty();
+            if self.gone || !(next || drained) {
+                break;
+            }
+        }
+    }
+
+    /// Ends the pair's exchange in flight (the capture is stopping).
+    pub fn cut(&mut self, cx: &mut Cx, ended: &mut Vec<Ended>) {
+        self.end_in_flight(ErrorKind::Cancelled, "the capture stopped", cx, ended);
+        self.close_upstream(cx.registry);
+        self.gone = true;
+    }
+
+    pub fn deregister(&mut self, registry: &Registry) {
+        let _ = registry.deregister(self.client.tcp_mut());
+        self.close_upstream(registry);
+    }
+
+    fn read_client(&mut self, now: u64) {
+        let mut buf = [0u8; 64 * 1024];
+        while self.input.len() <= request::MAX_HEAD + request::MAX_BODY {
+            match self.client.read(&mut buf) {
+                Ok(0) => {
+                    self.gone = true;
+                    return;
+                }
+                Ok(n) => {
+                    if self.input.is_empty() {
+                        self.arrived_ns = Some(now);
+                    }
+                    self.input.extend_from_slice(&buf[..n]);
+                }
+                Err(e) if e.kind() == IoKind::WouldBlock => return,
+                Err(e) if e.kind() == IoKind::Interrupted => {}
+                Err(_) => {
+                    self.gone = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Takes the next whole request from the client's input and sends it upstream.
+    fn take_request(&mut self, cx: &mut Cx, ended: &mut Vec<Ended>) {
+        if self.taken.is_some() || self.input.is_empty() || self.close_client || cx.stopping {
+            return;
+        }
+        let (len, body_at, method, path) = match request::frame(&self.input) {
+            Framed::Partial => return,
+            Framed::Refused(status, why) => {
+                self.input.clear();
+                self.close_client = true;
+                self.to_client.extend(local_answer(status, &why));
+                return;
+            }
+            Framed::Whole {
+                len,
+                body_at,
+                method,
+                path,
+            } => (len, body_at, method, path),
+        };
+        let rest = self.input.split_off(len);
+        let bytes = std::mem::replace(&mut self.input, rest);
+        let arrived_ns = self.arrived_ns.unwrap_or(cx.now);
+        self.arrived_ns = (!self.input.is_empty()).then_some(cx.now);
+        let route = request::dialect_of(&method, &path);
+        let stream = route.is_some_and(|(_, r)| request::streams(&r, &bytes[body_at..]));
+        // Any answer is framed by the wire; another request's (`GET /v1/models`) is read as
+        // OpenAI's, and not recorded.
+        let api = route.map_or(Api::OpenaiChat, |(api, _)| api);
+        if self.scanner.as_ref().is_none_or(|sc| sc.api() != api) {
+            self.scanner = Some(EventScanner::new(api));
+        }
+        let req = PreparedRequest::empty(*cx.next_index, arrived_ns);
+        *cx.next_index += 1;
+        let mut ex = Exchange::new(req, false);
+        ex.sent_ns = Some(cx.now);
+        self.wire.begin(ex);
+        match self.open_upstream(cx) {
+            Ok(up) => up.out.extend_from_slice(&bytes),
+            Err((kind, why)) => {
+                self.taken = Some(Taken::new(route, bytes, body_at, stream, arrived_ns));
+                return self.bad_gateway(kind, &why, cx, ended);
+            }
+        }
+        self.taken = Some(Taken::new(route, bytes, body_at, stream, arrived_ns));
+    }
+
+    /// The upstream connection, opened when there is none.
+    fn open_upstream(&mut self, cx: &mut Cx) -> Result<&mut Upstream, (ErrorKind, String)> {
+        if self.upstream.is_none() {
+            let fail = |e: io::Error| (ErrorKind::Connect, format!("{}: {e}", cx.upstream));
+            let mut tcp = TcpStream::connect(cx.upstream).map_err(fail)?;
+            cx.registry
+                .register(
+                    &mut tcp,
+                    upstream_token(self.slot),
+                    Interest::READABLE | Interest::WRITABLE,
+                )
+                .map_err(fail)?;
+            let stream = match cx.upstream_tls {
+                Some(tls) => tls.wrap(tcp).map_err(|e| (ErrorKind::Tls, e.to_string()))?,
+                None => Stream::Plain(tcp),
+            };
+            self.upstream = Some(Upstream {
+                stream,
+                out: Vec::new(),
+                connected: false,
+            });
+        }
+        Ok(self.upstream.as_mut().expect("opened above"))
+    }
+
+    /// Connects, writes the request and reads the answer as far as the upstream allows;
+    /// true when it stopped reading for the client's backlog.
+    fn pump_upstream(&mut self, cx: &mut Cx, ended: &mut Vec<Ended>) -> bool {
+        let Some(up) = self.upstream.as_mut() else {
+            return false;
+        };
+        match up.ready(cx.upstream) {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err((kind, why)) => {
+                self.close_upstream(cx.registry);
+                if self.taken.is_some() {
+                    self.bad_gateway(kind, &why, cx, ended);
+                }
+                return false;
+            }
+        }
+        if let Err(e) = up.write_out() {
+            let why = format!("writing the request upstream: {e}");
+            self.upstream_broke(ErrorKind::Reset, &why, cx, ended);
+            return false;
+        }
+        self.read_upstream(cx, ended)
+    }
+
+    /// Reads the answer into the client's buffer while the wire measures it; true when it
+    /// stopped for the client's backlog.
+    fn read_upstream(&mut self, cx: &mut Cx, ended: &mut Vec<Ended>) -> bool {
+        let mut buf = [0u8; 64 * 1024];
+        let stream = self.taken.as_ref().is_some_and(|t| t.stream);
+        while self.to_client.len() < CLIENT_BACKLOG {
+            let Some(up) = self.upstream.as_mut() else {
+                return false;
+            };
+            let n = match up.stream.read(&mut buf) {
+                Ok(0) => {
+                    self.upstream_closed(cx, ended);
+                    return false;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == IoKind::WouldBlock => return false,
+                Err(e) if e.kind() == IoKind::Interrupted => continue,
+                Err(e) => {
+                    let why = format!("the upstream connection broke: {e}");
+                    self.upstream_broke(ErrorKind::from_io(&e), &why, cx, ended);
+                    return false;
+                }
+            };
+            if self.taken.is_none() {
+                // Bytes with no request: the upstream broke the protocol; none reach the client.
+                self.close_upstream(cx.registry);
+                return false;
+            }
+            self.to_client.extend_from_slice(&buf[..n]);
+            let Some(scanner) = self.scanner.as_ref() else {
+                continue; // made with the request: never missing while one is in flight
+            };
+            let mut reading = Reading {
+                scanner,
+                gaps: cx.gaps,
+                stream,
+                head_len: 0,
+            };
+            let (outcome, _) = self.wire.on_readable(cx.now, &buf[..n], &mut reading);
+            match outcome {
+                Outcome::NeedMore => {}
+                Outcome::Complete { reusable } => {
+                    self.finish(ended);
+                    if !reusable {
+                        self.close_upstream(cx.registry);
+                        self.close_client = true;
+                    }
+                    return false;
+                }
+                Outcome::Fail(kind, why) => {
+                    self.upstream_broke(kind, &why, cx, ended);
+                    return false;
+                }
+                Outcome::Stray => {
+                    self.close_upstream(cx.registry);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The upstream closed its side: an answer framed by the close is complete.
+    fn upstream_closed(&mut self, cx: &mut Cx, ended: &mut Vec<Ended>) {
+        self.close_upstream(cx.registry);
+        if self.taken.is_none() {
+            return; // an idle kept-alive connection closed
+        }
+        // The client learns the end of the answer the same way: by the close.
+        self.close_client = true;
+        let outcome = match self.scanner.as_ref() {
+            Some(scanner) => self.wire.on_eof(cx.now, scanner),
+            None => Outcome::Stray,
+        };
+        match outcome {
+            Outcome::Fail(kind, why) => self.end_in_flight(kind, &why, cx, ended),
+            _ => self.finish(ended),
+        }
+    }
+
+    /// The exchange in flight fails and both connections close (the client has part of an
+    /// answer at most).
+    fn upstream_broke(&mut self, kind: ErrorKind, why: &str, cx: &mut Cx, ended: &mut Vec<Ended>) {
+        self.close_upstream(cx.registry);
+        self.close_client = true;
+        self.end_in_flight(kind, why, cx, ended);
+    }
+
+    /// The upstream could not be reached: the client gets a 502, the record says why.
+    fn bad_gateway(&mut self, kind: ErrorKind, why: &str, cx: &mut Cx, ended: &mut Vec<Ended>) {
+        self.close_upstream(cx.registry);
+        let why = format!("the upstream {}: {why}", cx.upstream);
+        self.to_client.extend(local_answer(502, &why));
+        self.close_client = true;
+        if let Some(ex) = self.wire.exchange_mut() {
+            ex.status = Some(502);
+        }
+        self.end_in_flight(kind, &why, cx, ended);
+    }
+
+    /// The exchange completed.
+    fn finish(&mut self, ended: &mut Vec<Ended>) {
+        let (Some(taken), Some(ex)) = (self.taken.take(), self.wire.take_exchange()) else {
+            return;
+        };
+        ex_ended(ex, taken, ended);
+    }
+
+    fn end_in_flight(&mut self, kind: ErrorKind, why: &str, cx: &mut Cx, ended: &mut Vec<Ended>) {
+        let Some(taken) = self.taken.take() else {
+            return;
+        };
+        match self.wire.fail(kind, why.to_string(), cx.now, true) {
+            Some(Ending::Failed(ex) | Ending::Resend(ex)) => ex_ended(ex, taken, ended),
+            None => {}
+        }
+    }
+
+    fn close_upstream(&mut self, registry: &Registry) {
+        if let Some(mut up) = self.upstream.take() {
+            let _ = registry.deregister(up.stream.tcp_mut());
+        }
+    }
+
+    fn write_client(&mut self) {
+        let _ = self.client.handshake();
+        let mut at = 0;
+        while at < self.to_client.len() {
+            match self.client.write(&self.to_client[at..]) {
+                Ok(0) => break,
+                Ok(n) => at += n,
+                Err(e) if e.kind() == IoKind::WouldBlock => break,
+                Err(e) if e.kind() == IoKind::Interrupted => {}
+                Err(_) => {
+                    self.gone = true;
+                    break;
+                }
+            }
+        }
+        let _ = self.client.flush();
+        self.to_client.drain(..at);
+        if self.close_client && self.to_client.is_empty() && self.taken.is_none() {
+            self.gone = true;
+        }
+    }
+}
+
+impl Upstream {
+    /// Whether the connection is open and secured (TLS) so that bytes may go; Err: a
+    /// refused connect or a failed handshake, and why.
+    fn ready(&mut self, addr: SocketAddr) -> Result<bool, (ErrorKind, String)> {
+        if !self.connected {
+            let tcp = self.stream.tcp();
+            if let Ok(Some(e)) | Err(e) = tcp.take_error() {
+                return Err((ErrorKind::Connect, format!("{addr}: {e}")));
+            }
+            match tcp.peer_addr() {
+                Ok(_) => self.connected = true,
+                Err(e) if e.kind() == IoKind::NotConnected => return Ok(false),
+                Err(e) => return Err((ErrorKind::Connect, format!("{addr}: {e}"))),
+            }
+        }
+        self.stream
+            .handshake()
+            .map_err(|e| (ErrorKind::Tls, crate::transport::tls::describe_io(&e)))
+    }
+
+    fn write_out(&mut self) -> io::Result<()> {
+        let mut at = 0;
+        while at < self.out.len() {
+            match self.stream.write(&self.out[at..]) {
+                Ok(0) => break,
+                Ok(n) => at += n,
+                Err(e) if e.kind() == IoKind::WouldBlock => break,
+                Err(e) if e.kind() == IoKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.drain(..at);
+        self.stream.flush()
+    }
+}
+
+fn ex_ended(ex: Exchange, taken: Taken, ended: &mut Vec<Ended>) {
+    ended.push(Ended {
+        record: ex.into_record("", 0),
+        taken,
+    });
+}
+
+/// An answer of the capture's own (an upstream out of reach, a request it cannot frame),
+/// in OpenAI's error shape, closing the connection.
+fn local_answer(status: u16, why: &str) -> Vec<u8> {
+    let body = serde_json::json!({"error": {
+        "message": format!("llmreplay capture: {why}"),
+        "type": "llmreplay_capture",
+        "code": status,
+    }})
+    .to_string();
+    let reason = match status {
+        400 => "Bad Request",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        _ => "Bad Gateway",
+    };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}

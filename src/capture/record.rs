@@ -1,0 +1,58 @@
+//! A captured request as a line of the trace: what `replay` reads (Mooncake's `timestamp` in
+//! ms, `input_length`, `output_length`, `hash_ids`) and what the capture saw of it (dialect,
+//! model, status, the server's counts, TTFT, TPOT and E2EL as the proxy measured them). No
+//! text, header value or tool argument is ever in it: lengths, ids and structure only.
+
+use serde_json::{json, Map, Value};
+
+use super::blocks::BlockHasher;
+use super::request::Seen;
+use crate::record::RequestRecord;
+
+/// The line of a generation request whose prompt was read (`tokens`), at `timestamp_ms`.
+pub fn line(
+    seen: &Seen,
+    tokens: &[u32],
+    r: &RequestRecord,
+    hasher: &BlockHasher,
+    timestamp_ms: f64,
+) -> Value {
+    let counted = tokens.len() as u64;
+    // The server's count where it gave one (the prefix cache and the length it served).
+    let input_length = r.prompt_tokens.unwrap_or(counted).max(1);
+    // What it answered; a failed request is replayed asking what the client asked.
+    let answered = r.output_tokens.filter(|&n| r.ok() && n > 0);
+    let mut line = Map::new();
+    line.insert(
+        "timestamp".into(),
+        json!((timestamp_ms * 1e3).round() / 1e3),
+    );
+    line.insert("input_length".into(), json!(input_length));
+    line.insert(
+        "output_length".into(),
+        json!(answered.unwrap_or(seen.max_tokens).max(1)),
+    );
+    line.insert("hash_ids".into(), json!(hasher.hash_ids(tokens)));
+    line.insert("api".into(), json!(seen.api.name()));
+    line.insert("model".into(), json!(seen.model));
+    line.insert("stream".into(), json!(seen.stream));
+    line.insert("status".into(), json!(r.status));
+    let mut optional = |key: &str, value: Option<Value>| {
+        if let Some(v) = value {
+            line.insert(key.into(), v);
+        }
+    };
+    optional(
+        "input_length_counted",
+        (counted != input_length).then(|| json!(counted)),
+    );
+    optional("error", r.error.as_ref().map(|e| json!(e.kind.as_str())));
+    optional("cached_tokens", r.cached_tokens.map(|n| json!(n)));
+    optional("reasoning_tokens", r.reasoning_tokens.map(|n| json!(n)));
+    optional("tool_calls", r.tool_calls.map(|n| json!(n)));
+    let ms = |v: Option<f64>| v.map(|v| json!((v * 1e3).round() / 1e3));
+    optional("ttft_ms", ms(r.ttft_ms()));
+    optional("tpot_ms", ms(r.tpot_ms()));
+    optional("e2el_ms", ms(r.e2el_ms()));
+    Value::Object(line)
+}

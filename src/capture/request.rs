@@ -1,0 +1,217 @@
+//! A client's request as the capture reads it: framed (head and `content-length` body), its
+//! dialect found by its path, and what the trace keeps of it: the model, whether it streams,
+//! the tokens it asks for, and its prompt's tokens as the served model's template renders
+//! them. The bytes themselves go upstream unchanged.
+
+use serde_json::Value;
+
+use crate::api::{self, Api, Prompt};
+use crate::prompt::PromptCounter;
+
+/// Longest request head read.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Largest request body taken (larger: 413).
+pub const MAX_BODY: usize = 256 << 20;
+
+/// Where a request's bytes end, or why none will.
+pub enum Framed {
+    /// Still arriving.
+    Partial,
+    /// A request of `len` bytes; its body starts at `body_at`.
+    Whole {
+        len: usize,
+        body_at: usize,
+        method: String,
+        path: String,
+    },
+    /// Not one the capture can frame: answered with this status and reason, and closed.
+    Refused(u16, String),
+}
+
+/// Frames the request at the start of `input`.
+pub fn frame(input: &[u8]) -> Framed {
+    let mut headers = [httparse::EMPTY_HEADER; 96];
+    let mut req = httparse::Request::new(&mut headers);
+    let body_at = match req.parse(input) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if input.len() > MAX_HEAD => {
+            return Framed::Refused(431, "request head too large".into())
+        }
+        Ok(httparse::Status::Partial) => return Framed::Partial,
+        Err(e) => return Framed::Refused(400, format!("invalid request: {e}")),
+    };
+    let mut body_len = 0usize;
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            return Framed::Refused(
+                411,
+                "llmreplay capture takes request bodies with a content-length".into(),
+            );
+        }
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let value = std::str::from_utf8(h.value).ok().map(str::trim);
+            match value.and_then(|v| v.parse().ok()) {
+                Some(n) => body_len = n,
+                None => return Framed::Refused(400, "invalid content-length".into()),
+            }
+        }
+    }
+    if body_len > MAX_BODY {
+        return Framed::Refused(413, format!("a request body over {} MiB", MAX_BODY >> 20));
+    }
+    if input.len() < body_at + body_len {
+        return Framed::Partial;
+    }
+    Framed::Whole {
+        len: body_at + body_len,
+        body_at,
+        method: req.method.unwrap_or("").to_string(),
+        path: req.path.unwrap_or("").to_string(),
+    }
+}
+
+/// What the trace keeps of a generation request.
+pub struct Seen {
+    pub api: Api,
+    pub model: Option<String>,
+    pub stream: bool,
+    /// The output tokens it asks for (`max_tokens` or the dialect's own).
+    pub max_tokens: u64,
+    /// Its prompt's tokens as the served model's template renders them; Err: why the body
+    /// could not be read (it was still forwarded).
+    pub tokens: Result<Vec<u32>, String>,
+}
+
+/// A generation request's dialect, found by its path (a base path before it, as `/proxy/v1/
+/// chat/completions`, is allowed); None for other requests (`GET /v1/models`, `/health`),
+/// which pass through unrecorded.
+pub fn dialect_of(method: &str, path: &str) -> Option<(Api, api::Route)> {
+    let path = path.split('?').next().unwrap_or("");
+    if method != "POST" {
+        return None;
+    }
+    api::REGISTRY.iter().find_map(|&api| {
+        let route = api.routes().iter().find(|r| path.ends_with(r.path))?;
+        Some((api, *route))
+    })
+}
+
+/// Whether a request asks for a stream (its route says, or its body's `stream`), told
+/// without parsing the body on the event loop.
+pub fn streams(route: &api::Route, body: &[u8]) -> bool {
+    let finder = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
+    route
+        .stream
+        .unwrap_or_else(|| finder(b"\"stream\":true") || finder(b"\"stream\": true"))
+}
+
+/// Reads a generation request's body.
+pub fn read(api: Api, route: &api::Route, body: &[u8], counter: &PromptCounter) -> Seen {
+    let parsed = serde_json::from_slice::<Value>(body).map_err(|e| format!("not JSON: {e}"));
+    let object = parsed
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|v| v.as_object().ok_or_else(|| "not a JSON object".to_string()));
+    let request = object.and_then(|o| Ok((o, api.mock_request(o, route)?)));
+    match request {
+        Ok((object, request)) => Seen {
+            api,
+            model: object
+                .get("model")
+                .and_then(Value::as_str)
+                .map(String::from),
+            stream: request.stream,
+            max_tokens: max_tokens(object).unwrap_or(request.tokens),
+            tokens: prompt_ids(counter, &request.prompt),
+        },
+        Err(why) => Seen {
+            api,
+            model: None,
+            stream: false,
+            max_tokens: 0,
+            tokens: Err(why),
+        },
+    }
+}
+
+/// The output tokens a request asks for at most, by any dialect's name for them (the mock's
+/// own reading of a request is how many it would generate).
+fn max_tokens(o: &serde_json::Map<String, Value>) -> Option<u64> {
+    ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .find_map(|k| o.get(*k)?.as_u64())
+        .or_else(|| o.get("parameters")?.get("max_new_tokens")?.as_u64())
+}
+
+/// The prompt's token ids, as the server renders and encodes it.
+fn prompt_ids(counter: &PromptCounter, prompt: &Prompt) -> Result<Vec<u32>, String> {
+    match *prompt {
+        Prompt::Messages {
+            messages,
+            tools,
+            system,
+            thinking,
+        } => {
+            // An assistant turn that only calls tools has `content: null` (OpenAI's SDK sends
+            // it so); templates test its content as a string, as the servers hand it to them.
+            let mut messages = api::with_system(messages, system);
+            for m in messages.as_array_mut().into_iter().flatten() {
+                if m.get("content").is_some_and(Value::is_null) {
+                    m["content"] = Value::from("");
+                }
+            }
+            counter.chat_ids_thinking(&messages, tools, thinking)
+        }
+        Prompt::Text(Value::String(text)) => counter.completion_ids(text),
+        Prompt::Text(Value::Array(items)) => items
+            .iter()
+            .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| "a prompt given as a list is captured only as token ids".into()),
+        Prompt::Text(_) => Err("the prompt is not a string".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_framed_once_its_body_is_whole() {
+        let req = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\n\r\nabcdGET";
+        assert!(matches!(frame(&req[..20]), Framed::Partial));
+        assert!(matches!(frame(&req[..60]), Framed::Partial));
+        match frame(req) {
+            Framed::Whole {
+                len,
+                body_at,
+                method,
+                path,
+            } => {
+                assert_eq!(&req[body_at..len], b"abcd");
+                assert_eq!(
+                    (method.as_str(), path.as_str()),
+                    ("POST", "/v1/completions")
+                );
+            }
+            _ => panic!("whole"),
+        }
+        let chunked = b"POST /v1/completions HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n";
+        assert!(matches!(frame(chunked), Framed::Refused(411, _)));
+        assert!(matches!(
+            frame(b"\x01\x02 nonsense\r\n\r\n"),
+            Framed::Refused(400, _)
+        ));
+    }
+
+    #[test]
+    fn generation_routes_are_found_by_their_path_and_others_pass() {
+        let (api, _) = dialect_of("POST", "/v1/chat/completions").unwrap();
+        assert_eq!(api, Api::OpenaiChat);
+        let (api, _) = dialect_of("POST", "/gateway/v1/messages?beta=true").unwrap();
+        assert_eq!(api.name(), "anthropic-messages");
+        assert!(dialect_of("GET", "/v1/models").is_none());
+        assert!(dialect_of("POST", "/v1/embeddings").is_none());
+    }
+}

@@ -1,0 +1,60 @@
+//! `llmreplay capture`'s options (plan::CapturePlan checks them).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Debug, Args, Clone)]
+pub struct CaptureArgs {
+    /// Address clients connect to instead of the server; port 0 picks a free one. The first
+    /// line on stdout is `capturing on ADDR`.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+
+    /// The server every request goes to, unchanged: `http://HOST:PORT` or `https://...`
+    /// (its root; the request's own path is kept).
+    #[arg(long, value_name = "URL")]
+    pub upstream: String,
+
+    /// The served model's tokenizer (tokenizer.json, its directory, or a Hugging Face name in
+    /// the local cache): each prompt is rendered by its chat template, counted and cut into
+    /// blocks with it. Its tokenizer_config.json beside it gives the template.
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: PathBuf,
+
+    /// The tokenizer_config.json with the chat template, when not beside the tokenizer.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer_config: Option<PathBuf>,
+
+    /// The trace written: JSON lines `replay --trace` reads (Mooncake's fields, and what the
+    /// proxy measured), one per generation request, in arrival order.
+    #[arg(long, value_name = "TRACE.jsonl")]
+    pub output: PathBuf,
+
+    /// Overwrite --output when it exists.
+    #[arg(long)]
+    pub force: bool,
+
+    /// Tokens per hash id (Mooncake's traces use 512; a prefix cache's own block size, such as
+    /// vLLM's 16, shows its reuse most finely).
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub block_size: usize,
+
+    /// A file whose bytes key the hash ids: captures made with one key line up, and without
+    /// it nobody can test a guessed prompt against an id. Keep it secret. Without it, a
+    /// random key: ids line up within this capture only.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// Stop after this many requests (of any kind) were taken, once they are answered.
+    #[arg(long, value_name = "N")]
+    pub max_requests: Option<u64>,
+
+    /// Trust this PEM CA certificate for an https upstream, beside the bundled roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+
+    /// Do not verify an https upstream's certificate.
+    #[arg(long)]
+    pub insecure: bool,
+}

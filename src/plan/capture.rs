@@ -1,0 +1,93 @@
+//! `capture`'s options, checked: the upstream found, the tokenizer loaded, the key read.
+
+use std::path::PathBuf;
+
+use crate::capture::{random_secret, BlockHasher, CaptureConfig};
+use crate::cli::CaptureArgs;
+use crate::error::{Error, Result};
+use crate::http::endpoint::Endpoint;
+use crate::transport::{ClientTls, TlsOptions};
+
+/// Block sizes a hash id may cover.
+const BLOCK_SIZES: std::ops::RangeInclusive<usize> = 1..=65_536;
+
+/// A checked `capture` command.
+pub struct CapturePlan {
+    pub listen: std::net::SocketAddr,
+    /// The upstream as printed (no credentials).
+    pub upstream_url: String,
+    pub output: PathBuf,
+    /// The hash ids' key came from `--key-file` (else a random one).
+    pub keyed: bool,
+    pub config: CaptureConfig,
+}
+
+impl CapturePlan {
+    pub fn from_args(a: &CaptureArgs) -> Result<CapturePlan> {
+        let upstream = Endpoint::parse(&a.upstream)?;
+        if !upstream.base_path.is_empty() {
+            return Err(Error::Usage(format!(
+                "--upstream {}: give the server's root (http://HOST:PORT): each request keeps \
+                 the path the client sent",
+                upstream.url
+            )));
+        }
+        if !BLOCK_SIZES.contains(&a.block_size) {
+            return Err(Error::Usage(format!(
+                "--block-size {}: give 1 to {} tokens",
+                a.block_size,
+                BLOCK_SIZES.end()
+            )));
+        }
+        if a.output.exists() && !a.force {
+            return Err(Error::Usage(format!(
+                "--output {} exists; give --force to overwrite it",
+                a.output.display()
+            )));
+        }
+        let secret = match &a.key_file {
+            Some(path) => read_key(path)?,
+            None => random_secret().map_err(Error::Run)?.to_vec(),
+        };
+        let upstream_tls = match upstream.tls {
+            true => {
+                let options = TlsOptions {
+                    ca_cert: a.ca_cert.clone(),
+                    insecure: a.insecure,
+                };
+                Some(ClientTls::new(&options)?.target(&upstream.host)?)
+            }
+            false => None,
+        };
+        let (tokenizer, file) = crate::prompt::load_tokenizer(&a.tokenizer)?;
+        let counter =
+            crate::prompt::PromptCounter::new(tokenizer, &file, a.tokenizer_config.as_deref())?;
+        Ok(CapturePlan {
+            listen: a.listen,
+            upstream_url: upstream.url.clone(),
+            output: a.output.clone(),
+            keyed: a.key_file.is_some(),
+            config: CaptureConfig {
+                upstream: upstream.resolve()?,
+                upstream_tls,
+                counter,
+                hasher: BlockHasher::new(&secret, a.block_size),
+                max_requests: a.max_requests,
+            },
+        })
+    }
+}
+
+/// `--key-file`: its bytes, at least 16 of them.
+fn read_key(path: &std::path::Path) -> Result<Vec<u8>> {
+    let key = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    if key.len() < 16 {
+        return Err(Error::Usage(format!(
+            "--key-file {}: {} bytes; a key needs at least 16 (e.g. `head -c 32 /dev/urandom > \
+             FILE`)",
+            path.display(),
+            key.len()
+        )));
+    }
+    Ok(key)
+}

@@ -1,0 +1,390 @@
+//! `llmreplay capture`: a replay sent through the proxy to a mock comes back as a trace equal
+//! to its source in every length and in which records share which blocks; no byte of a
+//! prompt, tool argument or header value is kept; an upstream out of reach and a client that
+//! leaves mid-answer are records, and the proxy serves on.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// `llmreplay capture` in a child process on a free loopback port; killed when dropped.
+struct CaptureProcess {
+    child: Child,
+    addr: String,
+}
+
+impl CaptureProcess {
+    fn start(upstream: &str, output: &Path, args: &[&str]) -> CaptureProcess {
+        let mut child = bin()
+            .args(["capture", "--listen", "127.0.0.1:0", "--upstream", upstream])
+            .arg("--tokenizer")
+            .arg(tokenizer("qwen3"))
+            .arg("--output")
+            .arg(output)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let addr = first
+            .trim()
+            .strip_prefix("capturing on ")
+            .unwrap_or_else(|| panic!("capture's first line: {first:?}"))
+            .to_string();
+        CaptureProcess { child, addr }
+    }
+
+    /// Waits for it to end by itself (`--max-requests`), at most a minute; its status and
+    /// what it said.
+    fn finish(mut self) -> (ExitStatus, String) {
+        let until = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < until, "capture did not end");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut said = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut said)
+            .unwrap();
+        (status, said)
+    }
+}
+
+impl Drop for CaptureProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One request on its own connection (it asks the server to close after the answer); the
+/// whole answer.
+fn ask(addr: &str, path: &str, headers: &str, body: &str) -> String {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        conn,
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{headers}\
+         connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    answer
+}
+
+fn first_records(n: usize, dir: &Path) -> (PathBuf, Vec<Value>) {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/traces/mooncake_conversation_500.jsonl"),
+    )
+    .unwrap();
+    let records: Vec<Value> = text
+        .lines()
+        .take(n)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let path = dir.join("source.jsonl");
+    let lines: Vec<String> = records.iter().map(Value::to_string).collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    (path, records)
+}
+
+fn lengths(r: &Value) -> (u64, u64) {
+    (
+        r["input_length"].as_u64().unwrap(),
+        r["output_length"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn a_replay_through_the_capture_comes_back_as_its_own_trace() {
+    let dir = temp_dir("capture-round-trip");
+    let (source, records) = first_records(30, &dir);
+    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "30"]);
+    let run = bin()
+        .args([
+            "replay",
+            "--quiet",
+            "--model",
+            "m",
+            "--api",
+            "openai-completions",
+        ])
+        .args(["--endpoint", &format!("http://{}", capture.addr)])
+        .arg("--tokenizer")
+        .arg(tokenizer("qwen3"))
+        .args(["--time-scale", "20", "--trace"])
+        .arg(&source)
+        .arg("--output")
+        .arg(dir.join("run"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    assert!(said.contains("capture: 30 requests in"), "{said}");
+    let lines = read_jsonl(&captured);
+    assert_eq!(lines.len(), records.len());
+    // Every length as the source's (the source's pairs are distinct: they name the record).
+    let by_lengths: HashMap<(u64, u64), &Value> = records.iter().map(|r| (lengths(r), r)).collect();
+    assert_eq!(by_lengths.len(), records.len());
+    let pairs: Vec<(&Value, &Value)> = lines
+        .iter()
+        .map(|c| {
+            let source = by_lengths
+                .get(&lengths(c))
+                .unwrap_or_else(|| panic!("no source record of the lengths of {c}"));
+            (*source, c)
+        })
+        .collect();
+    // Which records share which blocks: as in the source, block for block.
+    let ids = |r: &Value| -> Vec<u64> {
+        r["hash_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect()
+    };
+    for (a_src, a_cap) in &pairs {
+        assert_eq!(ids(a_src).len(), ids(a_cap).len(), "{a_cap}");
+        for (b_src, b_cap) in &pairs {
+            let (a, b, x, y) = (ids(a_src), ids(b_src), ids(a_cap), ids(b_cap));
+            for k in 0..a.len().min(b.len()) {
+                assert_eq!(
+                    a[k] == b[k],
+                    x[k] == y[k],
+                    "block {k} of {a_cap} and {b_cap}"
+                );
+            }
+        }
+    }
+    // In arrival order, with what the proxy saw; no text.
+    let times: Vec<f64> = lines
+        .iter()
+        .map(|l| l["timestamp"].as_f64().unwrap())
+        .collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]) && times[0] == 0.0,
+        "{times:?}"
+    );
+    for l in &lines {
+        assert_eq!(l["status"], 200, "{l}");
+        assert_eq!(l["api"], "openai-completions");
+        assert!(
+            l["ttft_ms"].as_f64().is_some() && l["e2el_ms"].as_f64().is_some(),
+            "{l}"
+        );
+        assert!(l.get("text_input").is_none() && l.get("prompt").is_none());
+    }
+    // And the capture replays: it is a trace.
+    let again = replay_mock(&captured, &dir.join("again"))
+        .args([
+            "--time-scale",
+            "20",
+            "--tokenizer",
+            path(&tokenizer("qwen3")),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}
+
+#[test]
+fn no_byte_of_a_prompt_tool_argument_or_header_value_is_kept() {
+    let dir = temp_dir("capture-canary");
+    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3"))]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "2"]);
+    let chat = serde_json::json!({
+        "model": "m", "max_tokens": 4, "stream": true,
+        "messages": [
+            {"role": "system", "content": "You are CANARY-system."},
+            {"role": "user", "content": "What is the weather in CANARY-city?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "weather", "arguments": "{\"city\": \"CANARY-argument\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "CANARY-result"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "weather",
+            "description": "CANARY-description", "parameters": {"type": "object"}}}],
+    });
+    let headers = "authorization: Bearer CANARY-token\r\nx-team: CANARY-header\r\n";
+    let answer = ask(
+        &capture.addr,
+        "/v1/chat/completions",
+        headers,
+        &chat.to_string(),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let completion = r#"{"model": "m", "max_tokens": 3, "prompt": "CANARY-completion"}"#;
+    let answer = ask(&capture.addr, "/v1/completions", headers, completion);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let trace = std::fs::read_to_string(&captured).unwrap();
+    assert_eq!(trace.lines().count(), 2, "{trace}\n{said}");
+    for l in read_jsonl(&captured) {
+        assert!(l["input_length"].as_u64().unwrap() > 3, "{l}");
+        assert!(!l["hash_ids"].as_array().unwrap().is_empty(), "{l}");
+    }
+    for (what, text) in [("the trace", &trace), ("what it said", &said)] {
+        assert!(!text.contains("CANARY"), "{what} holds text: {text}");
+    }
+}
+
+#[test]
+fn an_upstream_out_of_reach_is_a_502_and_a_record_and_the_proxy_serves_on() {
+    let dir = temp_dir("capture-refused");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&upstream, &captured, &["--max-requests", "2"]);
+    let body = r#"{"model": "m", "max_tokens": 3, "prompt": "hello there"}"#;
+    for _ in 0..2 {
+        let answer = ask(&capture.addr, "/v1/completions", "", body);
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        assert!(
+            answer.contains("llmreplay capture: the upstream"),
+            "{answer}"
+        );
+    }
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let lines = read_jsonl(&captured);
+    assert_eq!(lines.len(), 2);
+    for l in &lines {
+        assert_eq!(
+            (l["status"].as_u64(), l["error"].as_str()),
+            (Some(502), Some("connect")),
+            "{l}"
+        );
+        assert_eq!(
+            l["output_length"], 3,
+            "a failed request is replayed asking what it asked"
+        );
+    }
+}
+
+#[test]
+fn a_client_that_leaves_mid_answer_ends_its_upstream_request_and_is_recorded() {
+    let dir = temp_dir("capture-client-gone");
+    // Long answers: the client leaves after the first event.
+    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "20"]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "2"]);
+    let body = r#"{"model": "m", "max_tokens": 500, "stream": true, "prompt": "tell a story"}"#;
+    {
+        let mut conn = TcpStream::connect(&capture.addr).unwrap();
+        write!(
+            conn,
+            "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut first = [0u8; 256];
+        let n = conn.read(&mut first).unwrap();
+        assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+    } // gone
+    let short = r#"{"model": "m", "max_tokens": 2, "prompt": "and another"}"#;
+    let answer = ask(&capture.addr, "/v1/completions", "", short);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the proxy serves on: {answer}"
+    );
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let lines = read_jsonl(&captured);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["error"], "cancelled", "{}", lines[0]);
+    assert_eq!(lines[0]["output_length"], 500);
+    assert!(lines[1].get("error").is_none(), "{}", lines[1]);
+}
+
+#[test]
+fn an_upstream_reset_mid_answer_is_a_record_and_the_next_request_is_served() {
+    let dir = temp_dir("capture-reset");
+    // Every answer is cut after half its tokens, the connection reset.
+    let mock = MockProcess::start(&["--fault", "reset-mid-stream:1"]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "2"]);
+    let body = r#"{"model": "m", "max_tokens": 40, "stream": true, "prompt": "cut me off"}"#;
+    for _ in 0..2 {
+        let answer = ask(&capture.addr, "/v1/completions", "", body);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            !answer.contains("[DONE]"),
+            "the cut reaches the client as it is: {answer}"
+        );
+    }
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let lines = read_jsonl(&captured);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["error"], "reset", "{l}");
+        assert_eq!(l["output_length"], 40, "replayed asking what it asked: {l}");
+    }
+}
+
+#[test]
+fn a_body_larger_than_the_proxy_takes_is_refused_with_413_and_the_proxy_serves_on() {
+    let dir = temp_dir("capture-huge-body");
+    let mock = MockProcess::start(&[]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "1"]);
+    // The head announces 300 MiB; nothing of it needs to be sent for the answer.
+    let mut conn = TcpStream::connect(&capture.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        conn,
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        300u64 << 20
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let answer = ask(
+        &capture.addr,
+        "/v1/completions",
+        "",
+        r#"{"model": "m", "prompt": "ok"}"#,
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    assert_eq!(read_jsonl(&captured).len(), 1);
+}
