@@ -141,15 +141,19 @@ impl Capture {
                 }
                 Ok(()) => {}
             }
-            let mut touched: Vec<usize> = Vec::new();
+            // Each pair once a round, and whether its client stirred (a new pair's did).
+            let mut touched: Vec<(usize, bool)> = Vec::new();
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept(&mut touched),
-                    token => touched.push(pair::slot_of(token).0),
+                    token => {
+                        let (slot, upstream) = pair::slot_of(token);
+                        touched.push((slot, !upstream));
+                    }
                 }
             }
-            touched.sort_unstable();
-            touched.dedup();
+            touched.sort_unstable_by_key(|&(slot, client)| (slot, !client));
+            touched.dedup_by_key(|&mut (slot, _)| slot);
             self.pump(&touched, drain_until.is_some(), &mut ended);
             if !ended.drain(..).all(|e| self.writer.send(e)) {
                 break; // the writer stopped: its error ends the capture
@@ -169,7 +173,7 @@ impl Capture {
         }
     }
 
-    fn accept(&mut self, touched: &mut Vec<usize>) {
+    fn accept(&mut self, touched: &mut Vec<(usize, bool)>) {
         let Some(listener) = &self.listener else {
             return;
         };
@@ -186,7 +190,7 @@ impl Capture {
             match Pair::accept(tcp, slot, self.poll.registry()) {
                 Ok(pair) => {
                     self.pairs[slot] = Some(pair);
-                    touched.push(slot);
+                    touched.push((slot, true));
                 }
                 Err(_) => self.free.push(slot),
             }
@@ -195,25 +199,26 @@ impl Capture {
 
     /// Pumps the pairs of `slots`, and frees those that ended (after the round: an event
     /// of this round may still name the slot).
-    fn pump(&mut self, slots: &[usize], stopping: bool, ended: &mut Vec<Ended>) {
-        self.each_pair(slots, stopping, ended, |pair, cx, ended| {
+    fn pump(&mut self, touched: &[(usize, bool)], stopping: bool, ended: &mut Vec<Ended>) {
+        self.each_pair(touched, stopping, ended, |pair, client, cx, ended| {
             if !stopping || pair.busy() {
-                pair.pump(cx, ended);
+                pair.pump(client, cx, ended);
             }
         });
     }
 
     /// Cuts what is still in flight on the pairs of `slots`.
     fn cut(&mut self, slots: &[usize], ended: &mut Vec<Ended>) {
-        self.each_pair(slots, true, ended, Pair::cut);
+        let all: Vec<(usize, bool)> = slots.iter().map(|&slot| (slot, false)).collect();
+        self.each_pair(&all, true, ended, |pair, _, cx, ended| pair.cut(cx, ended));
     }
 
     fn each_pair(
         &mut self,
-        slots: &[usize],
+        slots: &[(usize, bool)],
         stopping: bool,
         ended: &mut Vec<Ended>,
-        mut act: impl FnMut(&mut Pair, &mut Cx, &mut Vec<Ended>),
+        mut act: impl FnMut(&mut Pair, bool, &mut Cx, &mut Vec<Ended>),
     ) {
         let mut cx = Cx {
             registry: self.poll.registry(),
@@ -225,11 +230,11 @@ impl Capture {
             stopping,
         };
         let mut freed = Vec::new();
-        for &slot in slots {
+        for &(slot, client) in slots {
             let Some(pair) = self.pairs.get_mut(slot).and_then(Option::as_mut) else {
                 continue;
             };
-            act(pair, &mut cx, ended);
+            act(pair, client, &mut cx, ended);
             if pair.gone {
                 pair.deregister(cx.registry);
                 self.pairs[slot] = None;

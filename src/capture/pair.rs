@@ -155,9 +155,12 @@ impl Pair {
         self.taken.is_some()
     }
 
-    /// Everything the sockets allow now; the exchanges that ended are pushed to `ended`.
-    pub fn pump(&mut self, cx: &mut Cx, ended: &mut Vec<Ended>) {
-        self.read_client(cx.now);
+    /// Everything the sockets allow now (the client's side is read when `client` says it
+    /// stirred); the exchanges that ended are pushed to `ended`.
+    pub fn pump(&mut self, client: bool, cx: &mut Cx, ended: &mut Vec<Ended>) {
+        if client {
+            self.read_client(cx.now);
+        }
         if self.gone {
             self.end_in_flight(ErrorKind::Cancelled, "the client went away", cx, ended);
             self.close_upstream(cx.registry);
