@@ -4,7 +4,7 @@
 //! leaves mid-answer are records, and the proxy serves on.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
@@ -22,26 +22,16 @@ struct CaptureProcess {
 
 impl CaptureProcess {
     fn start(upstream: &str, output: &Path, args: &[&str]) -> CaptureProcess {
-        let mut child = bin()
+        let mut capture = bin();
+        capture
             .args(["capture", "--listen", "127.0.0.1:0", "--upstream", upstream])
             .arg("--tokenizer")
             .arg(tokenizer("qwen3"))
             .arg("--output")
             .arg(output)
             .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let addr = first
-            .trim()
-            .strip_prefix("capturing on ")
-            .unwrap_or_else(|| panic!("capture's first line: {first:?}"))
-            .to_string();
+            .stderr(Stdio::piped());
+        let (child, addr) = spawn_listening(&mut capture, "capturing on ");
         CaptureProcess { child, addr }
     }
 

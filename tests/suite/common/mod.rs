@@ -219,6 +219,22 @@ pub fn replay_against(mock: &MockProcess, trace: &Path, out: &Path) -> Command {
     cmd
 }
 
+/// Spawns a command whose first stdout line is `PREFIX ADDR` (the mock's, the capture's):
+/// the child, and the address.
+pub fn spawn_listening(cmd: &mut Command, prefix: &str) -> (Child, String) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first
+        .trim()
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("first line {first:?}, not {prefix:?}ADDR"))
+        .to_string();
+    (child, addr)
+}
+
 /// `llmreplay mock` in a child process on a free loopback port; killed when dropped.
 pub struct MockProcess {
     child: Child,
@@ -227,21 +243,9 @@ pub struct MockProcess {
 
 impl MockProcess {
     pub fn start(args: &[&str]) -> MockProcess {
-        let mut child = bin()
-            .args(["mock", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let addr = first
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("mock's first line: {first:?}"))
-            .to_string();
+        let mut mock = bin();
+        mock.args(["mock", "--listen", "127.0.0.1:0"]).args(args);
+        let (child, addr) = spawn_listening(&mut mock, "listening on ");
         MockProcess { child, addr }
     }
 
