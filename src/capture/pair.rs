@@ -269,7 +269,7 @@ impl Pair {
     /// The upstream connection, opened when there is none.
     fn open_upstream(&mut self, cx: &mut Cx) -> Result<&mut Upstream, (ErrorKind, String)> {
         if self.upstream.is_none() {
-            let fail = |e: io::Error| (ErrorKind::Connect, format!("{}: {e}", cx.upstream));
+            let fail = |e: io::Error| (ErrorKind::Connect, e.to_string());
             let mut tcp = TcpStream::connect(cx.upstream).map_err(fail)?;
             cx.registry
                 .register(
@@ -297,7 +297,7 @@ impl Pair {
         let Some(up) = self.upstream.as_mut() else {
             return false;
         };
-        match up.ready(cx.upstream) {
+        match up.ready() {
             Ok(true) => {}
             Ok(false) => return false,
             Err((kind, why)) => {
@@ -466,16 +466,16 @@ impl Pair {
 impl Upstream {
     /// Whether the connection is open and secured (TLS) so that bytes may go; Err: a
     /// refused connect or a failed handshake, and why.
-    fn ready(&mut self, addr: SocketAddr) -> Result<bool, (ErrorKind, String)> {
+    fn ready(&mut self) -> Result<bool, (ErrorKind, String)> {
         if !self.connected {
             let tcp = self.stream.tcp();
             if let Ok(Some(e)) | Err(e) = tcp.take_error() {
-                return Err((ErrorKind::Connect, format!("{addr}: {e}")));
+                return Err((ErrorKind::Connect, e.to_string()));
             }
             match tcp.peer_addr() {
                 Ok(_) => self.connected = true,
                 Err(e) if e.kind() == IoKind::NotConnected => return Ok(false),
-                Err(e) => return Err((ErrorKind::Connect, format!("{addr}: {e}"))),
+                Err(e) => return Err((ErrorKind::Connect, e.to_string())),
             }
         }
         self.stream
