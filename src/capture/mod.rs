@@ -7,8 +7,9 @@
 //! [`pair::Pair`] with one upstream connection; the answer is measured by the sender's own
 //! [`Wire`](crate::sender::wire::Wire) as the bytes pass, so the capture's TTFT is the replay's.
 //! Lines are written in the order requests arrived (an answer that ends first waits for the
-//! ones before it), flushed as they go. A signal, or `--max-requests`, stops the accepting;
-//! answers in flight get [`DRAIN`] to end, and are then cut and recorded as cancelled.
+//! ones before it), flushed as they go. A signal, or `--max-requests`, stops the taking of
+//! requests; the answers in flight are waited for (after a signal, [`DRAIN`] at most: the
+//! rest are cut and recorded as cancelled).
 
 pub mod blocks;
 mod pair;
@@ -121,16 +122,23 @@ impl Capture {
     pub fn run(mut self) -> Result<CaptureStats> {
         let mut events = Events::with_capacity(1024);
         let mut ended = Vec::new();
-        let mut drain_until: Option<u64> = None;
+        // Stopping: since when no request is taken, and until when answers may take (a
+        // signal gives them DRAIN; `--max-requests` waits for every one, until a signal).
+        let mut stopping = false;
+        let mut drain_until = u64::MAX;
         loop {
             let now = self.clock.now_ns();
             let asked = self.max_requests.is_some_and(|n| self.next_index >= n);
-            if drain_until.is_none() && (asked || signals_received() > 0) {
+            let signalled = signals_received() > 0;
+            if (asked || signalled) && !stopping {
+                stopping = true;
                 self.stop_listening();
-                drain_until = Some(now + DRAIN.as_nanos() as u64);
+            }
+            if signalled && drain_until == u64::MAX {
+                drain_until = now + DRAIN.as_nanos() as u64;
             }
             let busy = self.pairs.iter().flatten().any(Pair::busy);
-            if drain_until.is_some_and(|at| !busy || now >= at) {
+            if stopping && (!busy || now >= drain_until) {
                 break;
             }
             match self.poll.poll(&mut events, Some(LOOK_EVERY)) {
@@ -154,7 +162,7 @@ impl Capture {
             }
             touched.sort_unstable_by_key(|&(slot, client)| (slot, !client));
             touched.dedup_by_key(|&mut (slot, _)| slot);
-            self.pump(&touched, drain_until.is_some(), &mut ended);
+            self.pump(&touched, stopping, &mut ended);
             if !ended.drain(..).all(|e| self.writer.send(e)) {
                 break; // the writer stopped: its error ends the capture
             }

@@ -38,49 +38,21 @@ pub struct Cx<'a> {
     pub stopping: bool,
 }
 
-/// A generation request as taken: its dialect and route, and its bytes (its body read for
-/// the trace off the event loop, by the writer).
-pub struct Asked {
-    pub api: Api,
-    pub route: api::Route,
+/// The request in flight on a pair: its bytes (sent again if the upstream drops it; its
+/// body read for the trace off the event loop, by the writer), its dialect and route (None:
+/// not a generation request), and when its first byte came.
+pub struct Taken {
     pub bytes: Vec<u8>,
     pub body_at: usize,
-}
-
-impl Asked {
-    pub fn body(&self) -> &[u8] {
-        &self.bytes[self.body_at..]
-    }
-}
-
-/// The request in flight on a pair (None: not a generation request), and when its first
-/// byte came.
-pub struct Taken {
-    pub asked: Option<Asked>,
+    pub route: Option<(Api, api::Route)>,
     /// It asked for a stream.
     pub stream: bool,
     pub arrived_ns: u64,
 }
 
 impl Taken {
-    fn new(
-        route: Option<(Api, api::Route)>,
-        bytes: Vec<u8>,
-        body_at: usize,
-        stream: bool,
-        arrived_ns: u64,
-    ) -> Taken {
-        let asked = route.map(|(api, route)| Asked {
-            api,
-            route,
-            bytes,
-            body_at,
-        });
-        Taken {
-            asked,
-            stream,
-            arrived_ns,
-        }
+    pub fn body(&self) -> &[u8] {
+        &self.bytes[self.body_at..]
     }
 }
 
@@ -94,6 +66,8 @@ struct Upstream {
     stream: Stream,
     out: Vec<u8>,
     connected: bool,
+    /// It answered a request (a request on it may be sent again, see `resendable`).
+    answered: bool,
 }
 
 pub struct Pair {
@@ -255,15 +229,23 @@ impl Pair {
         *cx.next_index += 1;
         let mut ex = Exchange::new(req, false);
         ex.sent_ns = Some(cx.now);
+        // On a kept-alive connection that answered before, a close before a byte of answer
+        // means the server dropped it idle (llama-server does): it goes again, once.
+        ex.resendable = self.upstream.as_ref().is_some_and(|up| up.answered);
         self.wire.begin(ex);
-        match self.open_upstream(cx) {
-            Ok(up) => up.out.extend_from_slice(&bytes),
-            Err((kind, why)) => {
-                self.taken = Some(Taken::new(route, bytes, body_at, stream, arrived_ns));
-                return self.bad_gateway(kind, &why, cx, ended);
-            }
+        let opened = self
+            .open_upstream(cx)
+            .map(|up| up.out.extend_from_slice(&bytes));
+        self.taken = Some(Taken {
+            bytes,
+            body_at,
+            route,
+            stream,
+            arrived_ns,
+        });
+        if let Err((kind, why)) = opened {
+            self.bad_gateway(kind, &why, cx, ended);
         }
-        self.taken = Some(Taken::new(route, bytes, body_at, stream, arrived_ns));
     }
 
     /// The upstream connection, opened when there is none.
@@ -286,6 +268,7 @@ impl Pair {
                 stream,
                 out: Vec::new(),
                 connected: false,
+                answered: false,
             });
         }
         Ok(self.upstream.as_mut().expect("opened above"))
@@ -384,15 +367,21 @@ impl Pair {
         if self.taken.is_none() {
             return; // an idle kept-alive connection closed
         }
-        // The client learns the end of the answer the same way: by the close.
-        self.close_client = true;
+        // The client learns the end of an answer framed by the close the same way.
         let outcome = match self.scanner.as_ref() {
             Some(scanner) => self.wire.on_eof(cx.now, scanner),
             None => Outcome::Stray,
         };
         match outcome {
-            Outcome::Fail(kind, why) => self.end_in_flight(kind, &why, cx, ended),
-            _ => self.finish(ended),
+            Outcome::Fail(kind, why) => {
+                if !self.end_in_flight(kind, &why, cx, ended) {
+                    self.close_client = true;
+                }
+            }
+            _ => {
+                self.close_client = true;
+                self.finish(ended);
+            }
         }
     }
 
@@ -400,8 +389,9 @@ impl Pair {
     /// answer at most).
     fn upstream_broke(&mut self, kind: ErrorKind, why: &str, cx: &mut Cx, ended: &mut Vec<Ended>) {
         self.close_upstream(cx.registry);
-        self.close_client = true;
-        self.end_in_flight(kind, why, cx, ended);
+        if !self.end_in_flight(kind, why, cx, ended) {
+            self.close_client = true;
+        }
     }
 
     /// The upstream could not be reached: the client gets a 502, the record says why.
@@ -421,16 +411,46 @@ impl Pair {
         let (Some(taken), Some(ex)) = (self.taken.take(), self.wire.take_exchange()) else {
             return;
         };
+        if let Some(up) = self.upstream.as_mut() {
+            up.answered = true;
+        }
         ex_ended(ex, taken, ended);
     }
 
-    fn end_in_flight(&mut self, kind: ErrorKind, why: &str, cx: &mut Cx, ended: &mut Vec<Ended>) {
+    /// Ends the exchange in flight with an error; but one the wire says to send again (see
+    /// `resendable`) goes again on a fresh upstream connection: true then.
+    fn end_in_flight(
+        &mut self,
+        kind: ErrorKind,
+        why: &str,
+        cx: &mut Cx,
+        ended: &mut Vec<Ended>,
+    ) -> bool {
         let Some(taken) = self.taken.take() else {
-            return;
+            return false;
         };
-        match self.wire.fail(kind, why.to_string(), cx.now, true) {
-            Some(Ending::Failed(ex) | Ending::Resend(ex)) => ex_ended(ex, taken, ended),
-            None => {}
+        // Sent again even while stopping: the answers in flight are waited for.
+        let ex = match self.wire.fail(kind, why.to_string(), cx.now, false) {
+            Some(Ending::Resend(ex)) => ex,
+            Some(Ending::Failed(ex)) => {
+                ex_ended(ex, taken, ended);
+                return false;
+            }
+            None => return false,
+        };
+        let again = taken.bytes.clone();
+        self.wire.begin(ex);
+        self.taken = Some(taken);
+        self.close_upstream(cx.registry);
+        match self.open_upstream(cx) {
+            Ok(up) => {
+                up.out = again;
+                true
+            }
+            Err((kind, why)) => {
+                self.bad_gateway(kind, &why, cx, ended);
+                false
+            }
         }
     }
 

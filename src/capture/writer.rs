@@ -96,11 +96,11 @@ impl Lines {
 
     /// An ended exchange's line, if it is one for the trace; counted either way.
     fn write(&mut self, e: &Ended) -> Result<()> {
-        let Some(asked) = &e.taken.asked else {
+        let Some((api, route)) = &e.taken.route else {
             self.stats.other += 1;
             return Ok(());
         };
-        let seen = request::read(asked.api, &asked.route, asked.body(), &self.counter);
+        let seen = request::read(*api, route, e.taken.body(), &self.counter);
         let tokens = match &seen.tokens {
             Ok(tokens) => tokens,
             Err(why) => {

@@ -378,3 +378,45 @@ fn a_body_larger_than_the_proxy_takes_is_refused_with_413_and_the_proxy_serves_o
     assert!(status.success(), "{said}");
     assert_eq!(read_jsonl(&captured).len(), 1);
 }
+
+#[test]
+fn a_request_the_upstream_drops_on_a_kept_alive_connection_goes_again_once() {
+    let dir = temp_dir("capture-drop-reused");
+    // The mock closes a kept-alive connection unanswered when its next request comes, as
+    // llama-server may.
+    let mock = MockProcess::start(&["--fault", "drop-reused:1"]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "6"]);
+    let trace = text_trace(&dir, 6, 50, 4);
+    let run = bin()
+        .args([
+            "replay",
+            "--quiet",
+            "--model",
+            "m",
+            "--api",
+            "openai-completions",
+        ])
+        .args(["--endpoint", &format!("http://{}", capture.addr)])
+        .args(["--connections", "1", "--num-sender", "1", "--trace"])
+        .arg(&trace)
+        .arg("--output")
+        .arg(dir.join("run"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{said}");
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let lines = read_jsonl(&captured);
+    assert_eq!(lines.len(), 6);
+    for l in &lines {
+        assert_eq!(
+            (l["status"].as_u64(), l.get("error")),
+            (Some(200), None),
+            "{l}"
+        );
+    }
+    let records = read_jsonl(&dir.join("run/requests.jsonl"));
+    assert!(records.iter().all(|r| r["error"].is_null()), "{records:?}");
+}
