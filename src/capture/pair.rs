@@ -462,21 +462,9 @@ impl Pair {
 
     fn write_client(&mut self) {
         let _ = self.client.handshake();
-        let mut at = 0;
-        while at < self.to_client.len() {
-            match self.client.write(&self.to_client[at..]) {
-                Ok(0) => break,
-                Ok(n) => at += n,
-                Err(e) if e.kind() == IoKind::WouldBlock => break,
-                Err(e) if e.kind() == IoKind::Interrupted => {}
-                Err(_) => {
-                    self.gone = true;
-                    break;
-                }
-            }
+        if write_pending(&mut self.client, &mut self.to_client).is_err() {
+            self.gone = true;
         }
-        let _ = self.client.flush();
-        self.to_client.drain(..at);
         if self.close_client && self.to_client.is_empty() && self.taken.is_none() {
             self.gone = true;
         }
@@ -504,19 +492,27 @@ impl Upstream {
     }
 
     fn write_out(&mut self) -> io::Result<()> {
-        let mut at = 0;
-        while at < self.out.len() {
-            match self.stream.write(&self.out[at..]) {
-                Ok(0) => break,
-                Ok(n) => at += n,
-                Err(e) if e.kind() == IoKind::WouldBlock => break,
-                Err(e) if e.kind() == IoKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        self.out.drain(..at);
-        self.stream.flush()
+        write_pending(&mut self.stream, &mut self.out)
     }
+}
+
+/// Writes as much of `pending` as the socket takes now (what went is drained from it).
+fn write_pending(stream: &mut Stream, pending: &mut Vec<u8>) -> io::Result<()> {
+    let mut at = 0;
+    let written = loop {
+        if at == pending.len() {
+            break Ok(());
+        }
+        match stream.write(&pending[at..]) {
+            Ok(0) => break Ok(()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == IoKind::WouldBlock => break Ok(()),
+            Err(e) if e.kind() == IoKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
+    };
+    pending.drain(..at);
+    written.and_then(|()| stream.flush())
 }
 
 fn ex_ended(ex: Exchange, taken: Taken, ended: &mut Vec<Ended>) {

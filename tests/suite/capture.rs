@@ -64,6 +64,22 @@ impl Drop for CaptureProcess {
     }
 }
 
+/// `llmreplay replay --quiet` in openai-completions through `capture` (add the trace and
+/// options with `.args`).
+fn replay_through(capture: &CaptureProcess) -> std::process::Command {
+    let mut cmd = bin();
+    cmd.args([
+        "replay",
+        "--quiet",
+        "--model",
+        "m",
+        "--api",
+        "openai-completions",
+    ])
+    .args(["--endpoint", &format!("http://{}", capture.addr)]);
+    cmd
+}
+
 /// One request on its own connection (it asks the server to close after the answer); the
 /// whole answer.
 fn ask(addr: &str, path: &str, headers: &str, body: &str) -> String {
@@ -112,16 +128,7 @@ fn a_replay_through_the_capture_comes_back_as_its_own_trace() {
     let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
     let captured = dir.join("captured.jsonl");
     let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "30"]);
-    let run = bin()
-        .args([
-            "replay",
-            "--quiet",
-            "--model",
-            "m",
-            "--api",
-            "openai-completions",
-        ])
-        .args(["--endpoint", &format!("http://{}", capture.addr)])
+    let run = replay_through(&capture)
         .arg("--tokenizer")
         .arg(tokenizer("qwen3"))
         .args(["--time-scale", "20", "--trace"])
@@ -388,16 +395,7 @@ fn a_request_the_upstream_drops_on_a_kept_alive_connection_goes_again_once() {
     let captured = dir.join("captured.jsonl");
     let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "6"]);
     let trace = text_trace(&dir, 6, 50, 4);
-    let run = bin()
-        .args([
-            "replay",
-            "--quiet",
-            "--model",
-            "m",
-            "--api",
-            "openai-completions",
-        ])
-        .args(["--endpoint", &format!("http://{}", capture.addr)])
+    let run = replay_through(&capture)
         .args(["--connections", "1", "--num-sender", "1", "--trace"])
         .arg(&trace)
         .arg("--output")
