@@ -3,8 +3,9 @@
 //! Bailian records name their parent (`parent_chat_id`, -1 for a root); Mooncake records of
 //! one `session_id` are turns in file order, each the child of the one before. A child waits
 //! for its parent's end (on the sender that runs the whole conversation, see
-//! [`crate::sender`]), then for the think time: the trace's start-to-start gap (the traces
-//! give no service time to subtract), or `--think-time`.
+//! [`crate::sender`]), then for the think time: `--think-time`, else the record's `delay` (ms;
+//! a capture writes the wait it saw after the parent's answer), else the trace's
+//! start-to-start gap (the public traces give no service time to subtract).
 //!
 //! A Bailian child's hash ids already hold the conversation's history, so its prompt is built
 //! from them alone (the shared blocks hit the prefix cache); nothing is prepended.
@@ -350,7 +351,8 @@ impl SessionTracker {
                     wait_after_ns: None,
                 },
             );
-            return Some(self.finish(record, root, turn, parent, scheduled_ns, None));
+            let delay_ns = ids.delay_ms.map(|d| self.run_ns(d));
+            return Some(self.finish(record, root, turn, parent, scheduled_ns, delay_ns));
         }
         let session = ids.session_id.as_ref()?;
         let parent = self.sessions.get(session).cloned();
@@ -509,6 +511,11 @@ mod tests {
         );
         let grandchild = t.link(&rec(3, chat(12, 11)), 9_000).unwrap();
         assert_eq!((grandchild.turn, grandchild.parent_index), (2, Some(2)));
+        // A Bailian line's `delay` (ms; a capture writes the wait it saw after the parent's
+        // answer) is its think time.
+        let mut waited = TraceRecord::for_test(4, chat(13, 12));
+        waited.ids.delay_ms = Some(2.5);
+        assert_eq!(t.link(&waited, 9_500).unwrap().think_ns, 2_500_000);
         assert_eq!(grandchild.root, "10");
         assert_eq!(
             grandchild.sender(7),

@@ -1,7 +1,8 @@
 //! `llmreplay capture`: a reverse proxy that forwards every request and answer unchanged, byte
 //! for byte, and writes each generation request as a line of a trace that holds no text
 //! ([`record`]): its arrival, lengths, the keyed hash ids of its prompt's token blocks
-//! ([`blocks`]), and what the proxy measured of the answer.
+//! ([`blocks`]), the earlier request it continues ([`links`]), and what the proxy measured of
+//! the answer.
 //!
 //! One mio event loop on the calling thread (no async runtime). Each client connection is a
 //! [`pair::Pair`] with one upstream connection; the answer is measured by the sender's own
@@ -12,6 +13,7 @@
 //! rest are cut and recorded as cancelled).
 
 pub mod blocks;
+pub mod links;
 mod pair;
 mod record;
 mod request;
@@ -54,6 +56,8 @@ pub struct CaptureConfig {
     pub hasher: BlockHasher,
     /// End after this many requests were taken (and answered).
     pub max_requests: Option<u64>,
+    /// Headers whose value names a request's session ([`links`]), first found first.
+    pub session_headers: Vec<String>,
 }
 
 /// What went through.
@@ -102,7 +106,7 @@ impl Capture {
             upstream: cfg.upstream,
             upstream_tls: cfg.upstream_tls,
             max_requests: cfg.max_requests,
-            writer: TraceWriter::start(out, path, cfg.counter, cfg.hasher),
+            writer: TraceWriter::start(out, path, cfg.counter, cfg.hasher, cfg.session_headers),
             clock: RunClock::new(),
             pairs: Vec::new(),
             free: Vec::new(),

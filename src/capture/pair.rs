@@ -60,6 +60,8 @@ impl Taken {
 pub struct Ended {
     pub taken: Taken,
     pub record: RequestRecord,
+    /// A streamed text prompt's answer, JSON-escaped as the server sent it.
+    pub answer: Option<Vec<u8>>,
 }
 
 struct Upstream {
@@ -229,6 +231,11 @@ impl Pair {
         *cx.next_index += 1;
         let mut ex = Exchange::new(req, false);
         ex.sent_ns = Some(cx.now);
+        // A streamed text prompt's answer is kept: a later prompt that begins with this one's
+        // and then its answer continues it ([`super::links`]). Messages say so themselves.
+        if stream && route.is_some_and(|(api, _)| api.messages_form().is_none()) {
+            ex.answer = Some(Vec::new());
+        }
         // On a kept-alive connection that answered before, a close before a byte of answer
         // means the server dropped it idle (llama-server does): it goes again, once.
         ex.resendable = self.upstream.as_ref().is_some_and(|up| up.answered);
@@ -515,8 +522,9 @@ fn write_pending(stream: &mut Stream, pending: &mut Vec<u8>) -> io::Result<()> {
     written.and_then(|()| stream.flush())
 }
 
-fn ex_ended(ex: Exchange, taken: Taken, ended: &mut Vec<Ended>) {
+fn ex_ended(mut ex: Exchange, taken: Taken, ended: &mut Vec<Ended>) {
     ended.push(Ended {
+        answer: ex.answer.take(),
         record: ex.into_record("", 0),
         taken,
     });

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::links::Thread;
 use crate::api::{self, Api, Prompt};
 use crate::prompt::PromptCounter;
 
@@ -81,6 +82,8 @@ pub struct Seen {
     /// Its prompt's tokens as the served model's template renders them; Err: why the body
     /// could not be read (it was still forwarded).
     pub tokens: Result<Vec<u32>, String>,
+    /// Its prompt as a conversation's turn (None: unread).
+    pub thread: Option<Thread>,
 }
 
 /// A generation request's dialect, found by its path (a base path before it, as `/proxy/v1/
@@ -124,6 +127,7 @@ pub fn read(api: Api, route: &api::Route, body: &[u8], counter: &PromptCounter) 
             stream: request.stream,
             max_tokens: max_tokens(object).unwrap_or(request.tokens),
             tokens: prompt_ids(counter, &request.prompt),
+            thread: thread(&request.prompt),
         },
         Err(why) => Seen {
             api,
@@ -131,6 +135,7 @@ pub fn read(api: Api, route: &api::Route, body: &[u8], counter: &PromptCounter) 
             stream: false,
             max_tokens: 0,
             tokens: Err(why),
+            thread: None,
         },
     }
 }
@@ -142,6 +147,38 @@ fn max_tokens(o: &serde_json::Map<String, Value>) -> Option<u64> {
         .iter()
         .find_map(|k| o.get(*k)?.as_u64())
         .or_else(|| o.get("parameters")?.get("max_new_tokens")?.as_u64())
+}
+
+/// The prompt as a turn of a conversation.
+fn thread(prompt: &Prompt) -> Option<Thread> {
+    match *prompt {
+        Prompt::Messages {
+            messages, system, ..
+        } => Some(Thread::of_messages(
+            api::with_system(messages, system).as_array()?,
+        )),
+        Prompt::Text(Value::String(text)) => Some(Thread::Text(text.as_bytes().to_vec())),
+        Prompt::Text(Value::Array(items)) => Some(Thread::Text(
+            items
+                .iter()
+                .flat_map(|t| t.as_u64().unwrap_or(u64::MAX).to_le_bytes())
+                .collect(),
+        )),
+        Prompt::Text(_) => None,
+    }
+}
+
+/// The value of the first of `names` among the request head's headers.
+pub fn header<'a>(head: &'a [u8], names: &[String]) -> Option<&'a [u8]> {
+    let mut headers = [httparse::EMPTY_HEADER; 96];
+    let mut req = httparse::Request::new(&mut headers);
+    req.parse(head).ok()?;
+    names.iter().find_map(|name| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    })
 }
 
 /// The prompt's token ids, as the server renders and encodes it.

@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::blocks::BlockHasher;
+use super::links::{self, Links};
 use super::pair::Ended;
 use super::{record, request, CaptureStats};
 use crate::error::{Error, Result};
@@ -31,6 +32,9 @@ struct Lines {
     path: PathBuf,
     counter: PromptCounter,
     hasher: BlockHasher,
+    links: Links,
+    /// Headers naming a request's session.
+    session_headers: Vec<String>,
     /// Ended exchanges waiting for the ones taken before them (by index).
     waiting: BTreeMap<u64, Ended>,
     next: u64,
@@ -42,13 +46,21 @@ struct Lines {
 }
 
 impl TraceWriter {
-    pub fn start(out: File, path: PathBuf, counter: PromptCounter, hasher: BlockHasher) -> Self {
+    pub fn start(
+        out: File,
+        path: PathBuf,
+        counter: PromptCounter,
+        hasher: BlockHasher,
+        session_headers: Vec<String>,
+    ) -> Self {
         let (tx, rx) = crossbeam_channel::bounded(QUEUE);
         let lines = Lines {
             out: BufWriter::new(out),
             path,
             counter,
             hasher,
+            links: Links::default(),
+            session_headers,
             waiting: BTreeMap::new(),
             next: 0,
             origin: None,
@@ -113,10 +125,26 @@ impl Lines {
         self.stats.failed += u64::from(!e.record.ok());
         // Time 0 is the first request's arrival; a request whose body took longer to come
         // than the next one's is written at that one's time (lines never go back).
-        let origin = *self.origin.get_or_insert(e.taken.arrived_ns);
-        let ms = e.taken.arrived_ns.saturating_sub(origin) as f64 / 1e6;
+        let arrived = e.taken.arrived_ns;
+        let origin = *self.origin.get_or_insert(arrived);
+        let ms = arrived.saturating_sub(origin) as f64 / 1e6;
         self.last_ms = ms.max(self.last_ms);
-        let line = record::line(&seen, tokens, &e.record, &self.hasher, self.last_ms);
+        let parent = seen.thread.as_ref().and_then(|thread| {
+            self.links.link(&links::Request {
+                thread,
+                session: request::header(&e.taken.bytes[..e.taken.body_at], &self.session_headers),
+                id: e.record.index,
+                arrived_ns: arrived,
+                ended_ns: e.record.end_ns.unwrap_or(arrived),
+                answer: e.answer.as_deref(),
+            })
+        });
+        let place = record::Place {
+            timestamp_ms: self.last_ms,
+            parent,
+            think_ms: parent.map(|p| arrived.saturating_sub(p.ended_ns) as f64 / 1e6),
+        };
+        let line = record::line(&seen, tokens, &e.record, &self.hasher, &place);
         writeln!(self.out, "{line}").map_err(|e| Error::io(&self.path, e))
     }
 }

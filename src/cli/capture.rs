@@ -26,8 +26,9 @@ pub struct CaptureArgs {
     #[arg(long, value_name = "FILE")]
     pub tokenizer_config: Option<PathBuf>,
 
-    /// The trace written: JSON lines `replay --trace` reads (Mooncake's fields, and what the
-    /// proxy measured), one per generation request, in arrival order.
+    /// The trace written: JSON lines `replay --trace` reads (Qwen-Bailian's fields: chat_id,
+    /// parent_chat_id, timestamp in s, lengths, hash ids; and what the proxy measured), one per
+    /// generation request, in arrival order.
     #[arg(long, value_name = "TRACE.jsonl")]
     pub output: PathBuf,
 
@@ -35,10 +36,18 @@ pub struct CaptureArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// Tokens per hash id (Mooncake's traces use 512; a prefix cache's own block size, such as
-    /// vLLM's 16, shows its reuse most finely).
-    #[arg(long, value_name = "N", default_value_t = 512)]
+    /// Tokens per hash id. 16 (vLLM's and SGLang's page, Qwen-Bailian's) keeps reuse as the
+    /// server saw it; a larger block loses the reuse of a prompt's last partial block (at 512,
+    /// most of a short prompt's). Each line names it, and `replay` uses it.
+    #[arg(long, value_name = "N", default_value_t = 16)]
     pub block_size: usize,
+
+    /// A request header whose value names the request's session (repeat for several): a
+    /// request whose prompt extends no earlier one's is the next turn of its session's latest.
+    /// Always read: x-session-id, x-session-affinity, x-dynamo-session-id, session-id. Only
+    /// the links are kept, never the value.
+    #[arg(long, value_name = "NAME")]
+    pub session_header: Vec<String>,
 
     /// A file whose bytes key the hash ids: captures made with one key line up, and without
     /// it nobody can test a guessed prompt against an id. Keep it secret. Without it, a

@@ -15,6 +15,8 @@ pub fn run(plan: CapturePlan) -> Result<CaptureStats> {
     let addr = capture
         .addr()
         .map_err(|e| Error::Run(format!("capture: {e}")))?;
+    // From here a signal ends the capture with its trace complete (not the process at once).
+    crate::sys::stop::run_started();
     println!("capturing on {addr}");
     eprintln!(
         "capture: every request to {addr} goes to {} unchanged; each generation request is a \

@@ -24,7 +24,7 @@ pub fn inspect(
     strict: bool,
 ) -> Result<(Format, TraceStats)> {
     let format = trace::detect_format(trace, format, read.skip_invalid)?;
-    let block = block_size.unwrap_or(format.default_block_size());
+    let block = trace::block_size(trace, format, block_size)?;
     let stats = trace::inspect::scan(trace, format, block, read)?;
     if strict {
         stats.require_order(trace.shown())?;

@@ -80,12 +80,10 @@ impl Verification {
 pub fn run(args: &PromptsPlan) -> Result<PromptsReport> {
     let trace = TraceFile::resolve(&args.trace, None)?;
     let format = detect_format(&trace, args.format, false)?;
-    let opts = args
-        .prompt
-        .synth_options(args.api, format)?
-        .ok_or_else(|| {
-            Error::Usage("give --tokenizer PATH: prompts are synthesised with it".into())
-        })?;
+    let block = crate::trace::block_size(&trace, format, args.prompt.block_size)?;
+    let opts = args.prompt.synth_options(args.api, block)?.ok_or_else(|| {
+        Error::Usage("give --tokenizer PATH: prompts are synthesised with it".into())
+    })?;
     let prepared = prompt::prepare(&opts)?;
     if let Some(w) = &prepared.warning {
         eprintln!("warning: {w}");

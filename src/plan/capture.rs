@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::capture::links::SESSION_HEADERS;
 use crate::capture::{random_secret, BlockHasher, CaptureConfig};
 use crate::cli::CaptureArgs;
 use crate::error::{Error, Result};
@@ -73,6 +74,12 @@ impl CapturePlan {
                 counter,
                 hasher: BlockHasher::new(&secret, a.block_size),
                 max_requests: a.max_requests,
+                session_headers: a
+                    .session_header
+                    .iter()
+                    .cloned()
+                    .chain(SESSION_HEADERS.iter().map(|h| h.to_string()))
+                    .collect(),
             },
         })
     }

@@ -44,8 +44,9 @@ impl PromptPlan {
         })
     }
 
-    /// The synthesis options for this API, or `None` without a tokenizer.
-    pub fn synth_options(&self, api: Api, format: Format) -> Result<Option<SynthOptions>> {
+    /// The synthesis options for this API and block size ([`crate::trace::block_size`]), or
+    /// `None` without a tokenizer.
+    pub fn synth_options(&self, api: Api, block_size: u32) -> Result<Option<SynthOptions>> {
         let wrapping = self.wrapping(api)?;
         Ok(self.tokenizer.as_ref().map(|t| SynthOptions {
             tokenizer: t.clone(),
@@ -53,7 +54,7 @@ impl PromptPlan {
             wrapping,
             length_of: self.length_of,
             seed: self.seed,
-            block_size: self.block_size(format),
+            block_size,
             thinking: self.thinking.switch(),
         }))
     }

@@ -19,7 +19,7 @@ mod weka;
 pub use formats::{Layout, Spec, FORMATS};
 pub use order::{OrderStats, OrderedReader, WINDOW as ORDER_WINDOW};
 pub use parse::{parse_record, MAX_WAIT_MS};
-pub use reader::{detect_format, RawLine, ReadOptions, Skipped, TraceReader};
+pub use reader::{block_size, detect_format, RawLine, ReadOptions, Skipped, TraceReader};
 pub use source::{TraceFile, MAX_LINE_BYTES};
 
 use serde_json::{Map, Value};

@@ -323,6 +323,54 @@ pub fn detect_format(trace: &TraceFile, format: Format, skip_invalid: bool) -> R
     }
 }
 
+/// The tokens each hash id covers: `given` (`--block-size`), else the `block_size` the first
+/// record names (a trace `llmreplay capture` wrote), else the format's. A `--block-size` that
+/// differs from the one the trace names is refused: the prompts would share other prefixes
+/// than the recorded ones.
+pub fn block_size(trace: &TraceFile, format: Format, given: Option<u32>) -> Result<u32> {
+    let declared = match format.spec().layout {
+        super::formats::Layout::Lines => first_block_size(trace, format)?,
+        _ => None,
+    };
+    match (given, declared) {
+        (Some(g), Some((d, line))) if g != d => Err(Error::Usage(format!(
+            "{}:{line}: field `block_size`: the trace's hash ids cover {d} tokens each, so \
+             --block-size {g} would rebuild prompts that share other prefixes than the \
+             recorded ones: leave --block-size out",
+            trace.shown().display()
+        ))),
+        (Some(g), _) => Ok(g),
+        (None, Some((d, _))) => Ok(d),
+        (None, None) => Ok(format.default_block_size()),
+    }
+}
+
+/// The first record's `block_size`, and its line.
+fn first_block_size(trace: &TraceFile, format: Format) -> Result<Option<(u32, u64)>> {
+    let mut reader = TraceReader::open(trace, format)?;
+    let Ok(Some(line)) = reader.next_line() else {
+        return Ok(None); // the scan says what is wrong with it
+    };
+    let Ok(serde_json::Value::Object(record)) = serde_json::from_slice(&line.bytes) else {
+        return Ok(None);
+    };
+    match record.get("block_size") {
+        None => Ok(None),
+        Some(v) => match v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n > 0)
+        {
+            Some(n) => Ok(Some((n, line.line))),
+            None => Err(Error::Trace {
+                file: trace.shown().to_path_buf(),
+                line: line.line,
+                message: format!("field `block_size`: a positive whole number of tokens, got {v}"),
+            }),
+        },
+    }
+}
+
 /// A task turn's wait after the turn before it (its `delay`, think time, or the gap between
 /// its timestamps) beyond [`super::MAX_WAIT_MS`]: its line and what to say. Bounded here, as
 /// the trace is read before the run, so that no sum of waits overflows a schedule.

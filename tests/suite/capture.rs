@@ -64,19 +64,12 @@ impl Drop for CaptureProcess {
     }
 }
 
-/// `llmreplay replay --quiet` in openai-completions through `capture` (add the trace and
-/// options with `.args`).
-fn replay_through(capture: &CaptureProcess) -> std::process::Command {
+/// `llmreplay replay --quiet` in dialect `api` through `capture` (add the trace and options
+/// with `.args`).
+fn replay_through(capture: &CaptureProcess, api: &str) -> std::process::Command {
     let mut cmd = bin();
-    cmd.args([
-        "replay",
-        "--quiet",
-        "--model",
-        "m",
-        "--api",
-        "openai-completions",
-    ])
-    .args(["--endpoint", &format!("http://{}", capture.addr)]);
+    cmd.args(["replay", "--quiet", "--model", "m", "--api", api])
+        .args(["--endpoint", &format!("http://{}", capture.addr)]);
     cmd
 }
 
@@ -127,8 +120,13 @@ fn a_replay_through_the_capture_comes_back_as_its_own_trace() {
     let (source, records) = first_records(30, &dir);
     let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
     let captured = dir.join("captured.jsonl");
-    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "30"]);
-    let run = replay_through(&capture)
+    // The source's block size, so that its ids and the capture's can be compared.
+    let capture = CaptureProcess::start(
+        &mock.url(),
+        &captured,
+        &["--max-requests", "30", "--block-size", "512"],
+    );
+    let run = replay_through(&capture, "openai-completions")
         .arg("--tokenizer")
         .arg(tokenizer("qwen3"))
         .args(["--time-scale", "20", "--trace"])
@@ -191,7 +189,17 @@ fn a_replay_through_the_capture_comes_back_as_its_own_trace() {
         times.windows(2).all(|w| w[0] <= w[1]) && times[0] == 0.0,
         "{times:?}"
     );
+    // Seconds (Qwen-Bailian's form), as the source's ms were sent at --time-scale 20: the
+    // last source record is at 1.2 s of trace time.
+    assert!(times[29] < 1.0, "{times:?}");
     for l in &lines {
+        // The source has no conversations, and shared blocks make none.
+        assert_eq!(
+            (&l["parent_chat_id"], &l["turn"]),
+            (&Value::from(-1), &Value::from(1)),
+            "{l}"
+        );
+        assert_eq!(l["block_size"], 512, "{l}");
         assert_eq!(l["status"], 200, "{l}");
         assert_eq!(l["api"], "openai-completions");
         assert!(
@@ -200,7 +208,7 @@ fn a_replay_through_the_capture_comes_back_as_its_own_trace() {
         );
         assert!(l.get("text_input").is_none() && l.get("prompt").is_none());
     }
-    // And the capture replays: it is a trace.
+    // And the capture replays: it is a trace, read at the block size it names.
     let again = replay_mock(&captured, &dir.join("again"))
         .args([
             "--time-scale",
@@ -215,6 +223,27 @@ fn a_replay_through_the_capture_comes_back_as_its_own_trace() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&again.stderr)
+    );
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("again/run.json")).unwrap())
+            .unwrap();
+    assert_eq!(run["format"], "bailian", "{run}");
+    assert_eq!(run["block_size"], 512, "{run}");
+    // Another block size than the one the ids cover is refused, naming the field.
+    let refused = replay_mock(&captured, &dir.join("refused"))
+        .args([
+            "--block-size",
+            "16",
+            "--tokenizer",
+            path(&tokenizer("qwen3")),
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("captured.jsonl:1: field `block_size`"),
+        "{said}"
     );
 }
 
@@ -395,7 +424,7 @@ fn a_request_the_upstream_drops_on_a_kept_alive_connection_goes_again_once() {
     let captured = dir.join("captured.jsonl");
     let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "6"]);
     let trace = text_trace(&dir, 6, 50, 4);
-    let run = replay_through(&capture)
+    let run = replay_through(&capture, "openai-completions")
         .args(["--connections", "1", "--num-sender", "1", "--trace"])
         .arg(&trace)
         .arg("--output")
@@ -417,4 +446,230 @@ fn a_request_the_upstream_drops_on_a_kept_alive_connection_goes_again_once() {
     }
     let records = read_jsonl(&dir.join("run/requests.jsonl"));
     assert!(records.iter().all(|r| r["error"].is_null()), "{records:?}");
+}
+
+/// Each captured line's source record, found by its lengths (the server's prompt count and
+/// the tokens it generated, distinct in the source), and its `chat_id` → that record.
+fn by_lengths<'a>(
+    lines: &[Value],
+    source: &'a [Value],
+    key: impl Fn(&Value) -> (u64, u64),
+) -> HashMap<i64, &'a Value> {
+    let index: HashMap<(u64, u64), &Value> = source.iter().map(|r| (key(r), r)).collect();
+    assert_eq!(
+        index.len(),
+        source.len(),
+        "the source's lengths name its records"
+    );
+    lines
+        .iter()
+        .map(|l| {
+            let r = index
+                .get(&lengths(l))
+                .unwrap_or_else(|| panic!("no source record of the lengths of {l}"));
+            (l["chat_id"].as_i64().unwrap(), *r)
+        })
+        .collect()
+}
+
+/// A Qwen-Bailian-style trace: 6 conversations of 3 turns, each turn's ids extending its
+/// parent's, every output length distinct.
+fn bailian_conversations(dir: &Path) -> (PathBuf, Vec<Value>) {
+    let mut records = Vec::new();
+    for turn in 0..3i64 {
+        for conv in 0..6i64 {
+            let chat_id = 100 * conv + turn;
+            let input = 40 + 30 * turn + conv;
+            records.push(serde_json::json!({
+                "chat_id": chat_id,
+                "parent_chat_id": if turn == 0 { -1 } else { chat_id - 1 },
+                "timestamp": 0.01 * conv as f64 + 0.2 * turn as f64,
+                "input_length": input,
+                "output_length": 5 + records.len(),
+                "type": "text",
+                "turn": turn + 1,
+                "hash_ids": (0..(input + 15) / 16).map(|k| 1000 * conv + k).collect::<Vec<_>>(),
+            }));
+        }
+    }
+    let path = dir.join("bailian.jsonl");
+    let lines: Vec<String> = records.iter().map(Value::to_string).collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    (path, records)
+}
+
+#[test]
+fn conversations_come_back_with_the_parents_of_their_source() {
+    let dir = temp_dir("capture-conversations");
+    let (source, records) = bailian_conversations(&dir);
+    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "18"]);
+    // Chat turns carry their parent's messages and answer (--carry-forward auto).
+    let run = replay_through(&capture, "openai-chat")
+        .args(["--tokenizer", path(&tokenizer("qwen3"))])
+        .args(["--time-scale", "10", "--trace"])
+        .arg(&source)
+        .arg("--output")
+        .arg(dir.join("run"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{said}");
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let lines = read_jsonl(&captured);
+    assert_eq!(lines.len(), 18);
+    let source_of = by_lengths(&lines, &records, lengths);
+    for l in &lines {
+        let parent = l["parent_chat_id"].as_i64().unwrap();
+        let source = source_of[&l["chat_id"].as_i64().unwrap()];
+        let source_parent = match parent {
+            -1 => Value::from(-1),
+            p => source_of[&p]["chat_id"].clone(),
+        };
+        assert_eq!(source_parent, source["parent_chat_id"], "{l}");
+        assert_eq!(l["turn"], source["turn"], "{l}");
+        // A turn's think time is what the proxy saw between its parent's end and itself.
+        assert_eq!(l.get("delay").is_some(), parent >= 0, "{l}");
+    }
+    // Replayed, the capture's turns wait for their parents as the source's did.
+    let again = replay_mock(&captured, &dir.join("again"))
+        .args([
+            "--time-scale",
+            "10",
+            "--tokenizer",
+            path(&tokenizer("qwen3")),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let replayed = read_jsonl(&dir.join("again/requests.jsonl"));
+    let children = replayed
+        .iter()
+        .filter(|r| r["parent_index"].is_u64())
+        .count();
+    assert_eq!(children, 12, "{replayed:?}");
+}
+
+#[test]
+fn an_agents_turns_come_back_with_the_parents_they_continue() {
+    let dir = temp_dir("capture-agentic");
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agentic/dag_sample.jsonl");
+    // Sub-agents the sample spawns start fresh (no history): their first turns start
+    // conversations of their own; forks and later turns continue one.
+    let spawned: Vec<String> = std::fs::read_to_string(&sample)
+        .unwrap()
+        .lines()
+        .flat_map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let turns = v["turns"].as_array().unwrap().clone();
+            turns.into_iter().flat_map(|t| {
+                let spawns = t["spawns"].as_array().cloned().unwrap_or_default();
+                spawns.into_iter().flat_map(|s| {
+                    let children = s["children"].as_array().cloned().unwrap_or_default();
+                    children
+                        .into_iter()
+                        .map(|c| c.as_str().unwrap().to_string())
+                })
+            })
+        })
+        .collect();
+    assert_eq!(spawned.len(), 2, "the sample spawns two explorers");
+    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "10"]);
+    let run = replay_through(&capture, "openai-chat")
+        .args(["--tokenizer", path(&tokenizer("qwen3"))])
+        .arg("--trace")
+        .arg(&sample)
+        .arg("--output")
+        .arg(dir.join("run"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let lines = read_jsonl(&captured);
+    let sent = read_jsonl(&dir.join("run/requests.jsonl"));
+    assert_eq!(lines.len(), sent.len());
+    let server_lengths = |r: &Value| {
+        (
+            r["prompt_tokens"].as_u64().unwrap(),
+            r["output_tokens"].as_u64().unwrap(),
+        )
+    };
+    let record_of = by_lengths(&lines, &sent, server_lengths);
+    let by_index: HashMap<u64, &Value> = sent
+        .iter()
+        .map(|r| (r["index"].as_u64().unwrap(), r))
+        .collect();
+    let mut continued = 0;
+    for l in &lines {
+        let record = record_of[&l["chat_id"].as_i64().unwrap()];
+        let replay_parent = record["parent_index"].as_u64();
+        let fresh = replay_parent.is_some_and(|p| {
+            let branch = record["branch"].as_str().unwrap();
+            by_index[&p]["branch"] != branch && spawned.iter().any(|s| s == branch)
+        });
+        let expected = replay_parent.filter(|_| !fresh);
+        let captured_parent = match l["parent_chat_id"].as_i64().unwrap() {
+            -1 => None,
+            p => record_of[&p]["index"].as_u64(),
+        };
+        assert_eq!(captured_parent, expected, "{l}\n{record}");
+        continued += usize::from(expected.is_some());
+    }
+    assert!(continued >= 6, "{continued} turns continue a conversation");
+}
+
+#[test]
+fn a_signal_ends_the_capture_with_the_answers_in_flight_written() {
+    let dir = temp_dir("capture-signal");
+    // An answer of 40 tokens, 25 ms apart: still streaming when the signal comes.
+    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "25"]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &[]);
+    let body = r#"{"model": "m", "max_tokens": 40, "stream": true, "prompt": "count to forty"}"#;
+    let mut conn = TcpStream::connect(&capture.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        conn,
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 64];
+    let n = conn.read(&mut first).unwrap();
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+    assert_eq!(
+        unsafe { libc::kill(capture.child.id() as i32, libc::SIGINT) },
+        0
+    );
+    let mut rest = String::new();
+    let _ = conn.read_to_string(&mut rest);
+    assert!(
+        rest.contains("[DONE]"),
+        "the answer in flight ends whole: {rest}"
+    );
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    assert!(said.contains("capture: 1 requests in"), "{said}");
+    let lines = read_jsonl(&captured);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(
+        (&lines[0]["status"], lines[0].get("error")),
+        (&Value::from(200), None)
+    );
 }

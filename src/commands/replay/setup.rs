@@ -362,7 +362,7 @@ pub fn prepare_prompts(
     let mut counters = Vec::new();
     let mut analyses = Vec::new();
     for &(_, api) in wrappings.iter().filter(|_| needs_tokenizer) {
-        let Some(opts) = plan.prompt.synth_options(api, trace.format)? else {
+        let Some(opts) = plan.prompt.synth_options(api, trace.stats.block_size)? else {
             return Err(Error::Usage(
                 "the trace gives lengths, not text: give --tokenizer PATH (a tokenizer.json or a model directory) to synthesise prompts"
                     .into(),
