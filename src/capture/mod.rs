@@ -30,6 +30,7 @@ use mio::{Events, Interest, Poll, Token};
 
 pub use blocks::{random_secret, BlockHasher};
 use pair::{Cx, Ended, Pair};
+pub use request::MAX_BODY;
 use writer::TraceWriter;
 
 use crate::error::{Error, Result};

@@ -213,7 +213,12 @@ impl Pair {
                 body_at,
                 method,
                 path,
-            } => (len, body_at, method, path),
+                last,
+            } => {
+                // Its answer is the connection's last: the client is closed once it is written.
+                self.close_client |= last;
+                (len, body_at, method, path)
+            }
         };
         let rest = self.input.split_off(len);
         let bytes = std::mem::replace(&mut self.input, rest);

@@ -25,6 +25,9 @@ pub enum Framed {
         body_at: usize,
         method: String,
         path: String,
+        /// The client closes after this request (`connection: close`, or HTTP/1.0 without
+        /// keep-alive): so does the proxy, once the answer is written.
+        last: bool,
     },
     /// Not one the capture can frame: answered with this status and reason, and closed.
     Refused(u16, String),
@@ -43,7 +46,16 @@ pub fn frame(input: &[u8]) -> Framed {
         Err(e) => return Framed::Refused(400, format!("invalid request: {e}")),
     };
     let mut body_len = 0usize;
+    let mut last = req.version == Some(0);
     for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("connection") {
+            let has = |token: &str| {
+                h.value
+                    .split(|&b| b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+            };
+            last = has("close") || (last && !has("keep-alive"));
+        }
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
             return Framed::Refused(
                 411,
@@ -69,6 +81,7 @@ pub fn frame(input: &[u8]) -> Framed {
         body_at,
         method: req.method.unwrap_or("").to_string(),
         path: req.path.unwrap_or("").to_string(),
+        last,
     }
 }
 
@@ -225,7 +238,9 @@ mod tests {
                 body_at,
                 method,
                 path,
+                last,
             } => {
+                assert!(!last, "HTTP/1.1 keeps the connection");
                 assert_eq!(&req[body_at..len], b"abcd");
                 assert_eq!(
                     (method.as_str(), path.as_str()),
@@ -233,6 +248,17 @@ mod tests {
                 );
             }
             _ => panic!("whole"),
+        }
+        for (head, last) in [
+            ("HTTP/1.1\r\nConnection: keep-alive, Close", true),
+            ("HTTP/1.0", true),
+            ("HTTP/1.0\r\nconnection: keep-alive", false),
+        ] {
+            let req = format!("POST /v1/completions {head}\r\ncontent-length: 0\r\n\r\n");
+            assert!(
+                matches!(frame(req.as_bytes()), Framed::Whole { last: l, .. } if l == last),
+                "{head}"
+            );
         }
         let chunked = b"POST /v1/completions HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n";
         assert!(matches!(frame(chunked), Framed::Refused(411, _)));

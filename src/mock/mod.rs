@@ -50,7 +50,8 @@ const LISTENER: Token = Token(usize::MAX - 1);
 const TIMER: Token = Token(usize::MAX - 2);
 /// The loop's one waker (mio allows one a poll): a count is done, or [`MockServer::stop`].
 const WAKER: Token = Token(usize::MAX - 3);
-const MAX_REQUEST: usize = 64 << 20;
+/// Largest request taken (as `llmreplay capture` takes): a bigger one closes its connection.
+const MAX_REQUEST: usize = crate::capture::MAX_BODY;
 const MAX_REQUEST_HEAD: usize = 64 << 10;
 
 /// Counters of a mock's lifetime.

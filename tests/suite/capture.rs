@@ -673,3 +673,62 @@ fn a_signal_ends_the_capture_with_the_answers_in_flight_written() {
         (&Value::from(200), None)
     );
 }
+
+#[test]
+fn a_slow_client_and_a_100_mb_body_hold_up_nobody_and_are_recorded() {
+    let dir = temp_dir("capture-slow-and-big");
+    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "3"]);
+    // A client that sends its head and stalls (a slowloris).
+    let slow_body = r#"{"model": "m", "max_tokens": 2, "ignore_eos": true, "prompt": "slow"}"#;
+    let mut slow = TcpStream::connect(&capture.addr).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(slow, "POST /v1/completions HTTP/1.1\r\nhost: x\r\n").unwrap();
+    // Meanwhile a body of 100 MiB (a short prompt beside 100 MiB of other fields) goes
+    // through whole, and so does a small one.
+    let big = format!(
+        r#"{{"model": "m", "max_tokens": 3, "ignore_eos": true, "prompt": "big", "user": "{}"}}"#,
+        "x".repeat(100 << 20)
+    );
+    let answer = ask(&capture.addr, "/v1/completions", "", &big);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{}",
+        &answer[..answer.len().min(300)]
+    );
+    let small = r#"{"model": "m", "max_tokens": 4, "ignore_eos": true, "prompt": "small"}"#;
+    let answer = ask(&capture.addr, "/v1/completions", "", small);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The slow client's request, finished a few bytes at a time, is answered too.
+    let rest = format!(
+        "connection: close\r\ncontent-length: {}\r\n\r\n{slow_body}",
+        slow_body.len()
+    );
+    for piece in rest.as_bytes().chunks(7) {
+        slow.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut answer = String::new();
+    let _ = slow.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let lines = read_jsonl(&captured);
+    let mut outputs: Vec<u64> = lines
+        .iter()
+        .map(|l| {
+            assert_eq!(
+                (&l["status"], l.get("error")),
+                (&Value::from(200), None),
+                "{l}"
+            );
+            // The big body's prompt is its `prompt`, not its size.
+            assert!(l["input_length"].as_u64().unwrap() < 20, "{l}");
+            l["output_length"].as_u64().unwrap()
+        })
+        .collect();
+    outputs.sort_unstable();
+    assert_eq!(outputs, [2, 3, 4]);
+}
