@@ -273,9 +273,11 @@ pub struct CalibrateArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct ReportArgs {
-    /// A run directory (holding requests.jsonl); give two to compare them (A, then B). One
-    /// records file (an --output-path copy, in either --record-format) is read too: its
-    /// report goes to --output DIR (default: FILE's name without .jsonl, plus `-report`).
+    /// A run directory (holding requests.jsonl); give two to compare them (A, then B). A
+    /// records file (an --output-path copy, in either --record-format) is read too: alone,
+    /// its report goes to --output DIR (default: FILE's name without .jsonl, plus
+    /// `-report`); compared, it is A or B. A trace `llmreplay capture` wrote is read as the
+    /// records of what the proxy saw: `report CAPTURE.jsonl RUN` puts a replay of it beside it.
     #[arg(value_name = "DIR", num_args = 1..=2, required = true)]
     pub dirs: Vec<PathBuf>,
 

@@ -283,17 +283,21 @@ fn k8s_job_command(args: &cli::K8sJobArgs) -> Result<i32> {
 /// `capture`: the proxy until a signal or `--max-requests`, then what went through.
 fn capture_command(args: &cli::CaptureArgs) -> Result<i32> {
     let plan = plan::CapturePlan::from_args(args)?;
-    let output = plan.output.clone();
+    let first = capture::parts::Parts::path(&plan.output, &plan.rotation, 0);
     sys::stop::install_signal_handlers();
     let stats = commands::capture::run(plan)?;
+    let files = match stats.parts {
+        1 => first.display().to_string(),
+        n => format!(
+            "{n} parts, {} to {}",
+            first.display(),
+            stats.last_part.display()
+        ),
+    };
     eprintln!(
-        "capture: {} requests in {} ({} failed); {} bodies that could not be read and {} \
-         other requests went through unrecorded",
-        stats.recorded,
-        output.display(),
-        stats.failed,
-        stats.unread,
-        stats.other
+        "capture: {} requests in {files} ({} failed); {} bodies that could not be read, {} left \
+         out by --sample and {} other requests went through unrecorded",
+        stats.recorded, stats.failed, stats.unread, stats.sampled_out, stats.other
     );
     if let Some(why) = &stats.unread_why {
         eprintln!(

@@ -73,6 +73,8 @@ pub struct Turn {
     pub turn: u32,
     /// When its answer ended (the capture's clock).
     pub ended_ns: u64,
+    /// Its conversation's first turn's id.
+    pub root: u64,
     /// A text prompt's answer: its length in bytes and hash.
     answer: Option<(usize, u64)>,
 }
@@ -109,9 +111,9 @@ pub struct Links {
 }
 
 impl Links {
-    /// The parent of `req` (None: it starts a conversation), and `req` remembered as a
-    /// parent for those after it.
-    pub fn link(&mut self, req: &Request) -> Option<Turn> {
+    /// The parent of `req` (None: it starts a conversation) and `req`'s own turn, which is
+    /// remembered as a parent for those after it.
+    pub fn link(&mut self, req: &Request) -> (Option<Turn>, Turn) {
         let session = req.session.map(|s| {
             let mut h = DefaultHasher::new();
             h.write(s);
@@ -135,13 +137,14 @@ impl Links {
             id: req.id,
             turn: parent.map_or(1, |p| p.turn + 1),
             ended_ns: req.ended_ns,
+            root: parent.map_or(req.id, |p| p.root),
             answer: req
                 .answer
                 .and_then(decoded)
                 .map(|a| (a.len(), hash(b'a', &a))),
         };
         self.remember(me, key, text_len, session);
-        parent
+        (parent, me)
     }
 
     /// The latest request whose whole prompt, then its answer, begin `bytes`; the longest.
@@ -253,14 +256,16 @@ mod tests {
         id: u64,
         answer: Option<&str>,
     ) -> Option<Turn> {
-        links.link(&Request {
-            thread: &thread,
-            session: session.map(str::as_bytes),
-            id,
-            arrived_ns: id * 10,
-            ended_ns: id * 10 + 5,
-            answer: answer.map(str::as_bytes),
-        })
+        links
+            .link(&Request {
+                thread: &thread,
+                session: session.map(str::as_bytes),
+                id,
+                arrived_ns: id * 10,
+                ended_ns: id * 10 + 5,
+                answer: answer.map(str::as_bytes),
+            })
+            .0
     }
 
     fn chat(messages: Value) -> Thread {
@@ -293,7 +298,7 @@ mod tests {
             None,
             3,
         );
-        assert_eq!(third.map(|p| (p.id, p.turn)), Some((2, 2)));
+        assert_eq!(third.map(|p| (p.id, p.turn, p.root)), Some((2, 2, 0)));
     }
 
     #[test]
@@ -336,7 +341,7 @@ mod tests {
             ended_ns: 60,
             answer: None,
         };
-        assert_eq!(links.link(&early), None);
+        assert_eq!(links.link(&early).0, None);
     }
 
     #[test]

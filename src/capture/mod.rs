@@ -15,11 +15,11 @@
 pub mod blocks;
 pub mod links;
 mod pair;
+pub mod parts;
 mod record;
 mod request;
 mod writer;
 
-use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,6 +30,7 @@ use mio::{Events, Interest, Poll, Token};
 
 pub use blocks::{random_secret, BlockHasher};
 use pair::{Cx, Ended, Pair};
+use parts::Parts;
 pub use request::MAX_BODY;
 use writer::TraceWriter;
 
@@ -59,6 +60,8 @@ pub struct CaptureConfig {
     pub max_requests: Option<u64>,
     /// Headers whose value names a request's session ([`links`]), first found first.
     pub session_headers: Vec<String>,
+    /// The share of conversations written (`--sample`; 1: all).
+    pub sample: f64,
 }
 
 /// What went through.
@@ -73,6 +76,12 @@ pub struct CaptureStats {
     pub unread_why: Option<String>,
     /// Other requests (`GET /v1/models`, ...): forwarded, not in the trace.
     pub other: u64,
+    /// Generation requests of the conversations `--sample` left out: forwarded, not in the
+    /// trace.
+    pub sampled_out: u64,
+    /// The trace's files (`--rotate-*`: its parts), and the last one written.
+    pub parts: u64,
+    pub last_part: PathBuf,
 }
 
 pub struct Capture {
@@ -90,13 +99,8 @@ pub struct Capture {
 }
 
 impl Capture {
-    /// Listens on `listen`; the trace goes to `out` (at `path`, named in errors).
-    pub fn bind(
-        listen: SocketAddr,
-        cfg: CaptureConfig,
-        out: File,
-        path: PathBuf,
-    ) -> io::Result<Capture> {
+    /// Listens on `listen`; the trace goes to `out`.
+    pub fn bind(listen: SocketAddr, cfg: CaptureConfig, out: Parts) -> io::Result<Capture> {
         let poll = Poll::new()?;
         let mut listener = TcpListener::bind(listen)?;
         poll.registry()
@@ -107,7 +111,13 @@ impl Capture {
             upstream: cfg.upstream,
             upstream_tls: cfg.upstream_tls,
             max_requests: cfg.max_requests,
-            writer: TraceWriter::start(out, path, cfg.counter, cfg.hasher, cfg.session_headers),
+            writer: TraceWriter::start(
+                out,
+                cfg.counter,
+                cfg.hasher,
+                cfg.session_headers,
+                cfg.sample,
+            ),
             clock: RunClock::new(),
             pairs: Vec::new(),
             free: Vec::new(),

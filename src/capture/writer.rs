@@ -3,9 +3,6 @@
 //! in the order the requests were taken, flushed as it goes.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::PathBuf;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -13,9 +10,11 @@ use crossbeam_channel::{Receiver, Sender};
 use super::blocks::BlockHasher;
 use super::links::{self, Links};
 use super::pair::Ended;
+use super::parts::Parts;
 use super::{record, request, CaptureStats};
 use crate::error::{Error, Result};
 use crate::prompt::PromptCounter;
+use crate::rng::SplitMix64;
 
 /// Ended exchanges queued for the writer before the event loop waits for it (the lines of
 /// a burst of long prompts take a while to tokenize).
@@ -28,11 +27,11 @@ pub struct TraceWriter {
 
 /// What the writer thread holds.
 struct Lines {
-    out: BufWriter<File>,
-    path: PathBuf,
+    out: Parts,
     counter: PromptCounter,
     hasher: BlockHasher,
     links: Links,
+    sample: Sample,
     /// Headers naming a request's session.
     session_headers: Vec<String>,
     /// Ended exchanges waiting for the ones taken before them (by index).
@@ -47,19 +46,19 @@ struct Lines {
 
 impl TraceWriter {
     pub fn start(
-        out: File,
-        path: PathBuf,
+        out: Parts,
         counter: PromptCounter,
         hasher: BlockHasher,
         session_headers: Vec<String>,
+        sample: f64,
     ) -> Self {
         let (tx, rx) = crossbeam_channel::bounded(QUEUE);
         let lines = Lines {
-            out: BufWriter::new(out),
-            path,
+            out,
             counter,
             hasher,
             links: Links::default(),
+            sample: Sample::new(sample),
             session_headers,
             waiting: BTreeMap::new(),
             next: 0,
@@ -88,6 +87,26 @@ impl TraceWriter {
     }
 }
 
+/// `--sample F`: which conversations are written, drawn at random by their first turn.
+struct Sample {
+    fraction: f64,
+    salt: u64,
+}
+
+impl Sample {
+    fn new(fraction: f64) -> Sample {
+        use std::hash::{BuildHasher, Hasher};
+        let salt = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        Sample { fraction, salt }
+    }
+
+    fn keeps(&self, root: u64) -> bool {
+        self.fraction >= 1.0 || SplitMix64::new(self.salt, 0, root).open01() < self.fraction
+    }
+}
+
 impl Lines {
     fn run(mut self, rx: Receiver<Ended>) -> Result<CaptureStats> {
         for e in rx {
@@ -96,13 +115,16 @@ impl Lines {
                 self.next += 1;
                 self.write(&e)?;
             }
-            self.out.flush().map_err(|e| Error::io(&self.path, e))?;
+            self.out.flush()?;
         }
         // A request taken but never ended cannot be: the rest go in order all the same.
         for (_, e) in std::mem::take(&mut self.waiting) {
             self.write(&e)?;
         }
-        self.out.flush().map_err(|e| Error::io(&self.path, e))?;
+        self.out.flush()?;
+        let (last, parts) = self.out.current();
+        self.stats.parts = parts;
+        self.stats.last_part = last.to_path_buf();
         Ok(self.stats)
     }
 
@@ -121,30 +143,38 @@ impl Lines {
                 return Ok(());
             }
         };
-        self.stats.recorded += 1;
-        self.stats.failed += u64::from(!e.record.ok());
-        // Time 0 is the first request's arrival; a request whose body took longer to come
-        // than the next one's is written at that one's time (lines never go back).
         let arrived = e.taken.arrived_ns;
-        let origin = *self.origin.get_or_insert(arrived);
-        let ms = arrived.saturating_sub(origin) as f64 / 1e6;
-        self.last_ms = ms.max(self.last_ms);
-        let parent = seen.thread.as_ref().and_then(|thread| {
+        let linked = seen.thread.as_ref().map(|thread| {
+            let head = &e.taken.bytes[..e.taken.body_at];
             self.links.link(&links::Request {
                 thread,
-                session: request::header(&e.taken.bytes[..e.taken.body_at], &self.session_headers),
+                session: request::header(head, &self.session_headers),
                 id: e.record.index,
                 arrived_ns: arrived,
                 ended_ns: e.record.end_ns.unwrap_or(arrived),
                 answer: e.answer.as_deref(),
             })
         });
+        let parent = linked.and_then(|(parent, _)| parent);
+        // `--sample`: a conversation is kept or left out whole, by its first turn.
+        let root = linked.map_or(e.record.index, |(_, me)| me.root);
+        if !self.sample.keeps(root) {
+            self.stats.sampled_out += 1;
+            return Ok(());
+        }
+        self.stats.recorded += 1;
+        self.stats.failed += u64::from(!e.record.ok());
+        // Time 0 is the first line's arrival; a request whose body took longer to come than
+        // the next one's is written at that one's time (lines never go back).
+        let origin = *self.origin.get_or_insert(arrived);
+        let ms = arrived.saturating_sub(origin) as f64 / 1e6;
+        self.last_ms = ms.max(self.last_ms);
         let place = record::Place {
             timestamp_ms: self.last_ms,
             parent,
             think_ms: parent.map(|p| arrived.saturating_sub(p.ended_ns) as f64 / 1e6),
         };
         let line = record::line(&seen, tokens, &e.record, &self.hasher, &place);
-        writeln!(self.out, "{line}").map_err(|e| Error::io(&self.path, e))
+        self.out.write(&line.to_string(), self.last_ms)
     }
 }

@@ -36,6 +36,17 @@ pub struct CaptureArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Write the trace as numbered parts (TRACE.0.jsonl, TRACE.1.jsonl, ...) of N lines at
+    /// most, each whole once the next opens. Timestamps and ids run on across parts: joined
+    /// in order they are the whole capture.
+    #[arg(long, value_name = "N")]
+    pub rotate_records: Option<u64>,
+
+    /// Numbered parts as --rotate-records, each spanning less than S seconds of arrivals
+    /// (with both, a part ends at whichever comes first).
+    #[arg(long, value_name = "S")]
+    pub rotate_seconds: Option<f64>,
+
     /// Tokens per hash id. 16 (vLLM's and SGLang's page, Qwen-Bailian's) keeps reuse as the
     /// server saw it; a larger block loses the reuse of a prompt's last partial block (at 512,
     /// most of a short prompt's). Each line names it, and `replay` uses it.
@@ -54,6 +65,12 @@ pub struct CaptureArgs {
     /// random key: ids line up within this capture only.
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+
+    /// Write this share of the conversations (0 < F <= 1), each whole: a conversation's turns
+    /// are kept or left out together, drawn at random by its first turn. The rest are
+    /// forwarded as every request is, and counted at the end.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    pub sample: f64,
 
     /// Stop after this many requests (of any kind) were taken, once they are answered.
     #[arg(long, value_name = "N")]

@@ -1,16 +1,16 @@
 //! `llmreplay capture`: the proxy started on its listener, serving until a signal or
 //! `--max-requests`.
 
-use std::fs::File;
-
+use crate::capture::parts::Parts;
 use crate::capture::{Capture, CaptureStats};
 use crate::error::{Error, Result};
 use crate::plan::CapturePlan;
 
 /// Serves the plan's capture; says where it listens on stdout's first line.
 pub fn run(plan: CapturePlan) -> Result<CaptureStats> {
-    let out = File::create(&plan.output).map_err(|e| Error::io(&plan.output, e))?;
-    let capture = Capture::bind(plan.listen, plan.config, out, plan.output.clone())
+    let out = Parts::create(&plan.output, plan.rotation)?;
+    let files = files(&plan);
+    let capture = Capture::bind(plan.listen, plan.config, out)
         .map_err(|e| Error::Run(format!("capture: cannot listen on {}: {e}", plan.listen)))?;
     let addr = capture
         .addr()
@@ -22,7 +22,7 @@ pub fn run(plan: CapturePlan) -> Result<CaptureStats> {
         "capture: every request to {addr} goes to {} unchanged; each generation request is a \
          line of {} (lengths, {} hash ids, timings; no text). Ctrl-C ends it.",
         plan.upstream_url,
-        plan.output.display(),
+        files,
         match plan.keyed {
             true => "keyed (--key-file)",
             false => "randomly keyed",
@@ -31,4 +31,26 @@ pub fn run(plan: CapturePlan) -> Result<CaptureStats> {
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
     capture.run()
+}
+
+/// Where the lines go, as said before the capture starts.
+fn files(plan: &CapturePlan) -> String {
+    let r = &plan.rotation;
+    let first = Parts::path(&plan.output, r, 0);
+    if !r.rotates() {
+        return first.display().to_string();
+    }
+    let mut full = Vec::new();
+    if let Some(n) = r.records {
+        full.push(format!("{n} lines"));
+    }
+    if let Some(s) = r.seconds {
+        full.push(format!("{s} s"));
+    }
+    format!(
+        "{}, {}, ... (a new part after {})",
+        first.display(),
+        Parts::path(&plan.output, r, 1).display(),
+        full.join(" or ")
+    )
 }

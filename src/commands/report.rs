@@ -27,6 +27,15 @@ fn requests(dir: &Path) -> Result<PathBuf> {
     }
 }
 
+/// A compared run's records: a run directory's requests.jsonl, or a records file given
+/// itself (a capture's trace among them: its lines are what the proxy saw).
+fn records_of(path: &Path) -> Result<PathBuf> {
+    match path.is_file() {
+        true => Ok(path.to_path_buf()),
+        false => requests(path),
+    }
+}
+
 /// Where the report of a records file goes by default: beside it, `client.jsonl` →
 /// `client-report/`.
 fn report_dir_for(file: &Path) -> PathBuf {
@@ -54,8 +63,8 @@ pub fn run(
             dir.clone(),
         )),
         [a, b] => {
-            let mut run_a = report::load_run(a, &requests(a)?, render, None)?;
-            let mut run_b = report::load_run(b, &requests(b)?, render, None)?;
+            let mut run_a = report::load_run(a, &records_of(a)?, render, None)?;
+            let mut run_b = report::load_run(b, &records_of(b)?, render, None)?;
             let rows = compare::rows(&run_a.summary, &run_b.summary);
             let (name_a, name_b) = (a.display().to_string(), b.display().to_string());
             if let Some(why) = unlike(a, b) {
@@ -72,12 +81,16 @@ pub fn run(
                 ),
             }
             let page = compare::page(&rows, &mut run_a, &mut run_b, &name_a, &name_b);
-            let path = output.map_or_else(|| b.join("compare.html"), Path::to_path_buf);
+            let path = match output {
+                Some(path) => path.to_path_buf(),
+                None if b.is_file() => report_dir_for(b).with_extension("html"),
+                None => b.join("compare.html"),
+            };
             report::write_atomic(&path, page.as_bytes())?;
             Ok(Reported::Compared { page: path })
         }
         _ => Err(Error::Usage(
-            "report takes one or two run directories".into(),
+            "report takes one or two run directories (or records files)".into(),
         )),
     }
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::capture::links::SESSION_HEADERS;
+use crate::capture::parts::{Parts, Rotation};
 use crate::capture::{random_secret, BlockHasher, CaptureConfig};
 use crate::cli::CaptureArgs;
 use crate::error::{Error, Result};
@@ -18,6 +19,8 @@ pub struct CapturePlan {
     /// The upstream as printed (no credentials).
     pub upstream_url: String,
     pub output: PathBuf,
+    /// `--rotate-records`, `--rotate-seconds`.
+    pub rotation: Rotation,
     /// The hash ids' key came from `--key-file` (else a random one).
     pub keyed: bool,
     pub config: CaptureConfig,
@@ -40,10 +43,20 @@ impl CapturePlan {
                 BLOCK_SIZES.end()
             )));
         }
-        if a.output.exists() && !a.force {
+        if !(a.sample > 0.0 && a.sample <= 1.0) {
             return Err(Error::Usage(format!(
-                "--output {} exists; give --force to overwrite it",
-                a.output.display()
+                "--sample {}: give the share of conversations to write, above 0 and at most 1 \
+                 (0.1 writes one in ten)",
+                a.sample
+            )));
+        }
+        let rotation = rotation(a)?;
+        let first = Parts::path(&a.output, &rotation, 0);
+        if first.exists() && !a.force {
+            return Err(Error::Usage(format!(
+                "--output {}: {} exists; give --force to overwrite it",
+                a.output.display(),
+                first.display()
             )));
         }
         let secret = match &a.key_file {
@@ -67,6 +80,7 @@ impl CapturePlan {
             listen: a.listen,
             upstream_url: upstream.url.clone(),
             output: a.output.clone(),
+            rotation,
             keyed: a.key_file.is_some(),
             config: CaptureConfig {
                 upstream: upstream.resolve()?,
@@ -80,9 +94,28 @@ impl CapturePlan {
                     .cloned()
                     .chain(SESSION_HEADERS.iter().map(|h| h.to_string()))
                     .collect(),
+                sample: a.sample,
             },
         })
     }
+}
+
+/// `--rotate-records N` (at least 1), `--rotate-seconds S` (above 0).
+fn rotation(a: &CaptureArgs) -> Result<Rotation> {
+    if a.rotate_records == Some(0) {
+        return Err(Error::Usage(
+            "--rotate-records 0: give the lines a part holds, at least 1".into(),
+        ));
+    }
+    if let Some(s) = a.rotate_seconds.filter(|s| !(*s > 0.0 && s.is_finite())) {
+        return Err(Error::Usage(format!(
+            "--rotate-seconds {s}: give the seconds a part spans, above 0"
+        )));
+    }
+    Ok(Rotation {
+        records: a.rotate_records,
+        seconds: a.rotate_seconds,
+    })
 }
 
 /// `--key-file`: its bytes, at least 16 of them.

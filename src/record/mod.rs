@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::trace::TraceIds;
 
+pub mod captured;
 pub mod line;
 pub mod trace_replayer;
 
@@ -30,6 +31,8 @@ impl RecordFormat {
     pub fn read_any(v: &Value, line_index: u64) -> Result<RequestRecord, String> {
         if trace_replayer::is_trace_replayer(v) {
             trace_replayer::from_json(v, line_index)
+        } else if captured::is_captured(v) {
+            captured::from_json(v)
         } else {
             RequestRecord::from_json(v)
         }
