@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # What `llmreplay capture` adds: the same load replayed against a mock in its own process,
 # straight and through the capture, alternately, ROUNDS times; per round the TTFT p50 and p99
-# of each, the difference (what the proxy adds), and the capture's CPU per 1M tokens it
-# forwarded (from /proc: user+system time of its process).
+# of each, the difference (what the proxy adds), the capture's CPU per 1M tokens it
+# forwarded (from /proc: user+system time of its process), and how far its timestamps lie
+# from the replay's sends (p99 over the requests, the k-th arrival against the k-th send,
+# each from the first).
 # Usage: scripts/bench-capture.sh [bench-configs/capture.env]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +30,7 @@ mock=$(sed -n 's/^listening on //p' "$out/mock.out")
 ttft() { python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['ttft_ms']; print(t['p50'], t['p99'])" "$1/summary.json"; }
 replay() { "$bin" replay --quiet --model m --api openai-completions --endpoint "http://$1" \
   --trace "$out/trace.jsonl" --connections "$STREAMS" --output "$2" >/dev/null 2>&1; }
-printf '%-6s %10s %10s %10s %10s %10s %12s\n' round p50 p99 p50-prx p99-prx added-p99 cpu-s/1Mtok
+printf '%-6s %10s %10s %10s %10s %10s %12s %10s\n' round p50 p99 p50-prx p99-prx added-p99 cpu-s/1Mtok ts-err-p99
 for r in $(seq 1 "$ROUNDS"); do
   replay "$mock" "$out/direct-$r"
   "$bin" capture --listen 127.0.0.1:0 --upstream "http://$mock" --tokenizer "$TOKENIZER" \
@@ -43,11 +45,16 @@ for r in $(seq 1 "$ROUNDS"); do
   read -r d50 d99 <<< "$(ttft "$out/direct-$r")"
   read -r p50 p99 <<< "$(ttft "$out/proxied-$r")"
   tokens=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['output_tokens'])" "$out/proxied-$r/summary.json")
-  python3 - "$r" "$d50" "$d99" "$p50" "$p99" "$ticks" "$tokens" "$(getconf CLK_TCK)" <<'PY'
-import sys
-r, d50, d99, p50, p99, ticks, tokens, hz = sys.argv[1:]
+  python3 - "$r" "$d50" "$d99" "$p50" "$p99" "$ticks" "$tokens" "$(getconf CLK_TCK)" \
+    "$out/cap-$r.jsonl" "$out/proxied-$r/requests.jsonl" <<'PY'
+import json, sys
+r, d50, d99, p50, p99, ticks, tokens, hz, cap, sent = sys.argv[1:]
 cpu = float(ticks) / float(hz)
+arrivals = sorted(json.loads(l)["timestamp"] * 1e3 for l in open(cap))
+sends = sorted(json.loads(l)["sent_ms"] for l in open(sent))
+errs = sorted(abs(a - (s - sends[0])) for a, s in zip(arrivals, sends))
+err99 = errs[max(int(len(errs) * 0.99) - 1, 0)]
 print(f"{r:<6} {float(d50):10.3f} {float(d99):10.3f} {float(p50):10.3f} {float(p99):10.3f} "
-      f"{float(p99) - float(d99):10.3f} {cpu / max(int(tokens), 1) * 1e6:12.2f}")
+      f"{float(p99) - float(d99):10.3f} {cpu / max(int(tokens), 1) * 1e6:12.2f} {err99:10.3f}")
 PY
 done

@@ -23,6 +23,7 @@ mod writer;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mio::net::TcpListener;
@@ -39,7 +40,7 @@ use crate::prompt::PromptCounter;
 use crate::stats::Gaps;
 use crate::sys::clock::RunClock;
 use crate::sys::stop::signals_received;
-use crate::transport::TlsTarget;
+use crate::transport::{Stream, TlsTarget};
 
 /// How long answers in flight may take to end once the capture stops.
 pub const DRAIN: Duration = Duration::from_secs(10);
@@ -49,10 +50,20 @@ const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 const LISTENER: Token = Token(usize::MAX);
 
+/// A server requests go to.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub tls: Option<TlsTarget>,
+    /// As printed (no credentials).
+    pub url: String,
+}
+
 /// What the capture needs.
 pub struct CaptureConfig {
-    pub upstream: SocketAddr,
-    pub upstream_tls: Option<TlsTarget>,
+    /// Each client connection goes to the next in turn.
+    pub upstreams: Vec<Server>,
+    /// `--tls-cert`: clients are served https.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// The served model's tokenizer and chat template.
     pub counter: PromptCounter,
     pub hasher: BlockHasher,
@@ -87,8 +98,10 @@ pub struct CaptureStats {
 pub struct Capture {
     poll: Poll,
     listener: Option<TcpListener>,
-    upstream: SocketAddr,
-    upstream_tls: Option<TlsTarget>,
+    upstreams: Vec<Server>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// The number of connections accepted: the next one's upstream.
+    accepted: usize,
     max_requests: Option<u64>,
     writer: TraceWriter,
     clock: RunClock,
@@ -108,8 +121,9 @@ impl Capture {
         Ok(Capture {
             poll,
             listener: Some(listener),
-            upstream: cfg.upstream,
-            upstream_tls: cfg.upstream_tls,
+            upstreams: cfg.upstreams,
+            tls: cfg.tls,
+            accepted: 0,
             max_requests: cfg.max_requests,
             writer: TraceWriter::start(
                 out,
@@ -210,7 +224,19 @@ impl Capture {
                 self.pairs.push(None);
                 self.pairs.len() - 1
             });
-            match Pair::accept(tcp, slot, self.poll.registry()) {
+            let upstream = self.accepted % self.upstreams.len();
+            self.accepted += 1;
+            let client = match &self.tls {
+                None => Stream::Plain(tcp),
+                Some(tls) => match rustls::ServerConnection::new(Arc::clone(tls)) {
+                    Ok(session) => Stream::tls(tcp, session),
+                    Err(_) => {
+                        self.free.push(slot);
+                        continue;
+                    }
+                },
+            };
+            match Pair::accept(client, slot, upstream, self.poll.registry()) {
                 Ok(pair) => {
                     self.pairs[slot] = Some(pair);
                     touched.push((slot, true));
@@ -245,8 +271,7 @@ impl Capture {
     ) {
         let mut cx = Cx {
             registry: self.poll.registry(),
-            upstream: self.upstream,
-            upstream_tls: self.upstream_tls.as_ref(),
+            upstreams: &self.upstreams,
             gaps: &mut self.gaps,
             next_index: &mut self.next_index,
             now: self.clock.now_ns(),

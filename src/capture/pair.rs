@@ -5,7 +5,6 @@
 //! capture, which writes its record.
 
 use std::io::{self, ErrorKind as IoKind};
-use std::net::SocketAddr;
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -17,7 +16,7 @@ use crate::record::{ErrorKind, RequestRecord};
 use crate::sender::wire::{Ending, Outcome, Reading, Wire};
 use crate::sender::Exchange;
 use crate::stats::Gaps;
-use crate::transport::{Stream, TlsTarget};
+use crate::transport::Stream;
 
 /// Answer bytes held for a slow client before the upstream is no longer read (the rest
 /// waits in the kernel: memory stays bounded however slow the client).
@@ -29,8 +28,7 @@ const MAX_ROUNDS: usize = 64;
 /// What a pair needs of the capture.
 pub struct Cx<'a> {
     pub registry: &'a Registry,
-    pub upstream: SocketAddr,
-    pub upstream_tls: Option<&'a TlsTarget>,
+    pub upstreams: &'a [super::Server],
     pub gaps: &'a mut Gaps,
     pub next_index: &'a mut u64,
     pub now: u64,
@@ -44,6 +42,8 @@ pub struct Cx<'a> {
 pub struct Taken {
     pub bytes: Vec<u8>,
     pub body_at: usize,
+    /// Its body came in chunks.
+    pub chunked: bool,
     pub route: Option<(Api, api::Route)>,
     /// It asked for a stream.
     pub stream: bool,
@@ -51,8 +51,13 @@ pub struct Taken {
 }
 
 impl Taken {
-    pub fn body(&self) -> &[u8] {
-        &self.bytes[self.body_at..]
+    /// Its body as the server reads it (a chunked one's chunks joined).
+    pub fn body(&self) -> std::borrow::Cow<'_, [u8]> {
+        let body = &self.bytes[self.body_at..];
+        match self.chunked {
+            true => request::dechunk(body).into(),
+            false => body.into(),
+        }
     }
 }
 
@@ -75,6 +80,8 @@ struct Upstream {
 pub struct Pair {
     client: Stream,
     slot: usize,
+    /// Its upstream, of the capture's.
+    target: usize,
     input: Vec<u8>,
     /// When the first bytes of the request now in `input` came.
     arrived_ns: Option<u64>,
@@ -104,16 +111,24 @@ pub fn slot_of(token: Token) -> (usize, bool) {
 }
 
 impl Pair {
-    pub fn accept(mut tcp: TcpStream, slot: usize, registry: &Registry) -> io::Result<Pair> {
-        tcp.set_nodelay(true)?;
+    /// A client connection (plain, or TLS as the listener serves it) whose requests go to
+    /// `cx.upstreams[upstream]`.
+    pub fn accept(
+        mut client: Stream,
+        slot: usize,
+        upstream: usize,
+        registry: &Registry,
+    ) -> io::Result<Pair> {
+        client.tcp().set_nodelay(true)?;
         registry.register(
-            &mut tcp,
+            client.tcp_mut(),
             client_token(slot),
             Interest::READABLE | Interest::WRITABLE,
         )?;
         Ok(Pair {
-            client: Stream::Plain(tcp),
+            client,
             slot,
+            target: upstream,
             input: Vec::new(),
             arrived_ns: None,
             to_client: Vec::new(),
@@ -200,7 +215,7 @@ impl Pair {
         if self.taken.is_some() || self.input.is_empty() || self.close_client || cx.stopping {
             return;
         }
-        let (len, body_at, method, path) = match request::frame(&self.input) {
+        let (len, body_at, method, path, chunked) = match request::frame(&self.input) {
             Framed::Partial => return,
             Framed::Refused(status, why) => {
                 self.input.clear();
@@ -214,10 +229,11 @@ impl Pair {
                 method,
                 path,
                 last,
+                chunked,
             } => {
                 // Its answer is the connection's last: the client is closed once it is written.
                 self.close_client |= last;
-                (len, body_at, method, path)
+                (len, body_at, method, path, chunked)
             }
         };
         let rest = self.input.split_off(len);
@@ -251,6 +267,7 @@ impl Pair {
         self.taken = Some(Taken {
             bytes,
             body_at,
+            chunked,
             route,
             stream,
             arrived_ns,
@@ -264,7 +281,8 @@ impl Pair {
     fn open_upstream(&mut self, cx: &mut Cx) -> Result<&mut Upstream, (ErrorKind, String)> {
         if self.upstream.is_none() {
             let fail = |e: io::Error| (ErrorKind::Connect, e.to_string());
-            let mut tcp = TcpStream::connect(cx.upstream).map_err(fail)?;
+            let target = &cx.upstreams[self.target];
+            let mut tcp = TcpStream::connect(target.addr).map_err(fail)?;
             cx.registry
                 .register(
                     &mut tcp,
@@ -272,7 +290,7 @@ impl Pair {
                     Interest::READABLE | Interest::WRITABLE,
                 )
                 .map_err(fail)?;
-            let stream = match cx.upstream_tls {
+            let stream = match &target.tls {
                 Some(tls) => tls.wrap(tcp).map_err(|e| (ErrorKind::Tls, e.to_string()))?,
                 None => Stream::Plain(tcp),
             };
@@ -409,7 +427,7 @@ impl Pair {
     /// The upstream could not be reached: the client gets a 502, the record says why.
     fn bad_gateway(&mut self, kind: ErrorKind, why: &str, cx: &mut Cx, ended: &mut Vec<Ended>) {
         self.close_upstream(cx.registry);
-        let why = format!("the upstream {}: {why}", cx.upstream);
+        let why = format!("the upstream {}: {why}", cx.upstreams[self.target].url);
         self.to_client.extend(local_answer(502, &why));
         self.close_client = true;
         if let Some(ex) = self.wire.exchange_mut() {
@@ -546,7 +564,7 @@ fn local_answer(status: u16, why: &str) -> Vec<u8> {
     .to_string();
     let reason = match status {
         400 => "Bad Request",
-        411 => "Length Required",
+        501 => "Not Implemented",
         413 => "Content Too Large",
         431 => "Request Header Fields Too Large",
         _ => "Bad Gateway",

@@ -28,6 +28,8 @@ pub enum Framed {
         /// The client closes after this request (`connection: close`, or HTTP/1.0 without
         /// keep-alive): so does the proxy, once the answer is written.
         last: bool,
+        /// Its body is sent in chunks (`transfer-encoding: chunked`): [`dechunk`] reads it.
+        chunked: bool,
     },
     /// Not one the capture can frame: answered with this status and reason, and closed.
     Refused(u16, String),
@@ -46,6 +48,7 @@ pub fn frame(input: &[u8]) -> Framed {
         Err(e) => return Framed::Refused(400, format!("invalid request: {e}")),
     };
     let mut body_len = 0usize;
+    let mut chunked = false;
     let mut last = req.version == Some(0);
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
@@ -57,10 +60,15 @@ pub fn frame(input: &[u8]) -> Framed {
             last = has("close") || (last && !has("keep-alive"));
         }
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            return Framed::Refused(
-                411,
-                "llmreplay capture takes request bodies with a content-length".into(),
-            );
+            if !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return Framed::Refused(
+                    501,
+                    "llmreplay capture takes request bodies plain or chunked, no other \
+                     transfer-encoding"
+                        .into(),
+                );
+            }
+            chunked = true;
         }
         if h.name.eq_ignore_ascii_case("content-length") {
             let value = std::str::from_utf8(h.value).ok().map(str::trim);
@@ -70,8 +78,17 @@ pub fn frame(input: &[u8]) -> Framed {
             }
         }
     }
+    let too_large = || Framed::Refused(413, format!("a request body over {} MiB", MAX_BODY >> 20));
+    if chunked {
+        match chunked_len(&input[body_at..]) {
+            Ok(Some(n)) => body_len = n,
+            Ok(None) if input.len() - body_at > MAX_BODY => return too_large(),
+            Ok(None) => return Framed::Partial,
+            Err(why) => return Framed::Refused(400, format!("invalid chunked body: {why}")),
+        }
+    }
     if body_len > MAX_BODY {
-        return Framed::Refused(413, format!("a request body over {} MiB", MAX_BODY >> 20));
+        return too_large();
     }
     if input.len() < body_at + body_len {
         return Framed::Partial;
@@ -82,7 +99,57 @@ pub fn frame(input: &[u8]) -> Framed {
         method: req.method.unwrap_or("").to_string(),
         path: req.path.unwrap_or("").to_string(),
         last,
+        chunked,
     }
+}
+
+/// The chunks of a chunked body, each as `(start, end)` of its data in `body`, and where
+/// the body ends (its last chunk and trailers included); `Ok(None)` while it is arriving.
+fn chunks(body: &[u8], mut each: impl FnMut(usize, usize)) -> Result<Option<usize>, String> {
+    let mut at = 0;
+    loop {
+        let (line, size) = match httparse::parse_chunk_size(&body[at..]) {
+            Ok(httparse::Status::Complete(c)) => c,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(_) => return Err("a chunk size that is not hexadecimal".into()),
+        };
+        at += line;
+        if size == 0 {
+            // Trailer lines, then an empty one.
+            loop {
+                let Some(eol) = memchr::memmem::find(&body[at..], b"\r\n") else {
+                    return Ok(None);
+                };
+                at += eol + 2;
+                if eol == 0 {
+                    return Ok(Some(at));
+                }
+            }
+        }
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|&n| n <= MAX_BODY)
+            .ok_or("a chunk over the body limit")?;
+        if body.len() < at + size + 2 {
+            return Ok(None);
+        }
+        if &body[at + size..at + size + 2] != b"\r\n" {
+            return Err("a chunk not ended by CRLF".into());
+        }
+        each(at, at + size);
+        at += size + 2;
+    }
+}
+
+fn chunked_len(body: &[u8]) -> Result<Option<usize>, String> {
+    chunks(body, |_, _| {})
+}
+
+/// A whole chunked body's data, its chunks joined.
+pub fn dechunk(body: &[u8]) -> Vec<u8> {
+    let mut data = Vec::with_capacity(body.len());
+    let _ = chunks(body, |start, end| data.extend_from_slice(&body[start..end]));
+    data
 }
 
 /// What the trace keeps of a generation request.
@@ -239,8 +306,9 @@ mod tests {
                 method,
                 path,
                 last,
+                chunked,
             } => {
-                assert!(!last, "HTTP/1.1 keeps the connection");
+                assert!(!last && !chunked, "HTTP/1.1 keeps the connection");
                 assert_eq!(&req[body_at..len], b"abcd");
                 assert_eq!(
                     (method.as_str(), path.as_str()),
@@ -260,8 +328,27 @@ mod tests {
                 "{head}"
             );
         }
-        let chunked = b"POST /v1/completions HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n";
-        assert!(matches!(frame(chunked), Framed::Refused(411, _)));
+        let chunked = b"POST /v1/completions HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n\
+                        4\r\n{\"a\"\r\n3;ext=1\r\n: 1\r\n1\r\n}\r\n0\r\nx-t: 1\r\n\r\nNEXT";
+        for cut in [70, chunked.len() - 7] {
+            assert!(matches!(frame(&chunked[..cut]), Framed::Partial), "{cut}");
+        }
+        match frame(chunked) {
+            Framed::Whole {
+                len,
+                body_at,
+                chunked: true,
+                ..
+            } => {
+                assert_eq!(&chunked[len..], b"NEXT");
+                assert_eq!(dechunk(&chunked[body_at..len]), br#"{"a": 1}"#);
+            }
+            _ => panic!("a whole chunked request"),
+        }
+        let gzip = b"POST /v1/completions HTTP/1.1\r\ntransfer-encoding: gzip\r\n\r\n";
+        assert!(matches!(frame(gzip), Framed::Refused(501, _)));
+        let bad = b"POST /v1/completions HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n";
+        assert!(matches!(frame(bad), Framed::Refused(400, _)));
         assert!(matches!(
             frame(b"\x01\x02 nonsense\r\n\r\n"),
             Framed::Refused(400, _)

@@ -134,7 +134,8 @@ impl Lines {
             self.stats.other += 1;
             return Ok(());
         };
-        let seen = request::read(*api, route, e.taken.body(), &self.counter);
+        let body = e.taken.body();
+        let seen = request::read(*api, route, &body, &self.counter);
         let tokens = match &seen.tokens {
             Ok(tokens) => tokens,
             Err(why) => {

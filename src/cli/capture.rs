@@ -12,9 +12,10 @@ pub struct CaptureArgs {
     pub listen: std::net::SocketAddr,
 
     /// The server every request goes to, unchanged: `http://HOST:PORT` or `https://...`
-    /// (its root; the request's own path is kept).
-    #[arg(long, value_name = "URL")]
-    pub upstream: String,
+    /// (its root; the request's own path is kept). Repeat for several: each client connection
+    /// goes to the next in turn, and its requests stay on it.
+    #[arg(long, value_name = "URL", required = true)]
+    pub upstream: Vec<String>,
 
     /// The served model's tokenizer (tokenizer.json, its directory, or a Hugging Face name in
     /// the local cache): each prompt is rendered by its chat template, counted and cut into
@@ -75,6 +76,14 @@ pub struct CaptureArgs {
     /// Stop after this many requests (of any kind) were taken, once they are answered.
     #[arg(long, value_name = "N")]
     pub max_requests: Option<u64>,
+
+    /// Serve clients https with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 
     /// Trust this PEM CA certificate for an https upstream, beside the bundled roots.
     #[arg(long, value_name = "FILE")]

@@ -21,7 +21,7 @@ pub fn run(plan: CapturePlan) -> Result<CaptureStats> {
     eprintln!(
         "capture: every request to {addr} goes to {} unchanged; each generation request is a \
          line of {} (lengths, {} hash ids, timings; no text). Ctrl-C ends it.",
-        plan.upstream_url,
+        plan.upstream_urls.join(", "),
         files,
         match plan.keyed {
             true => "keyed (--key-file)",

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::capture::links::SESSION_HEADERS;
 use crate::capture::parts::{Parts, Rotation};
-use crate::capture::{random_secret, BlockHasher, CaptureConfig};
+use crate::capture::{random_secret, BlockHasher, CaptureConfig, Server};
 use crate::cli::CaptureArgs;
 use crate::error::{Error, Result};
 use crate::http::endpoint::Endpoint;
@@ -16,8 +16,8 @@ const BLOCK_SIZES: std::ops::RangeInclusive<usize> = 1..=65_536;
 /// A checked `capture` command.
 pub struct CapturePlan {
     pub listen: std::net::SocketAddr,
-    /// The upstream as printed (no credentials).
-    pub upstream_url: String,
+    /// The upstreams as printed (no credentials).
+    pub upstream_urls: Vec<String>,
     pub output: PathBuf,
     /// `--rotate-records`, `--rotate-seconds`.
     pub rotation: Rotation,
@@ -28,14 +28,6 @@ pub struct CapturePlan {
 
 impl CapturePlan {
     pub fn from_args(a: &CaptureArgs) -> Result<CapturePlan> {
-        let upstream = Endpoint::parse(&a.upstream)?;
-        if !upstream.base_path.is_empty() {
-            return Err(Error::Usage(format!(
-                "--upstream {}: give the server's root (http://HOST:PORT): each request keeps \
-                 the path the client sent",
-                upstream.url
-            )));
-        }
         if !BLOCK_SIZES.contains(&a.block_size) {
             return Err(Error::Usage(format!(
                 "--block-size {}: give 1 to {} tokens",
@@ -63,28 +55,24 @@ impl CapturePlan {
             Some(path) => read_key(path)?,
             None => random_secret().map_err(Error::Run)?.to_vec(),
         };
-        let upstream_tls = match upstream.tls {
-            true => {
-                let options = TlsOptions {
-                    ca_cert: a.ca_cert.clone(),
-                    insecure: a.insecure,
-                };
-                Some(ClientTls::new(&options)?.target(&upstream.host)?)
-            }
-            false => None,
-        };
+        let upstreams = upstreams(a)?;
         let (tokenizer, file) = crate::prompt::load_tokenizer(&a.tokenizer)?;
         let counter =
             crate::prompt::PromptCounter::new(tokenizer, &file, a.tokenizer_config.as_deref())?;
         Ok(CapturePlan {
             listen: a.listen,
-            upstream_url: upstream.url.clone(),
+            upstream_urls: upstreams.iter().map(|u| u.url.clone()).collect(),
             output: a.output.clone(),
             rotation,
             keyed: a.key_file.is_some(),
             config: CaptureConfig {
-                upstream: upstream.resolve()?,
-                upstream_tls,
+                upstreams,
+                tls: match (&a.tls_cert, &a.tls_key) {
+                    (Some(cert), Some(key)) => {
+                        Some(crate::transport::tls::server_config(cert, key)?)
+                    }
+                    _ => None,
+                },
                 counter,
                 hasher: BlockHasher::new(&secret, a.block_size),
                 max_requests: a.max_requests,
@@ -98,6 +86,43 @@ impl CapturePlan {
             },
         })
     }
+}
+
+/// `--upstream URL`, each: a server's root, resolved, its TLS set up for `https://`.
+fn upstreams(a: &CaptureArgs) -> Result<Vec<Server>> {
+    let mut client_tls = None;
+    a.upstream
+        .iter()
+        .map(|url| {
+            let upstream = Endpoint::parse(url)?;
+            if !upstream.base_path.is_empty() {
+                return Err(Error::Usage(format!(
+                    "--upstream {}: give the server's root (http://HOST:PORT): each request \
+                     keeps the path the client sent",
+                    upstream.url
+                )));
+            }
+            let tls = match upstream.tls {
+                true => {
+                    if client_tls.is_none() {
+                        let options = TlsOptions {
+                            ca_cert: a.ca_cert.clone(),
+                            insecure: a.insecure,
+                        };
+                        client_tls = Some(ClientTls::new(&options)?);
+                    }
+                    let client = client_tls.as_ref().expect("made above");
+                    Some(client.target(&upstream.host)?)
+                }
+                false => None,
+            };
+            Ok(Server {
+                addr: upstream.resolve()?,
+                tls,
+                url: upstream.url.clone(),
+            })
+        })
+        .collect()
 }
 
 /// `--rotate-records N` (at least 1), `--rotate-seconds S` (above 0).

@@ -550,3 +550,166 @@ fn a_slow_client_and_a_100_mb_body_hold_up_nobody_and_are_recorded() {
     outputs.sort_unstable();
     assert_eq!(outputs, [2, 3, 4]);
 }
+
+#[test]
+fn client_connections_take_the_upstreams_in_turn() {
+    let dir = temp_dir("capture-upstreams");
+    let (one, two) = (MockProcess::start(&[]), MockProcess::start(&[]));
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(
+        &one.url(),
+        &captured,
+        &["--upstream", &two.url(), "--max-requests", "4"],
+    );
+    let body = r#"{"model": "m", "max_tokens": 5, "ignore_eos": true, "prompt": "hi"}"#;
+    for _ in 0..4 {
+        let answer = ask(&capture.addr, "/v1/completions", "", body);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    assert_eq!(read_jsonl(&captured).len(), 4);
+    // Each server generated for two of the four connections (its own counter says so).
+    for mock in [&one, &two] {
+        let mut conn = TcpStream::connect(mock.url().trim_start_matches("http://")).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            conn,
+            "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut metrics = String::new();
+        let _ = conn.read_to_string(&mut metrics);
+        let generated = metrics
+            .lines()
+            .find(|l| l.starts_with("vllm:generation_tokens_total"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<f64>().ok());
+        assert_eq!(generated, Some(10.0), "{metrics}");
+    }
+}
+
+#[test]
+fn clients_may_speak_https_to_the_capture() {
+    let dir = temp_dir("capture-tls");
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(
+        &mock.url(),
+        &captured,
+        &[
+            "--max-requests",
+            "5",
+            "--tls-cert",
+            path(&cert),
+            "--tls-key",
+            path(&key),
+        ],
+    );
+    let trace = text_trace(&dir, 5, 20, 4);
+    let run = bin()
+        .args([
+            "replay",
+            "--quiet",
+            "--model",
+            "m",
+            "--api",
+            "openai-completions",
+        ])
+        .args(["--endpoint", &format!("https://{}", capture.addr)])
+        .args(["--ca-cert", path(&cert), "--trace"])
+        .arg(&trace)
+        .arg("--output")
+        .arg(dir.join("run"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let lines = read_jsonl(&captured);
+    assert_eq!(lines.len(), 5);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["status"] == 200 && l.get("error").is_none()),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_chunked_request_body_goes_upstream_unchanged_and_is_read_whole() {
+    let dir = temp_dir("capture-chunked");
+    // An upstream of our own: it keeps the bytes it is sent and answers with its own count.
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", upstream.local_addr().unwrap());
+    let mut request = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
+          transfer-encoding: chunked\r\n\r\n"
+        .to_vec();
+    for piece in [
+        r#"{"model": "m", ""#,
+        r#"max_tokens": 2, "prompt": "#,
+        r#""chunked"}"#,
+    ] {
+        request.extend(format!("{:x}\r\n{piece}\r\n", piece.len()).bytes());
+    }
+    request.extend(b"0\r\n\r\n");
+    let expected = request.len();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = upstream.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut got = vec![0u8; expected];
+        conn.read_exact(&mut got).unwrap();
+        let body = r#"{"choices": [{"index": 0, "text": "ok go", "finish_reason": "length"}], "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}}"#;
+        write!(
+            conn,
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        got
+    });
+    let captured = dir.join("captured.jsonl");
+    let capture = CaptureProcess::start(&url, &captured, &["--max-requests", "1"]);
+    let mut conn = TcpStream::connect(&capture.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    conn.write_all(&request).unwrap();
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("ok go"),
+        "{answer}"
+    );
+    assert_eq!(
+        server.join().unwrap(),
+        request,
+        "the bytes the upstream got"
+    );
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    let lines = read_jsonl(&captured);
+    assert_eq!(lines.len(), 1, "{said}");
+    // Read whole: the server's count, and our own of the prompt `chunked`.
+    assert_eq!(
+        (&lines[0]["input_length"], &lines[0]["output_length"]),
+        (&Value::from(7), &Value::from(2))
+    );
+    assert!(
+        lines[0]["input_length_counted"]
+            .as_u64()
+            .is_some_and(|n| n < 7),
+        "{}",
+        lines[0]
+    );
+}
