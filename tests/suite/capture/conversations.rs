@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{lengths, replay_through, CaptureProcess};
+use super::{lengths, ran, replay_through, CaptureProcess};
 use crate::common::*;
 
 /// Each captured line's source record, found by its lengths (the server's prompt count and
@@ -61,26 +61,30 @@ fn bailian_conversations(dir: &Path, conversations: i64, turns: i64) -> (PathBuf
     (path, records)
 }
 
+/// A Qwen3 mock, a capture before it with `args`, and `trace` replayed through the capture in
+/// chat (its turns carried) at --time-scale 10 into `dir/run`; what the capture said as it
+/// ended by itself.
+fn capture_chat_replay(dir: &Path, trace: &Path, captured: &Path, args: &[&str]) -> String {
+    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
+    let capture = CaptureProcess::start(&mock.url(), captured, args);
+    ran(replay_through(&capture, "openai-chat")
+        .args(["--tokenizer", path(&tokenizer("qwen3"))])
+        .args(["--time-scale", "10", "--trace"])
+        .arg(trace)
+        .arg("--output")
+        .arg(dir.join("run")));
+    let (status, said) = capture.finish();
+    assert!(status.success(), "{said}");
+    said
+}
+
 #[test]
 fn conversations_come_back_with_the_parents_of_their_source() {
     let dir = temp_dir("capture-conversations");
     let (source, records) = bailian_conversations(&dir, 6, 3);
-    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
     let captured = dir.join("captured.jsonl");
-    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "18"]);
     // Chat turns carry their parent's messages and answer (--carry-forward auto).
-    let run = replay_through(&capture, "openai-chat")
-        .args(["--tokenizer", path(&tokenizer("qwen3"))])
-        .args(["--time-scale", "10", "--trace"])
-        .arg(&source)
-        .arg("--output")
-        .arg(dir.join("run"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(0), "{said}");
-    let (status, said) = capture.finish();
-    assert!(status.success(), "{said}");
+    capture_chat_replay(&dir, &source, &captured, &["--max-requests", "18"]);
     let lines = read_jsonl(&captured);
     assert_eq!(lines.len(), 18);
     let source_of = by_lengths(&lines, &records, lengths);
@@ -97,21 +101,12 @@ fn conversations_come_back_with_the_parents_of_their_source() {
         assert_eq!(l.get("delay").is_some(), parent >= 0, "{l}");
     }
     // Replayed, the capture's turns wait for their parents as the source's did.
-    let again = replay_mock(&captured, &dir.join("again"))
-        .args([
-            "--time-scale",
-            "10",
-            "--tokenizer",
-            path(&tokenizer("qwen3")),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        again.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    ran(replay_mock(&captured, &dir.join("again")).args([
+        "--time-scale",
+        "10",
+        "--tokenizer",
+        path(&tokenizer("qwen3")),
+    ]));
     let replayed = read_jsonl(&dir.join("again/requests.jsonl"));
     let children = replayed
         .iter()
@@ -175,25 +170,8 @@ fn an_agents_turns_come_back_with_the_parents_they_continue() {
         })
         .collect();
     assert_eq!(spawned.len(), 2, "the sample spawns two explorers");
-    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
     let captured = dir.join("captured.jsonl");
-    let capture = CaptureProcess::start(&mock.url(), &captured, &["--max-requests", "10"]);
-    let run = replay_through(&capture, "openai-chat")
-        .args(["--tokenizer", path(&tokenizer("qwen3"))])
-        .arg("--trace")
-        .arg(&sample)
-        .arg("--output")
-        .arg(dir.join("run"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let (status, said) = capture.finish();
-    assert!(status.success(), "{said}");
+    capture_chat_replay(&dir, &sample, &captured, &["--max-requests", "10"]);
     let lines = read_jsonl(&captured);
     let sent = read_jsonl(&dir.join("run/requests.jsonl"));
     assert_eq!(lines.len(), sent.len());
@@ -231,29 +209,13 @@ fn an_agents_turns_come_back_with_the_parents_they_continue() {
 fn a_sample_keeps_whole_conversations() {
     let dir = temp_dir("capture-sample");
     let (source, _) = bailian_conversations(&dir, 40, 2);
-    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
     let captured = dir.join("captured.jsonl");
-    let capture = CaptureProcess::start(
-        &mock.url(),
+    let said = capture_chat_replay(
+        &dir,
+        &source,
         &captured,
         &["--max-requests", "80", "--sample", "0.5"],
     );
-    let run = replay_through(&capture, "openai-chat")
-        .args(["--tokenizer", path(&tokenizer("qwen3"))])
-        .args(["--time-scale", "10", "--trace"])
-        .arg(&source)
-        .arg("--output")
-        .arg(dir.join("run"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let (status, said) = capture.finish();
-    assert!(status.success(), "{said}");
     let lines = read_jsonl(&captured);
     // Every turn kept has its parent kept, and every conversation kept has both turns.
     let ids: std::collections::HashSet<i64> = lines
@@ -279,29 +241,13 @@ fn a_sample_keeps_whole_conversations() {
 fn a_rotating_capture_writes_whole_parts_that_join_into_the_capture() {
     let dir = temp_dir("capture-rotate");
     let (source, _) = bailian_conversations(&dir, 6, 3);
-    let mock = MockProcess::start(&["--tokenizer", path(&tokenizer("qwen3")), "--itl-ms", "0"]);
     let captured = dir.join("monday.jsonl");
-    let capture = CaptureProcess::start(
-        &mock.url(),
+    let said = capture_chat_replay(
+        &dir,
+        &source,
         &captured,
         &["--max-requests", "18", "--rotate-records", "7"],
     );
-    let run = replay_through(&capture, "openai-chat")
-        .args(["--tokenizer", path(&tokenizer("qwen3"))])
-        .args(["--time-scale", "10", "--trace"])
-        .arg(&source)
-        .arg("--output")
-        .arg(dir.join("run"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let (status, said) = capture.finish();
-    assert!(status.success(), "{said}");
     assert!(said.contains("18 requests in 3 parts"), "{said}");
     assert!(!captured.exists(), "the parts are numbered");
     let parts: Vec<Vec<Value>> = (0..3)
@@ -321,20 +267,13 @@ fn a_rotating_capture_writes_whole_parts_that_join_into_the_capture() {
         .collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
     // A part replays alone: turns whose parents are in an earlier part start conversations.
-    let alone = replay_mock(dir.join("monday.1.jsonl"), &dir.join("alone"))
-        .args([
+    ran(
+        replay_mock(dir.join("monday.1.jsonl"), &dir.join("alone")).args([
             "--time-scale",
             "10",
             "--tokenizer",
             path(&tokenizer("qwen3")),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        alone.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&alone.stderr)
+        ]),
     );
     assert_eq!(read_jsonl(&dir.join("alone/requests.jsonl")).len(), 7);
 }

@@ -76,6 +76,14 @@ fn replay_through(capture: &CaptureProcess, api: &str) -> std::process::Command 
     cmd
 }
 
+/// Runs `cmd`, which must exit 0 (else its stderr is the failure's message).
+fn ran(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    out
+}
+
 /// One request on its own connection (it asks the server to close after the answer); the
 /// whole answer.
 fn ask(addr: &str, path: &str, headers: &str, body: &str) -> String {
@@ -129,21 +137,13 @@ fn a_replay_through_the_capture_comes_back_as_its_own_trace() {
         &captured,
         &["--max-requests", "30", "--block-size", "512"],
     );
-    let run = replay_through(&capture, "openai-completions")
+    ran(replay_through(&capture, "openai-completions")
         .arg("--tokenizer")
         .arg(tokenizer("qwen3"))
         .args(["--time-scale", "20", "--trace"])
         .arg(&source)
         .arg("--output")
-        .arg(dir.join("run"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+        .arg(dir.join("run")));
     let (status, said) = capture.finish();
     assert!(status.success(), "{said}");
     assert!(said.contains("capture: 30 requests in"), "{said}");
@@ -212,21 +212,12 @@ fn a_replay_through_the_capture_comes_back_as_its_own_trace() {
         assert!(l.get("text_input").is_none() && l.get("prompt").is_none());
     }
     // And the capture replays: it is a trace, read at the block size it names.
-    let again = replay_mock(&captured, &dir.join("again"))
-        .args([
-            "--time-scale",
-            "20",
-            "--tokenizer",
-            path(&tokenizer("qwen3")),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        again.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    ran(replay_mock(&captured, &dir.join("again")).args([
+        "--time-scale",
+        "20",
+        "--tokenizer",
+        path(&tokenizer("qwen3")),
+    ]));
     let run: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("again/run.json")).unwrap())
             .unwrap();
@@ -612,7 +603,7 @@ fn clients_may_speak_https_to_the_capture() {
         ],
     );
     let trace = text_trace(&dir, 5, 20, 4);
-    let run = bin()
+    ran(bin()
         .args([
             "replay",
             "--quiet",
@@ -625,15 +616,7 @@ fn clients_may_speak_https_to_the_capture() {
         .args(["--ca-cert", path(&cert), "--trace"])
         .arg(&trace)
         .arg("--output")
-        .arg(dir.join("run"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+        .arg(dir.join("run")));
     let (status, said) = capture.finish();
     assert!(status.success(), "{said}");
     let lines = read_jsonl(&captured);
