@@ -114,11 +114,7 @@ impl Links {
     /// The parent of `req` (None: it starts a conversation) and `req`'s own turn, which is
     /// remembered as a parent for those after it.
     pub fn link(&mut self, req: &Request) -> (Option<Turn>, Turn) {
-        let session = req.session.map(|s| {
-            let mut h = DefaultHasher::new();
-            h.write(s);
-            h.finish()
-        });
+        let session = req.session.map(|s| hash(b's', s));
         let (parent, key, text_len) = match req.thread {
             Thread::Messages {
                 whole,
@@ -130,9 +126,10 @@ impl Links {
             ),
             Thread::Text(bytes) => (self.text_parent(bytes), text_key(bytes), Some(bytes.len())),
         };
+        let ended = |p: &Turn| p.ended_ns <= req.arrived_ns;
         let parent = parent
-            .or_else(|| self.by_session.get(&session?).copied())
-            .filter(|p| p.ended_ns <= req.arrived_ns);
+            .filter(ended)
+            .or_else(|| self.by_session.get(&session?).copied().filter(ended));
         let me = Turn {
             id: req.id,
             turn: parent.map_or(1, |p| p.turn + 1),
@@ -325,23 +322,25 @@ mod tests {
         let sys = json!({"role": "system", "content": "s"});
         let u1 = json!({"role": "user", "content": "hi"});
         let a1 = json!({"role": "assistant", "content": "hello"});
-        links.link(&Request {
-            thread: &chat(json!([sys, u1])),
-            session: Some(b"s"),
-            id: 0,
-            arrived_ns: 0,
-            ended_ns: 100,
-            answer: None,
-        });
-        let early = Request {
-            thread: &chat(json!([sys, u1, a1, {"role": "user", "content": "?"}])),
-            session: Some(b"s"),
-            id: 1,
-            arrived_ns: 50,
-            ended_ns: 60,
-            answer: None,
+        let mut send = |thread: Thread, session: &[u8], id, arrived_ns, ended_ns| {
+            let req = Request {
+                thread: &thread,
+                session: Some(session),
+                id,
+                arrived_ns,
+                ended_ns,
+                answer: None,
+            };
+            links.link(&req).0.map(|p| p.id)
         };
-        assert_eq!(links.link(&early).0, None);
+        send(chat(json!([sys, u1])), b"t", 0, 0, 100);
+        let child = chat(json!([sys, u1, a1, {"role": "user", "content": "?"}]));
+        // Its prompt's parent had not answered yet when it came: not its parent.
+        assert_eq!(send(child, b"t", 1, 50, 60), None);
+        // Then its session's latest that had, if there is one.
+        send(text("other"), b"s", 2, 10, 20);
+        let child = chat(json!([sys, u1, a1, {"role": "user", "content": "!"}]));
+        assert_eq!(send(child, b"s", 3, 50, 60), Some(2));
     }
 
     #[test]
