@@ -351,8 +351,7 @@ impl SessionTracker {
                     wait_after_ns: None,
                 },
             );
-            let delay_ns = ids.delay_ms.map(|d| self.run_ns(d));
-            return Some(self.finish(record, root, turn, parent, scheduled_ns, delay_ns));
+            return Some(self.finish(record, root, turn, parent, scheduled_ns));
         }
         let session = ids.session_id.as_ref()?;
         let parent = self.sessions.get(session).cloned();
@@ -369,8 +368,7 @@ impl SessionTracker {
                 wait_after_ns: ids.wait_after_ms.map(|w| self.run_ns(w)),
             },
         );
-        let delay_ns = ids.delay_ms.map(|d| self.run_ns(d));
-        Some(self.finish(record, root, turn, parent, scheduled_ns, delay_ns))
+        Some(self.finish(record, root, turn, parent, scheduled_ns))
     }
 
     /// A turn of a task graph: its loader gave every link (the task is the conversation, so
@@ -418,7 +416,6 @@ impl SessionTracker {
         turn: u32,
         parent: Option<Seen>,
         scheduled_ns: u64,
-        delay_ns: Option<u64>,
     ) -> SessionLink {
         let gap = parent
             .as_ref()
@@ -436,7 +433,7 @@ impl SessionTracker {
             },
             think_ns: self
                 .think_override_ns
-                .or(delay_ns)
+                .or(record.ids.delay_ms.map(|d| self.run_ns(d)))
                 .or(parent.as_ref().and_then(|p| p.wait_after_ns))
                 .unwrap_or(gap),
             parent_index: parent.map(|p| p.index),

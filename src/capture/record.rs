@@ -13,11 +13,12 @@ use super::links::Turn;
 use super::request::Seen;
 use crate::record::RequestRecord;
 
-/// Where a request stands in the trace: when it came (ms since the first), and the turn it
-/// continues.
+/// Where a request stands in the trace: when it came (ms since the first), the turn it
+/// continues, and its own turn's number.
 pub struct Place {
     pub timestamp_ms: f64,
     pub parent: Option<Turn>,
+    pub turn: u32,
     /// From the parent's end to this request's arrival.
     pub think_ms: Option<f64>,
 }
@@ -41,7 +42,7 @@ pub fn line(
         "parent_chat_id".into(),
         json!(place.parent.map_or(-1, |p| p.id as i64)),
     );
-    line.insert("turn".into(), json!(place.parent.map_or(1, |p| p.turn + 1)));
+    line.insert("turn".into(), json!(place.turn));
     // Seconds, to the microsecond.
     line.insert(
         "timestamp".into(),

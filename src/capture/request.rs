@@ -198,17 +198,20 @@ pub fn read(api: Api, route: &api::Route, body: &[u8], counter: &PromptCounter) 
         .and_then(|v| v.as_object().ok_or_else(|| "not a JSON object".to_string()));
     let request = object.and_then(|o| Ok((o, api.mock_request(o, route)?)));
     match request {
-        Ok((object, request)) => Seen {
-            api,
-            model: object
-                .get("model")
-                .and_then(Value::as_str)
-                .map(String::from),
-            stream: request.stream,
-            max_tokens: max_tokens(object).unwrap_or(request.tokens),
-            tokens: prompt_ids(counter, &request.prompt),
-            thread: thread(&request.prompt),
-        },
+        Ok((object, request)) => {
+            let (tokens, thread) = prompt(counter, &request.prompt);
+            Seen {
+                api,
+                model: object
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+                stream: request.stream,
+                max_tokens: max_tokens(object).unwrap_or(request.tokens),
+                tokens,
+                thread,
+            }
+        }
         Err(why) => Seen {
             api,
             model: None,
@@ -229,25 +232,6 @@ fn max_tokens(o: &serde_json::Map<String, Value>) -> Option<u64> {
         .or_else(|| o.get("parameters")?.get("max_new_tokens")?.as_u64())
 }
 
-/// The prompt as a turn of a conversation.
-fn thread(prompt: &Prompt) -> Option<Thread> {
-    match *prompt {
-        Prompt::Messages {
-            messages, system, ..
-        } => Some(Thread::of_messages(
-            api::with_system(messages, system).as_array()?,
-        )),
-        Prompt::Text(Value::String(text)) => Some(Thread::Text(text.as_bytes().to_vec())),
-        Prompt::Text(Value::Array(items)) => Some(Thread::Text(
-            items
-                .iter()
-                .flat_map(|t| t.as_u64().unwrap_or(u64::MAX).to_le_bytes())
-                .collect(),
-        )),
-        Prompt::Text(_) => None,
-    }
-}
-
 /// The value of the first of `names` among the request head's headers.
 pub fn header<'a>(head: &'a [u8], names: &[String]) -> Option<&'a [u8]> {
     let mut headers = [httparse::EMPTY_HEADER; 96];
@@ -261,8 +245,9 @@ pub fn header<'a>(head: &'a [u8], names: &[String]) -> Option<&'a [u8]> {
     })
 }
 
-/// The prompt's token ids, as the server renders and encodes it.
-fn prompt_ids(counter: &PromptCounter, prompt: &Prompt) -> Result<Vec<u32>, String> {
+/// The prompt's token ids, as the server renders and encodes it, and the prompt as a turn
+/// of a conversation (None: not a prompt the capture reads).
+fn prompt(counter: &PromptCounter, prompt: &Prompt) -> (Result<Vec<u32>, String>, Option<Thread>) {
     match *prompt {
         Prompt::Messages {
             messages,
@@ -270,23 +255,37 @@ fn prompt_ids(counter: &PromptCounter, prompt: &Prompt) -> Result<Vec<u32>, Stri
             system,
             thinking,
         } => {
+            let mut messages = api::with_system(messages, system);
+            let thread = messages.as_array().map(|m| Thread::of_messages(m));
             // An assistant turn that only calls tools has `content: null` (OpenAI's SDK sends
             // it so); templates test its content as a string, as the servers hand it to them.
-            let mut messages = api::with_system(messages, system);
             for m in messages.as_array_mut().into_iter().flatten() {
                 if m.get("content").is_some_and(Value::is_null) {
                     m["content"] = Value::from("");
                 }
             }
-            counter.chat_ids_thinking(&messages, tools, thinking)
+            (
+                counter.chat_ids_thinking(&messages, tools, thinking),
+                thread,
+            )
         }
-        Prompt::Text(Value::String(text)) => counter.completion_ids(text),
-        Prompt::Text(Value::Array(items)) => items
-            .iter()
-            .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
-            .collect::<Option<Vec<u32>>>()
-            .ok_or_else(|| "a prompt given as a list is captured only as token ids".into()),
-        Prompt::Text(_) => Err("the prompt is not a string".into()),
+        Prompt::Text(Value::String(text)) => (
+            counter.completion_ids(text),
+            Some(Thread::Text(text.as_bytes().to_vec())),
+        ),
+        Prompt::Text(Value::Array(items)) => {
+            let ids = items
+                .iter()
+                .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+                .collect::<Option<Vec<u32>>>()
+                .ok_or_else(|| "a prompt given as a list is captured only as token ids".into());
+            let bytes = items
+                .iter()
+                .flat_map(|t| t.as_u64().unwrap_or(u64::MAX).to_le_bytes())
+                .collect();
+            (ids, Some(Thread::Text(bytes)))
+        }
+        Prompt::Text(_) => (Err("the prompt is not a string".into()), None),
     }
 }
 

@@ -173,6 +173,7 @@ impl Lines {
         let place = record::Place {
             timestamp_ms: self.last_ms,
             parent,
+            turn: linked.map_or(1, |(_, me)| me.turn),
             think_ms: parent.map(|p| arrived.saturating_sub(p.ended_ns) as f64 / 1e6),
         };
         let line = record::line(&seen, tokens, &e.record, &self.hasher, &place);
