@@ -14,14 +14,16 @@ cargo build --release -q
 bin=$PWD/target/release/llmreplay
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$out"' EXIT
-# STREAMS requests at once, each OUTPUT tokens, text prompts of PROMPT words.
-python3 - "$out/trace.jsonl" "$STREAMS" "$OUTPUT" "$PROMPT" <<'PY'
+# STREAMS requests, each OUTPUT tokens, text prompts of PROMPT words, sent evenly over
+# SPREAD_MS (0: all at once).
+python3 - "$out/trace.jsonl" "$STREAMS" "$OUTPUT" "$PROMPT" "${SPREAD_MS:-0}" <<'PY'
 import json, sys
-path, n, output, words = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+path, n, output, words, spread = sys.argv[1], *map(int, sys.argv[2:6])
 with open(path, "w") as f:
     for i in range(n):
         text = " ".join(["load"] * words) + f" {i}"
-        f.write(json.dumps({"timestamp": 0, "text_input": text, "output_length": output}) + "\n")
+        at = i * spread / n
+        f.write(json.dumps({"timestamp": at, "text_input": text, "output_length": output}) + "\n")
 PY
 "$bin" mock --listen 127.0.0.1:0 --ttft-ms "$TTFT_MS" --itl-ms "$ITL_MS" \
   --tokenizer "$TOKENIZER" > "$out/mock.out" 2>/dev/null &
@@ -33,23 +35,24 @@ replay() { "$bin" replay --quiet --model m --api openai-completions --endpoint "
 printf '%-6s %10s %10s %10s %10s %10s %12s %10s\n' round p50 p99 p50-prx p99-prx added-p99 cpu-s/1Mtok ts-err-p99
 for r in $(seq 1 "$ROUNDS"); do
   replay "$mock" "$out/direct-$r"
-  "$bin" capture --listen 127.0.0.1:0 --upstream "http://$mock" --tokenizer "$TOKENIZER" \
+  # Its CPU (user + system seconds) as it exits.
+  /usr/bin/time -f "%U %S" -o "$out/cpu-$r" \
+    "$bin" capture --listen 127.0.0.1:0 --upstream "http://$mock" --tokenizer "$TOKENIZER" \
     --output "$out/cap-$r.jsonl" --max-requests "$STREAMS" > "$out/cap-$r.out" 2>/dev/null &
   cap_pid=$!
   until grep -q capturing "$out/cap-$r.out" 2>/dev/null; do sleep 0.1; done
   cap=$(sed -n 's/^capturing on //p' "$out/cap-$r.out")
   replay "$cap" "$out/proxied-$r"
-  # Its CPU before it exits (ticks of utime + stime).
-  ticks=$(awk '{print $14 + $15}' "/proc/$cap_pid/stat")
   wait "$cap_pid"
+  cpu=$(awk '{print $1 + $2}' "$out/cpu-$r")
   read -r d50 d99 <<< "$(ttft "$out/direct-$r")"
   read -r p50 p99 <<< "$(ttft "$out/proxied-$r")"
   tokens=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['output_tokens'])" "$out/proxied-$r/summary.json")
-  python3 - "$r" "$d50" "$d99" "$p50" "$p99" "$ticks" "$tokens" "$(getconf CLK_TCK)" \
+  python3 - "$r" "$d50" "$d99" "$p50" "$p99" "$cpu" "$tokens" \
     "$out/cap-$r.jsonl" "$out/proxied-$r/requests.jsonl" <<'PY'
 import json, sys
-r, d50, d99, p50, p99, ticks, tokens, hz, cap, sent = sys.argv[1:]
-cpu = float(ticks) / float(hz)
+r, d50, d99, p50, p99, cpu, tokens, cap, sent = sys.argv[1:]
+cpu = float(cpu)
 arrivals = sorted(json.loads(l)["timestamp"] * 1e3 for l in open(cap))
 sends = sorted(json.loads(l)["sent_ms"] for l in open(sent))
 errs = sorted(abs(a - (s - sends[0])) for a, s in zip(arrivals, sends))

@@ -50,6 +50,9 @@ const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 const LISTENER: Token = Token(usize::MAX);
 
+/// Bytes a socket is read in at most at once.
+const READ_BUFFER: usize = 64 << 10;
+
 /// A server requests go to.
 pub struct Server {
     pub addr: SocketAddr,
@@ -109,6 +112,8 @@ pub struct Capture {
     free: Vec<usize>,
     gaps: Gaps,
     next_index: u64,
+    /// The pairs' read buffer.
+    scratch: Box<[u8]>,
 }
 
 impl Capture {
@@ -137,6 +142,7 @@ impl Capture {
             free: Vec::new(),
             gaps: Gaps::default(),
             next_index: 0,
+            scratch: vec![0; READ_BUFFER].into_boxed_slice(),
         })
     }
 
@@ -166,8 +172,7 @@ impl Capture {
             if signalled && drain_until == u64::MAX {
                 drain_until = now + DRAIN.as_nanos() as u64;
             }
-            let busy = self.pairs.iter().flatten().any(Pair::busy);
-            if stopping && (!busy || now >= drain_until) {
+            if stopping && (now >= drain_until || !self.pairs.iter().flatten().any(Pair::busy)) {
                 break;
             }
             match self.poll.poll(&mut events, Some(LOOK_EVERY)) {
@@ -185,6 +190,12 @@ impl Capture {
                     LISTENER => self.accept(&mut touched),
                     token => {
                         let (slot, upstream) = pair::slot_of(token);
+                        let closed = event.is_read_closed() || event.is_error();
+                        if let Some(pair) = self.pairs.get_mut(slot).and_then(Option::as_mut) {
+                            if closed {
+                                pair.saw_close(upstream);
+                            }
+                        }
                         touched.push((slot, !upstream));
                     }
                 }
@@ -276,6 +287,7 @@ impl Capture {
             next_index: &mut self.next_index,
             now: self.clock.now_ns(),
             stopping,
+            scratch: &mut self.scratch,
         };
         let mut freed = Vec::new();
         for &(slot, client) in slots {

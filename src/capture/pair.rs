@@ -34,6 +34,9 @@ pub struct Cx<'a> {
     pub now: u64,
     /// The capture is stopping: no new request is taken.
     pub stopping: bool,
+    /// Where sockets are read into (one for all pairs: a buffer on the stack would be
+    /// zeroed at every read).
+    pub scratch: &'a mut [u8],
 }
 
 /// The request in flight on a pair: its bytes (sent again if the upstream drops it; its
@@ -73,12 +76,20 @@ struct Upstream {
     stream: Stream,
     out: Vec<u8>,
     connected: bool,
+    /// What it is registered for now (see [`wanted`]).
+    interest: Interest,
+    /// Its end of stream has come: it is read to the end (no later event would say so).
+    closing: bool,
     /// It answered a request (a request on it may be sent again, see `resendable`).
     answered: bool,
 }
 
 pub struct Pair {
     client: Stream,
+    /// What the client is registered for now (see [`wanted`]).
+    client_interest: Interest,
+    /// Its end of stream has come: it is read to the end.
+    client_closing: bool,
     slot: usize,
     /// Its upstream, of the capture's.
     target: usize,
@@ -120,13 +131,12 @@ impl Pair {
         registry: &Registry,
     ) -> io::Result<Pair> {
         client.tcp().set_nodelay(true)?;
-        registry.register(
-            client.tcp_mut(),
-            client_token(slot),
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        let client_interest = wanted(&client, false);
+        registry.register(client.tcp_mut(), client_token(slot), client_interest)?;
         Ok(Pair {
             client,
+            client_interest,
+            client_closing: false,
             slot,
             target: upstream,
             input: Vec::new(),
@@ -141,6 +151,16 @@ impl Pair {
         })
     }
 
+    /// An event said that the client's side (or the upstream's) closed or broke: that side
+    /// is read to the end, not only to a short read.
+    pub fn saw_close(&mut self, upstream: bool) {
+        match (upstream, self.upstream.as_mut()) {
+            (false, _) => self.client_closing = true,
+            (true, Some(up)) => up.closing = true,
+            (true, None) => {}
+        }
+    }
+
     /// Whether a request is in flight.
     pub fn busy(&self) -> bool {
         self.taken.is_some()
@@ -150,7 +170,7 @@ impl Pair {
     /// stirred); the exchanges that ended are pushed to `ended`.
     pub fn pump(&mut self, client: bool, cx: &mut Cx, ended: &mut Vec<Ended>) {
         if client {
-            self.read_client(cx.now);
+            self.read_client(cx);
         }
         if self.gone {
             self.end_in_flight(ErrorKind::Cancelled, "the client went away", cx, ended);
@@ -172,6 +192,34 @@ impl Pair {
                 break;
             }
         }
+        self.settle(cx.registry);
+    }
+
+    /// Registers each socket for what it waits for now: a plain socket for WRITABLE only
+    /// while bytes wait to go (or its connect to end). Otherwise every ACK of a streamed
+    /// token would wake the loop for nothing.
+    fn settle(&mut self, registry: &Registry) {
+        if self.gone {
+            return;
+        }
+        let want = wanted(&self.client, !self.to_client.is_empty());
+        if want != self.client_interest
+            && registry
+                .reregister(self.client.tcp_mut(), client_token(self.slot), want)
+                .is_ok()
+        {
+            self.client_interest = want;
+        }
+        if let Some(up) = self.upstream.as_mut() {
+            let want = wanted(&up.stream, !up.connected || !up.out.is_empty());
+            if want != up.interest
+                && registry
+                    .reregister(up.stream.tcp_mut(), upstream_token(self.slot), want)
+                    .is_ok()
+            {
+                up.interest = want;
+            }
+        }
     }
 
     /// Ends the pair's exchange in flight (the capture is stopping).
@@ -186,19 +234,22 @@ impl Pair {
         self.close_upstream(registry);
     }
 
-    fn read_client(&mut self, now: u64) {
-        let mut buf = [0u8; 64 * 1024];
+    fn read_client(&mut self, cx: &mut Cx) {
+        let buf = &mut *cx.scratch;
         while self.input.len() <= request::MAX_HEAD + request::MAX_BODY {
-            match self.client.read(&mut buf) {
+            match self.client.read(buf) {
                 Ok(0) => {
                     self.gone = true;
                     return;
                 }
                 Ok(n) => {
                     if self.input.is_empty() {
-                        self.arrived_ns = Some(now);
+                        self.arrived_ns = Some(cx.now);
                     }
                     self.input.extend_from_slice(&buf[..n]);
+                    if n < buf.len() && self.client.short_read_drains() && !self.client_closing {
+                        return;
+                    }
                 }
                 Err(e) if e.kind() == IoKind::WouldBlock => return,
                 Err(e) if e.kind() == IoKind::Interrupted => {}
@@ -283,12 +334,9 @@ impl Pair {
             let fail = |e: io::Error| (ErrorKind::Connect, e.to_string());
             let target = &cx.upstreams[self.target];
             let mut tcp = TcpStream::connect(target.addr).map_err(fail)?;
+            let interest = Interest::READABLE | Interest::WRITABLE;
             cx.registry
-                .register(
-                    &mut tcp,
-                    upstream_token(self.slot),
-                    Interest::READABLE | Interest::WRITABLE,
-                )
+                .register(&mut tcp, upstream_token(self.slot), interest)
                 .map_err(fail)?;
             let stream = match &target.tls {
                 Some(tls) => tls.wrap(tcp).map_err(|e| (ErrorKind::Tls, e.to_string()))?,
@@ -298,6 +346,8 @@ impl Pair {
                 stream,
                 out: Vec::new(),
                 connected: false,
+                interest,
+                closing: false,
                 answered: false,
             });
         }
@@ -332,13 +382,12 @@ impl Pair {
     /// Reads the answer into the client's buffer while the wire measures it; true when it
     /// stopped for the client's backlog.
     fn read_upstream(&mut self, cx: &mut Cx, ended: &mut Vec<Ended>) -> bool {
-        let mut buf = [0u8; 64 * 1024];
         let stream = self.taken.as_ref().is_some_and(|t| t.stream);
         while self.to_client.len() < CLIENT_BACKLOG {
             let Some(up) = self.upstream.as_mut() else {
                 return false;
             };
-            let n = match up.stream.read(&mut buf) {
+            let n = match up.stream.read(cx.scratch) {
                 Ok(0) => {
                     self.upstream_closed(cx, ended);
                     return false;
@@ -357,7 +406,8 @@ impl Pair {
                 self.close_upstream(cx.registry);
                 return false;
             }
-            self.to_client.extend_from_slice(&buf[..n]);
+            let bytes = &cx.scratch[..n];
+            self.to_client.extend_from_slice(bytes);
             let Some(scanner) = self.scanner.as_ref() else {
                 continue; // made with the request: never missing while one is in flight
             };
@@ -367,8 +417,11 @@ impl Pair {
                 stream,
                 head_len: 0,
             };
-            let (outcome, _) = self.wire.on_readable(cx.now, &buf[..n], &mut reading);
+            let (outcome, _) = self.wire.on_readable(cx.now, bytes, &mut reading);
             match outcome {
+                Outcome::NeedMore if n < cx.scratch.len() && self.drained_upstream() => {
+                    return false
+                }
                 Outcome::NeedMore => {}
                 Outcome::Complete { reusable } => {
                     self.finish(ended);
@@ -389,6 +442,14 @@ impl Pair {
             }
         }
         true
+    }
+
+    /// Whether a short read from the upstream emptied its socket (see
+    /// [`Stream::short_read_drains`]); not once its end has come.
+    fn drained_upstream(&self) -> bool {
+        self.upstream
+            .as_ref()
+            .is_some_and(|up| up.stream.short_read_drains() && !up.closing)
     }
 
     /// The upstream closed its side: an answer framed by the close is complete.
@@ -523,6 +584,16 @@ impl Upstream {
 
     fn write_out(&mut self) -> io::Result<()> {
         write_pending(&mut self.stream, &mut self.out)
+    }
+}
+
+/// What a socket is registered for: READABLE, and WRITABLE while `pending` (bytes wait to go,
+/// or a connect to end); a TLS socket always both, since rustls may hold bytes to send
+/// (a handshake's, a close's) that the pair does not see.
+fn wanted(stream: &Stream, pending: bool) -> Interest {
+    match pending || matches!(stream, Stream::Tls(_)) {
+        true => Interest::READABLE | Interest::WRITABLE,
+        false => Interest::READABLE,
     }
 }
 
