@@ -32,7 +32,7 @@ use mio::{Events, Interest, Poll, Token};
 pub use blocks::{random_secret, BlockHasher};
 use pair::{Cx, Ended, Pair};
 use parts::Parts;
-pub use request::MAX_BODY;
+pub use request::{Openings, MAX_BODY};
 use writer::TraceWriter;
 
 use crate::error::{Error, Result};
@@ -67,8 +67,9 @@ pub struct CaptureConfig {
     pub upstreams: Vec<Server>,
     /// `--tls-cert`: clients are served https.
     pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// The served model's tokenizer and chat template.
+    /// The served model's tokenizer and chat template, and what every prompt begins with.
     pub counter: PromptCounter,
+    pub openings: Openings,
     pub hasher: BlockHasher,
     /// End after this many requests were taken (and answered).
     pub max_requests: Option<u64>,
@@ -133,6 +134,7 @@ impl Capture {
             writer: TraceWriter::start(
                 out,
                 cfg.counter,
+                cfg.openings,
                 cfg.hasher,
                 cfg.session_headers,
                 cfg.sample,

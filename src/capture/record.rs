@@ -29,6 +29,7 @@ pub fn line(
     tokens: &[u32],
     r: &RequestRecord,
     hasher: &BlockHasher,
+    opening: usize,
     place: &Place,
 ) -> Value {
     let counted = tokens.len() as u64;
@@ -53,7 +54,11 @@ pub fn line(
         "output_length".into(),
         json!(answered.unwrap_or(seen.max_tokens).max(1)),
     );
-    line.insert("hash_ids".into(), json!(hasher.hash_ids(tokens)));
+    let ids = input_length.div_ceil(hasher.block_size() as u64) as usize;
+    line.insert(
+        "hash_ids".into(),
+        json!(hasher.hash_ids(tokens, opening, ids)),
+    );
     line.insert("block_size".into(), json!(hasher.block_size()));
     line.insert("api".into(), json!(seen.api.name()));
     line.insert("model".into(), json!(seen.model));

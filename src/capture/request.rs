@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::links::Thread;
 use crate::api::{self, Api, Prompt};
-use crate::prompt::PromptCounter;
+use crate::prompt::{PromptCounter, SafeVocab, Wrapping};
 
 /// Longest request head read.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -152,6 +152,35 @@ pub fn dechunk(body: &[u8]) -> Vec<u8> {
     data
 }
 
+/// The tokens every prompt of a wrapping begins with as the served model renders it (the
+/// chat template's opening, a default system prompt; a completion's BOS): left out of the
+/// hashed blocks ([`super::BlockHasher::hash_ids`]), since a replay puts them back itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Openings {
+    pub chat: usize,
+    pub completion: usize,
+}
+
+impl Openings {
+    /// Measured as prompt synthesis measures them ([`PromptCounter::frame`]); a template that
+    /// rewrites content has none to leave out.
+    pub fn measure(counter: &PromptCounter, vocab: &SafeVocab) -> Openings {
+        let head = |w| counter.frame(w, vocab).map_or(0, |f| f.head as usize);
+        Openings {
+            chat: head(Wrapping::Chat),
+            completion: head(Wrapping::Completion),
+        }
+    }
+
+    pub fn of(&self, wrapping: Wrapping) -> usize {
+        match wrapping {
+            Wrapping::Chat => self.chat,
+            Wrapping::Completion => self.completion,
+            Wrapping::TokenIds => 0,
+        }
+    }
+}
+
 /// What the trace keeps of a generation request.
 pub struct Seen {
     pub api: Api,
@@ -164,6 +193,9 @@ pub struct Seen {
     pub tokens: Result<Vec<u32>, String>,
     /// Its prompt as a conversation's turn (None: unread).
     pub thread: Option<Thread>,
+    /// How its prompt was rendered (messages through the chat template, a text prompt,
+    /// token ids).
+    pub wrapping: Wrapping,
 }
 
 /// A generation request's dialect, found by its path (a base path before it, as `/proxy/v1/
@@ -200,7 +232,13 @@ pub fn read(api: Api, route: &api::Route, body: &[u8], counter: &PromptCounter) 
     match request {
         Ok((object, request)) => {
             let (tokens, thread) = prompt(counter, &request.prompt);
+            let wrapping = match request.prompt {
+                Prompt::Messages { .. } => Wrapping::Chat,
+                Prompt::Text(Value::String(_)) => Wrapping::Completion,
+                Prompt::Text(_) => Wrapping::TokenIds,
+            };
             Seen {
+                wrapping,
                 api,
                 model: object
                     .get("model")
@@ -219,6 +257,7 @@ pub fn read(api: Api, route: &api::Route, body: &[u8], counter: &PromptCounter) 
             max_tokens: 0,
             tokens: Err(why),
             thread: None,
+            wrapping: Wrapping::TokenIds,
         },
     }
 }

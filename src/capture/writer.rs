@@ -11,6 +11,7 @@ use super::blocks::BlockHasher;
 use super::links::{self, Links};
 use super::pair::Ended;
 use super::parts::Parts;
+use super::request::Openings;
 use super::{record, request, CaptureStats};
 use crate::error::{Error, Result};
 use crate::prompt::PromptCounter;
@@ -29,6 +30,7 @@ pub struct TraceWriter {
 struct Lines {
     out: Parts,
     counter: PromptCounter,
+    openings: Openings,
     hasher: BlockHasher,
     links: Links,
     sample: Sample,
@@ -48,6 +50,7 @@ impl TraceWriter {
     pub fn start(
         out: Parts,
         counter: PromptCounter,
+        openings: Openings,
         hasher: BlockHasher,
         session_headers: Vec<String>,
         sample: f64,
@@ -56,6 +59,7 @@ impl TraceWriter {
         let lines = Lines {
             out,
             counter,
+            openings,
             hasher,
             links: Links::default(),
             sample: Sample::new(sample),
@@ -176,7 +180,8 @@ impl Lines {
             turn: linked.map_or(1, |(_, me)| me.turn),
             think_ms: parent.map(|p| arrived.saturating_sub(p.ended_ns) as f64 / 1e6),
         };
-        let line = record::line(&seen, tokens, &e.record, &self.hasher, &place);
+        let opening = self.openings.of(seen.wrapping);
+        let line = record::line(&seen, tokens, &e.record, &self.hasher, opening, &place);
         self.out.write(&line.to_string(), self.last_ms)
     }
 }

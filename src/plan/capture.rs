@@ -4,10 +4,11 @@ use std::path::PathBuf;
 
 use crate::capture::links::SESSION_HEADERS;
 use crate::capture::parts::{Parts, Rotation};
-use crate::capture::{random_secret, BlockHasher, CaptureConfig, Server};
+use crate::capture::{random_secret, BlockHasher, CaptureConfig, Openings, Server};
 use crate::cli::CaptureArgs;
 use crate::error::{Error, Result};
 use crate::http::endpoint::Endpoint;
+use crate::prompt::SafeVocab;
 use crate::transport::{ClientTls, TlsOptions};
 
 /// Block sizes a hash id may cover.
@@ -57,8 +58,10 @@ impl CapturePlan {
         };
         let upstreams = upstreams(a)?;
         let (tokenizer, file) = crate::prompt::load_tokenizer(&a.tokenizer)?;
+        let vocab = SafeVocab::from_tokenizer(&tokenizer, &file)?;
         let counter =
             crate::prompt::PromptCounter::new(tokenizer, &file, a.tokenizer_config.as_deref())?;
+        let openings = Openings::measure(&counter, &vocab);
         Ok(CapturePlan {
             listen: a.listen,
             upstream_urls: upstreams.iter().map(|u| u.url.clone()).collect(),
@@ -74,6 +77,7 @@ impl CapturePlan {
                     _ => None,
                 },
                 counter,
+                openings,
                 hasher: BlockHasher::new(&secret, a.block_size),
                 max_requests: a.max_requests,
                 session_headers: a

@@ -5,6 +5,7 @@
 //! a signal ends it with the answers in flight written.
 
 mod conversations;
+mod fidelity;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -25,11 +26,16 @@ struct CaptureProcess {
 
 impl CaptureProcess {
     fn start(upstream: &str, output: &Path, args: &[&str]) -> CaptureProcess {
+        Self::start_for("qwen3", upstream, output, args)
+    }
+
+    /// The capture of a server of tokenizer family `family`.
+    fn start_for(family: &str, upstream: &str, output: &Path, args: &[&str]) -> CaptureProcess {
         let mut capture = bin();
         capture
             .args(["capture", "--listen", "127.0.0.1:0", "--upstream", upstream])
             .arg("--tokenizer")
-            .arg(tokenizer("qwen3"))
+            .arg(tokenizer(family))
             .arg("--output")
             .arg(output)
             .args(args)
@@ -161,28 +167,7 @@ fn a_replay_through_the_capture_comes_back_as_its_own_trace() {
             (*source, c)
         })
         .collect();
-    // Which records share which blocks: as in the source, block for block.
-    let ids = |r: &Value| -> Vec<u64> {
-        r["hash_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect()
-    };
-    for (a_src, a_cap) in &pairs {
-        assert_eq!(ids(a_src).len(), ids(a_cap).len(), "{a_cap}");
-        for (b_src, b_cap) in &pairs {
-            let (a, b, x, y) = (ids(a_src), ids(b_src), ids(a_cap), ids(b_cap));
-            for k in 0..a.len().min(b.len()) {
-                assert_eq!(
-                    a[k] == b[k],
-                    x[k] == y[k],
-                    "block {k} of {a_cap} and {b_cap}"
-                );
-            }
-        }
-    }
+    fidelity::share_as_their_sources(&pairs);
     // In arrival order, with what the proxy saw; no text.
     let times: Vec<f64> = lines
         .iter()
