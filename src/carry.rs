@@ -180,22 +180,17 @@ pub type NotCarried = &'static str;
 /// part of the recorded form had to stay.
 pub type Spliced = (Vec<u8>, CarrySlot, Option<u64>, Option<NotCarried>);
 
-/// Rebuilds `payload` (record `index`'s head and body) with the parent's prompt and answer in
+/// Rebuilds `payload` (a record's head and body) with the parent's prompt and answer in
 /// front of the turn's own tokens past them (a `messages` turn: in front of its own
 /// messages, [`messages::thread`]).
-pub fn splice(
-    index: u64,
-    payload: &[u8],
-    slot: &CarrySlot,
-    parent: &History,
-) -> Result<Spliced, NotCarried> {
+pub fn splice(payload: &[u8], slot: &CarrySlot, parent: &History) -> Result<Spliced, NotCarried> {
     if parent.shape != slot.shape {
         return Err("the parent was sent in another dialect");
     }
     if let Shape::Messages(form) = slot.shape {
         let own = &payload[slot.content.clone()];
         let (inside, note) = messages::thread(own, parent, form)?;
-        let (out, range) = rebuild(index, payload, slot.prompt.clone(), &inside)?;
+        let (out, range) = rebuild(payload, slot.prompt.clone(), &inside)?;
         let slot = CarrySlot {
             prompt: range.clone(),
             content: range,
@@ -243,7 +238,7 @@ pub fn splice(
     }
     let prompt_end = out.len();
     out.extend_from_slice(&payload[slot.prompt.end..]);
-    let (head, shift) = frame(index, &out);
+    let (head, shift) = frame(payload, &out);
     let slot = CarrySlot {
         shape: slot.shape,
         prompt: shift + prompt_start..shift + prompt_end,
@@ -255,16 +250,15 @@ pub fn splice(
     Ok((head, slot, Some(history), None))
 }
 
-/// The payload of record `index` for `body`: its head's last lines, then the body; and where
-/// the body starts.
-fn frame(index: u64, body: &[u8]) -> (Vec<u8>, usize) {
-    let mut head = Vec::with_capacity(80 + body.len());
-    write!(
-        head,
-        "X-Llmreplay-Index: {index}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .expect("a Vec takes any write");
+/// `payload` with `body` for its body: its head's lines (the request's identity, its index)
+/// kept, its `Content-Length` (always the last) made the new body's; and where the body
+/// starts.
+fn frame(payload: &[u8], body: &[u8]) -> (Vec<u8>, usize) {
+    let head_end = body_start(payload).unwrap_or(0);
+    let kept = memchr::memmem::rfind(&payload[..head_end], b"Content-Length: ").unwrap_or(0);
+    let mut head = Vec::with_capacity(kept + 32 + body.len());
+    head.extend_from_slice(&payload[..kept]);
+    write!(head, "Content-Length: {}\r\n\r\n", body.len()).expect("a Vec takes any write");
     let shift = head.len();
     head.extend_from_slice(body);
     (head, shift)
@@ -273,7 +267,6 @@ fn frame(index: u64, body: &[u8]) -> (Vec<u8>, usize) {
 /// `payload`'s body with `range` (of the payload) replaced by `inside`: the new payload, and
 /// where `inside` lies in it.
 fn rebuild(
-    index: u64,
     payload: &[u8],
     range: Range<usize>,
     inside: &[u8],
@@ -285,7 +278,7 @@ fn rebuild(
     out.extend_from_slice(inside);
     let end = out.len();
     out.extend_from_slice(&payload[range.end..]);
-    let (framed, shift) = frame(index, &out);
+    let (framed, shift) = frame(payload, &out);
     Ok((framed, shift + start..shift + end))
 }
 
@@ -309,17 +302,25 @@ fn nth_token_start(text: &[u8], n: u64) -> Option<usize> {
 mod tests {
     use super::*;
 
+    /// Record `index`'s payload, its identity's lines first.
     fn payload(index: u64, body: &str) -> Vec<u8> {
         format!(
-            "X-Llmreplay-Index: {index}\r\nContent-Length: {}\r\n\r\n{body}",
+            "X-Request-Id: run-{index}\r\nX-Llmreplay-Index: {index}\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .into_bytes()
     }
 
+    /// A payload's body; its head kept the identity and the index, and says its length.
     fn body(payload: &[u8]) -> serde_json::Value {
         let text = std::str::from_utf8(payload).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let (id, index) = (head.lines().next().unwrap(), head.lines().nth(1).unwrap());
+        assert_eq!(
+            id.strip_prefix("X-Request-Id: run-"),
+            index.strip_prefix("X-Llmreplay-Index: "),
+            "{head}"
+        );
         assert!(
             head.ends_with(&format!("Content-Length: {}", body.len())),
             "{head}"
@@ -338,7 +339,7 @@ mod tests {
             r#"{"model":"m","prompt":" p q r s t u v w","max_tokens":1}"#,
         );
         let slot = locate(&child, 8, 0).unwrap();
-        let (spliced, new_slot, tokens, _) = splice(1, &child, &slot, &history).unwrap();
+        let (spliced, new_slot, tokens, _) = splice(&child, &slot, &history).unwrap();
         assert_eq!(tokens, Some(5));
         let v = body(&spliced);
         assert_eq!(v["prompt"], " a b c x\"y u v w");
@@ -350,13 +351,13 @@ mod tests {
             answer_tokens: 5,
             ..history.clone()
         };
-        assert!(splice(1, &child, &slot, &long).is_err());
+        assert!(splice(&child, &slot, &long).is_err());
         // Nor one whose answer called tools: no tool result could follow them.
         let called = History {
             tool_calls: 1,
             ..history.clone()
         };
-        assert!(splice(1, &child, &slot, &called)
+        assert!(splice(&child, &slot, &called)
             .unwrap_err()
             .contains("tools"));
     }
@@ -375,7 +376,7 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":" c d e f g h i j"}],"stream":true}"#,
         );
         let cslot = locate(&child, 8, 3).unwrap();
-        let (spliced, s1, t1, _) = splice(1, &child, &cslot, &h0).unwrap();
+        let (spliced, s1, t1, _) = splice(&child, &cslot, &h0).unwrap();
         assert_eq!(t1, Some(2 + 1 + 3));
         let v = body(&spliced);
         assert_eq!(
@@ -394,7 +395,7 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":" k l m n o p q r s t u v w"}]}"#,
         );
         let gslot = locate(&grandchild, 13, 3).unwrap();
-        let (g, _, t2, _) = splice(2, &grandchild, &gslot, &h1).unwrap();
+        let (g, _, t2, _) = splice(&grandchild, &gslot, &h1).unwrap();
         assert_eq!(t2, Some(8 + 1 + 3));
         let v = body(&g);
         assert_eq!(v["messages"].as_array().unwrap().len(), 5);

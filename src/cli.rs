@@ -35,6 +35,7 @@ pub(crate) fn api() -> impl TypedValueParser<Value = Api> {
 
 mod capture;
 mod hosts;
+pub mod identity;
 mod mock;
 pub mod peers;
 mod replay;

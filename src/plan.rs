@@ -22,11 +22,13 @@ use crate::transport::TlsOptions;
 
 mod capture;
 pub mod hosts;
+mod identity;
 mod parts;
 mod prompt;
 mod sweep;
 pub use capture::CapturePlan;
 pub use hosts::HostsPlan;
+pub use identity::IdentityPlan;
 use parts::{load_plan, scrape_plan, session_plan};
 pub use parts::{mock_config, render_options, ScrapePlan};
 pub use prompt::PromptPlan;
@@ -192,6 +194,8 @@ pub struct ReplayPlan {
     pub session_mode: crate::session::SessionMode,
     /// `--carry-forward`, `--max-active-sessions`, `--require-cache-report`.
     pub sessions: crate::session::SessionPlan,
+    /// What each request says of itself on the wire.
+    pub identity: IdentityPlan,
     /// `--think-time`, wall seconds.
     pub think_time_s: Option<f64>,
     /// `--rate`, `--concurrency`, `--max-idle-gap`, `--start-offset`.
@@ -481,6 +485,7 @@ impl ReplayPlan {
             stall_timeout_s: seconds("--stall-timeout", a.stall_timeout)?,
             session_mode: a.session_mode,
             sessions: session_plan(&a.sessions, a.session_mode)?,
+            identity: IdentityPlan::from_args(&a.identity)?,
             load,
             warmup_requests: a.warmup_requests,
             expected_cache_blocks: a.expected_cache_blocks,

@@ -161,7 +161,9 @@ pub struct MockArgs {
     /// Log every request's arrival, one JSON line each (`index` from X-Llmreplay-Index,
     /// `arrival_ns`: when its first byte reached this host, from the kernel's receive
     /// timestamp, on the mock's monotonic clock): send drift as the server sees it, from the
-    /// gaps between arrivals (scripts/bench.sh compares them with the schedule).
+    /// gaps between arrivals (scripts/bench.sh compares them with the schedule). `headers`:
+    /// the request's `traceparent` and `x-` headers (its id, its session), never one whose
+    /// name says key, auth, token, secret or cookie.
     #[arg(long, value_name = "FILE")]
     pub arrival_log: Option<PathBuf>,
 

@@ -246,6 +246,9 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub sessions: sessions::SessionArgs,
 
+    #[command(flatten)]
+    pub identity: super::identity::IdentityArgs,
+
     /// Open loop at R requests per second, in trace order, the trace's timestamps ignored
     /// (gaps from --arrival, reproducible from --seed). --time-scale still divides the gaps.
     #[arg(long, value_name = "R", conflicts_with = "concurrency")]

@@ -198,7 +198,7 @@ impl Shared<'_> {
                 // Every record is read (none skipped): its index is its place in the file.
                 let mut request = self
                     .builder
-                    .build(record, record.index, 0, 0, &mut cache)
+                    .build(record, record.index, 0, None, 0, &mut cache)
                     .map_err(|e| Error::Trace {
                         file: self.args.trace.clone(),
                         line: record.line,

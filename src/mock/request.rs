@@ -13,6 +13,8 @@ struct Head {
     /// `x-llmreplay-index`: the record the client sent (faults and logs key on it).
     index: Option<u64>,
     wants_close: bool,
+    /// With `--arrival-log`: the headers that say who the request is ([`identifying`]).
+    ids: Vec<(String, String)>,
     method: String,
     /// Without its query.
     path: String,
@@ -31,7 +33,7 @@ impl MockLoop {
         if conn.generation.is_some() || conn.input.is_empty() {
             return false;
         }
-        let Some(head) = read_head(conn) else {
+        let Some(head) = read_head(conn, self.arrival_log.is_some()) else {
             return false;
         };
         if conn.input.len() < head.len + head.body_len {
@@ -55,7 +57,12 @@ impl MockLoop {
         if let Some(log) = self.arrival_log.as_mut() {
             // On this process's clock: compare gaps between arrivals, not absolute times.
             let arrival_ns = conn.arrived_ns.unwrap_or(now);
-            log.log(&json!({"index": head.index, "arrival_ns": arrival_ns}));
+            let ids: serde_json::Map<String, Value> = head
+                .ids
+                .iter()
+                .map(|(name, value)| (name.clone(), json!(value)))
+                .collect();
+            log.log(&json!({"index": head.index, "arrival_ns": arrival_ns, "headers": ids}));
         }
         let body: Vec<u8> = conn.input[head.len..head.len + head.body_len].to_vec();
         conn.input.drain(..head.len + head.body_len);
@@ -150,7 +157,7 @@ impl MockLoop {
 
 /// The head at the start of `conn.input`; None while it is incomplete, or when it was bad
 /// and has been answered with an error.
-fn read_head(conn: &mut Conn) -> Option<Head> {
+fn read_head(conn: &mut Conn, keep_ids: bool) -> Option<Head> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
     let len = match req.parse(&conn.input) {
@@ -176,6 +183,7 @@ fn read_head(conn: &mut Conn) -> Option<Head> {
         body_len: 0,
         index: None,
         wants_close: false,
+        ids: Vec::new(),
         method: req.method.unwrap_or("").to_string(),
         path: req
             .path
@@ -192,9 +200,22 @@ fn read_head(conn: &mut Conn) -> Option<Head> {
             head.body_len = number(h.value).unwrap_or(0) as usize;
         } else if h.name.eq_ignore_ascii_case("connection") {
             head.wants_close |= h.value.eq_ignore_ascii_case(b"close");
+        } else if keep_ids && identifying(h.name) {
+            let value = String::from_utf8_lossy(h.value).into_owned();
+            head.ids.push((h.name.to_ascii_lowercase(), value));
         }
     }
     Some(head)
+}
+
+/// Whether the arrival log keeps a header: `traceparent` and the `x-` headers that name a
+/// request or its session, never one that may hold a secret (a key, a token).
+fn identifying(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    let secret = ["key", "auth", "token", "secret", "cookie"]
+        .iter()
+        .any(|s| name.contains(s));
+    (name == "traceparent" || name.starts_with("x-")) && name != "x-llmreplay-index" && !secret
 }
 
 /// The dialect and route of a generation; None when the request was answered here (info,

@@ -8,6 +8,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::identity::Identity;
 use super::{BufferPool, PreparedRequest};
 use crate::api::{write_body, Api, BodyError, BodyOptions, Synthesis};
 use crate::carry::CarrySlot;
@@ -60,10 +61,13 @@ pub struct RequestBuilder {
     pub server_block: u64,
     /// [`crate::plan::ReplayPlan::slow_build`]: added to every request's build (tests).
     pub slow_build: Option<std::time::Duration>,
+    /// The request's identity on the wire (None: only the record index, as `prompts`).
+    pub identity: Option<Identity>,
 }
 
-/// Room kept in front of the body for the per-request headers: the record index (so server
-/// logs and the mock's fault log name the record) and `Content-Length`.
+/// Room kept in front of the body for the per-request headers that end every head: the
+/// record index (so server logs and the mock's fault log name the record) and
+/// `Content-Length`; the identity's lines ([`Identity`]) get room of their own.
 const HEAD_ROOM: usize = 80;
 
 /// A producer's block caches, one per synthesiser (shared by the endpoints that use it).
@@ -99,6 +103,7 @@ impl RequestBuilder {
             buffers,
             dataset: None,
             carry: None,
+            identity: None,
             carry_forward: crate::session::CarryForward::Auto,
             server_block: 1,
             slow_build: None,
@@ -182,11 +187,13 @@ impl RequestBuilder {
     /// The bytes of `record` for endpoint `endpoint`; `seq` is its place among the records
     /// this run sends (0, 1, 2, ...: prompts.jsonl is written in that order), kept with its
     /// prompts.jsonl line (`--save-prompts`) for the caller to log ([`PromptLog::put`]).
+    /// `session` is its conversation's (or task's) id, for the session header.
     pub fn build(
         &self,
         record: &TraceRecord,
         seq: u64,
         endpoint: u32,
+        session: Option<&str>,
         scheduled_ns: u64,
         caches: &mut BlockCaches,
     ) -> Result<PreparedRequest, BuildError> {
@@ -196,8 +203,13 @@ impl RequestBuilder {
             (Some((s, _)), Some(len)) => s.estimated_bytes(len),
             (_, len) => len.unwrap_or(0) as usize * 8,
         };
-        let mut bytes = self.buffers.take(HEAD_ROOM + 512 + prompt_bytes);
-        bytes.resize(HEAD_ROOM, 0);
+        let mut head = Vec::new();
+        if let Some(identity) = &self.identity {
+            identity.write_lines(&mut head, record.index, session);
+        }
+        let room = HEAD_ROOM + head.len();
+        let mut bytes = self.buffers.take(room + 512 + prompt_bytes);
+        bytes.resize(room, 0);
         let mut synthesis = synth.map(|(synth, i)| Synthesis {
             synth,
             cache: &mut caches.0[i],
@@ -211,18 +223,15 @@ impl RequestBuilder {
             &mut bytes,
             saved.as_mut(),
         )?;
-        let body_len = bytes.len() - HEAD_ROOM;
-        let mut head = [0u8; HEAD_ROOM];
-        let mut cursor = &mut head[..];
+        let body_len = bytes.len() - room;
         write!(
-            cursor,
+            head,
             "X-Llmreplay-Index: {}\r\nContent-Length: {body_len}\r\n\r\n",
             record.index
         )
-        .expect("fits in HEAD_ROOM");
-        let head_len = HEAD_ROOM - cursor.len();
-        let start = HEAD_ROOM - head_len;
-        bytes[start..HEAD_ROOM].copy_from_slice(&head[..head_len]);
+        .expect("a Vec takes any write");
+        let start = room - head.len();
+        bytes[start..room].copy_from_slice(&head);
         Ok(PreparedRequest {
             endpoint,
             bytes,

@@ -29,6 +29,7 @@ use crate::trace::{OrderedReader, TraceIds, TraceRecord};
 
 mod build;
 mod histories;
+pub mod identity;
 mod salt;
 pub use build::{BlockCaches, BodyStyle, BuildError, PromptLog, RequestBuilder};
 use histories::MessageHistories;
@@ -526,8 +527,18 @@ fn produce(
                     message,
                 })?;
         }
+        // The session header names the conversation (or the agentic task).
+        let session = p.link.as_ref().map(|l| l.root.as_str());
+        let session = session.or(p.record.ids.session_id.as_deref());
         let mut request = builder
-            .build(&p.record, p.seq, p.endpoint, p.scheduled_ns, &mut caches)
+            .build(
+                &p.record,
+                p.seq,
+                p.endpoint,
+                session,
+                p.scheduled_ns,
+                &mut caches,
+            )
             .map_err(|e| Error::Trace {
                 file: lock()
                     .map(|s| s.reader.reader().path().to_path_buf())
@@ -656,7 +667,7 @@ mod tests {
             extra: None,
         };
         let req = builder
-            .build(&record, 0, 0, 77, &mut builder.new_caches())
+            .build(&record, 0, 0, None, 77, &mut builder.new_caches())
             .unwrap();
         let text = std::str::from_utf8(req.payload()).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
@@ -674,5 +685,27 @@ mod tests {
             (4, 77, Some(1), Some(3))
         );
         serde_json::from_str::<serde_json::Value>(body).unwrap();
+        // With an identity, its lines come first and the body is the same.
+        let builder = RequestBuilder {
+            identity: Some(identity::Identity::new(
+                "r1",
+                Some("X-Request-Id".into()),
+                true,
+                Some("X-Session-Affinity".into()),
+            )),
+            ..builder
+        };
+        let named = builder
+            .build(&record, 0, 0, Some("chat-1"), 77, &mut builder.new_caches())
+            .unwrap();
+        let text = std::str::from_utf8(named.payload()).unwrap();
+        let (head, again) = text.split_once("\r\n\r\n").unwrap();
+        assert_eq!(again, body);
+        let trace = builder.identity.as_ref().unwrap().trace_id(4).unwrap();
+        assert!(head.starts_with(&format!("X-Request-Id: r1-4\r\ntraceparent: 00-{trace}-")));
+        assert!(head.ends_with(&format!(
+            "-01\r\nX-Session-Affinity: chat-1\r\nX-Llmreplay-Index: 4\r\nContent-Length: {}",
+            body.len()
+        )));
     }
 }

@@ -93,6 +93,8 @@ pub struct Line<'a> {
     pub tool_calls: Option<u64>,
     #[serde(skip_deserializing)]
     pub tpot_ms: Option<f64>,
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<Cow<'a, str>>,
     #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub ttfo_ms: Present<f64>,
     #[serde(skip_deserializing)]
@@ -183,6 +185,7 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
             ttft_from_schedule_ms: r.ttft_from_schedule_ms(),
             ttft_ms: r.ttft_ms(),
             ttfo_ms: r.reasoning_tokens.map(|_| r.ttfo_ms()),
+            trace_id: r.trace_id.as_deref().map(Cow::Borrowed),
             turn: turn.map(|t| t.turn),
             wait_for: turn.map(|t| t.joins.clone()).unwrap_or_default(),
             warmup: r.warmup,
@@ -207,6 +210,7 @@ impl From<Line<'_>> for RequestRecord {
             first_answer_ns: l.first_answer_ms.flatten().map(ns),
             reasoning_tokens: l.reasoning_tokens,
             tool_calls: l.tool_calls,
+            trace_id: l.trace_id.map(Cow::into_owned),
             end_ns: l.end_ms.map(ns),
             input_tokens: l.input_tokens,
             prompt_tokens: l.prompt_tokens,
@@ -274,6 +278,7 @@ mod tests {
             first_answer_ns: Some(12_000_001),
             reasoning_tokens: Some(1),
             tool_calls: Some(2),
+            trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
             chunk_times_ns: Some(vec![9_000_000, 12_000_001, 19_000_003]),
             chunk_tokens: Some(vec![1, 2, 1]),
             ids: TraceIds {
@@ -334,6 +339,7 @@ mod tests {
             "resent_ms",
             "session_id",
             "chunk_times_ms",
+            "trace_id",
         ] {
             assert!(
                 v.get(absent).is_none(),

@@ -174,6 +174,8 @@ pub struct RequestRecord {
     pub reasoning_tokens: Option<u64>,
     /// Tool calls the answer made (None: none).
     pub tool_calls: Option<u64>,
+    /// The W3C trace id its `traceparent` carried (32 hex digits; None: none was sent).
+    pub trace_id: Option<String>,
     /// Sent before the measured run (`--warmup-requests`): in no statistic.
     pub warmup: bool,
     /// `--save-prompts`, a turn the sender rebuilt around its parent's answer: its

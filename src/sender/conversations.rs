@@ -223,7 +223,7 @@ impl Conversations {
             }
             None if turn.parent_failed => Err("the parent failed"),
             None => Err("the parent's prompt and answer are not kept (a carried token-id or verbatim prompt, or past the history budget)"),
-            Some(h) => carry::splice(req.index, &req.bytes[req.start..], slot, h),
+            Some(h) => carry::splice(&req.bytes[req.start..], slot, h),
         };
         match outcome {
             Ok((bytes, new_slot, tokens, note)) => {

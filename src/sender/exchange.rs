@@ -313,6 +313,7 @@ impl Exchange {
             first_answer_ns: rel(self.first_answer_ns).filter(|_| reasoning_tokens.is_some()),
             reasoning_tokens,
             tool_calls: (self.tool_calls > 0).then_some(self.tool_calls),
+            trace_id: None, // the collector's: it knows the run
             end_ns: rel(self.end_ns),
             input_tokens: self.req.input_tokens,
             prompt_tokens: self

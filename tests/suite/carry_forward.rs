@@ -350,7 +350,7 @@ fn carried_prompts_are_exactly_their_input_length_on_every_family() {
             let content = |len: u64| synth.content_len(len);
             for start in 0..HOSTILE_ANSWERS.len() {
                 let root = builder
-                    .build(&record(0, 120), 0, 0, 0, &mut caches)
+                    .build(&record(0, 120), 0, 0, None, 0, &mut caches)
                     .unwrap();
                 let mut payload = root.payload().to_vec();
                 let mut slot = carry::locate(&payload, content(120), overhead).unwrap();
@@ -364,11 +364,11 @@ fn carried_prompts_are_exactly_their_input_length_on_every_family() {
                     h.seam_tokens = Some(seam.measure(&h).unwrap());
                     length += 150;
                     let child = builder
-                        .build(&record(round, length), round, 0, 0, &mut caches)
+                        .build(&record(round, length), round, 0, None, 0, &mut caches)
                         .unwrap();
                     let cslot = carry::locate(child.payload(), content(length), overhead).unwrap();
                     let (bytes, nslot, _, note) =
-                        carry::splice(round, child.payload(), &cslot, &h).unwrap();
+                        carry::splice(child.payload(), &cslot, &h).unwrap();
                     assert!(note.is_none());
                     assert_eq!(
                         count(&bytes),

@@ -25,6 +25,7 @@ mod hostile_input;
 mod hostile_settings;
 mod house;
 mod house_shape;
+mod identity;
 mod load_modes;
 mod many_hosts;
 mod papercuts;

@@ -179,6 +179,9 @@ impl<'a> Collector<'a> {
             return; // draining: nothing more can be kept
         }
         log_sent_prompt(&mut r, self.stages);
+        if let Some(identity) = &self.stages.builder.identity {
+            r.trace_id = identity.trace_id(r.index);
+        }
         if let Err(e) = self.writer.write(&r) {
             self.write_failed(&self.got.requests_path.clone(), e);
         }

@@ -204,7 +204,16 @@ fn prime(
         dir.join("prime").display()
     ));
     let out = setup::prepare_output(&pass, trace)?;
-    let starting = time_zero::Starting::default();
+    // Its requests are named apart from the measured run's (a server may refuse an id it has
+    // seen).
+    let run = plan.hosts.run_id.clone();
+    let starting = time_zero::Starting {
+        run_id: Some(format!(
+            "{}-prime",
+            run.unwrap_or_else(|| time_zero::unnamed_run(trace))
+        )),
+        ..Default::default()
+    };
     let stages = start(
         &pass, trace, prompts, fleet, &out, None, expected, starting, say,
     )?;

@@ -209,6 +209,7 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
         },
     );
     put("run_id", json!(r.run_id));
+    put("request_identity", json!(r.builder.identity));
     put(
         "trace_digest",
         json!(r.trace.shares.as_ref().map(|(_, digest)| digest)),

@@ -127,7 +127,13 @@ pub(super) fn start(
     let tokenizer_analysis = prompts.analyses.clone();
     let carrying = plan.sessions.carry_forward.carries() && trace.stats.turns_with_parent > 0;
     let seams = Arc::new(carrying::seams(&prompts, carrying)?);
-    let builder = Arc::new(request_builder(plan, trace, prompts, fleet, out, &threads)?);
+    let run = match &starting.run_id {
+        Some(id) => id.clone(),
+        None => time_zero::unnamed_run(trace),
+    };
+    let builder = Arc::new(request_builder(
+        plan, trace, prompts, fleet, out, &run, &threads,
+    )?);
     let (router, load, peers) = routing(plan, fleet, &builder);
     limits::keep_bodies_off_mmap();
     let clock = RunClock::new();
@@ -407,13 +413,15 @@ fn measure_cuts(plan: &ReplayPlan, trace: &TraceInput) -> Result<Arc<crate::sess
     )?))
 }
 
-/// How each endpoint's bodies are written: its dialect, model and prompt synthesis.
+/// How each endpoint's bodies are written: its dialect, model and prompt synthesis, and the
+/// identity of run `run`'s requests.
 fn request_builder(
     plan: &ReplayPlan,
     trace: &TraceInput,
     prompts: Prompts,
     fleet: &Fleet,
     out: &Output,
+    run: &str,
     threads: &Threads,
 ) -> Result<RequestBuilder> {
     let styles = fleet
@@ -452,6 +460,7 @@ fn request_builder(
         prompt_log,
         buffers: threads.buffers(plan),
         slow_build: plan.slow_build,
+        identity: Some(plan.identity.for_run(run)),
     })
 }
 

@@ -48,6 +48,20 @@ pub(super) fn run_id(plan: &ReplayPlan, trace: &TraceInput, at: Option<u64>) -> 
     Some(crate::plan::hosts::minted_run_id(at, digest))
 }
 
+/// What names the requests of a run that has no id (a shard with neither `--run-id` nor an
+/// agreed start): the trace's digest, which every shard reads alike.
+pub(super) fn unnamed_run(trace: &TraceInput) -> String {
+    let digest = trace.shares.as_ref().map_or("", |(_, d)| d.as_str());
+    let hex: String = digest
+        .rsplit(':')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(8)
+        .collect();
+    format!("trace-{hex}")
+}
+
 /// `--rendezvous`: this shard joins the meeting (before anything else, so that a failure
 /// while preparing is seen by the others).
 pub(super) fn join(plan: &ReplayPlan) -> Result<Option<Rendezvous>> {

@@ -35,13 +35,14 @@ enum Kind {
 
 /// Every field of a record (CONTRACT §5) but the per-chunk arrays, in reading order: the
 /// request, its timing, its tokens, its conversation. `error` is split in two.
-const COLUMNS: [(&str, Kind, f64); 47] = [
+const COLUMNS: [(&str, Kind, f64); 48] = [
     ("index", Kind::Int, 8.0),
     ("warmup", Kind::Bool, 8.0),
     ("endpoint", Kind::Text, 26.0),
     ("status", Kind::Int, 7.0),
     ("error_kind", Kind::Text, 14.0),
     ("error_message", Kind::Text, 40.0),
+    ("trace_id", Kind::Text, 34.0),
     ("scheduled_ms", Kind::Ms, 13.0),
     ("sent_ms", Kind::Ms, 13.0),
     ("drift_ms", Kind::Ms, 10.0),
@@ -225,6 +226,7 @@ mod tests {
             first_answer_ns: Some(3),
             reasoning_tokens: Some(1),
             tool_calls: Some(1),
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
             chunk_times_ns: Some(vec![3, 4]),
             chunk_tokens: Some(vec![1, 1]),
             ids: TraceIds {
