@@ -42,6 +42,7 @@ pub mod schedule;
 pub mod secrets;
 pub mod sender;
 pub mod server_metrics;
+pub mod server_timing;
 pub mod session;
 pub mod shard;
 pub mod stats;

@@ -43,6 +43,7 @@ const KEYS: StreamKeys = StreamKeys {
     cached_tokens: Some(b"\"cache_read_input_tokens\":"),
     completion_tokens: b"\"output_tokens\":",
     error: (b"\"type\":", Some(b"error")),
+    server_timings: false,
 };
 
 impl Dialect for AnthropicMessages {

@@ -4,9 +4,10 @@ use memchr::memmem::Finder;
 use serde_json::Value;
 
 use super::Api;
+use crate::server_timing::{llama_cpp, ServerPhases};
 
 /// The meaning of one stream event.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StreamEvent {
     /// Carries generated output (answer text, reasoning, tool-call arguments): counts as a
     /// chunk.
@@ -30,6 +31,9 @@ pub struct StreamEvent {
     pub error: Option<String>,
     /// The data is not a JSON object (cut or garbled): the stream cannot be trusted.
     pub malformed: bool,
+    /// The server's own timing of the request (llama.cpp's `timings`, in its last event;
+    /// boxed: every event is returned, few hold it).
+    pub server: Option<Box<ServerPhases>>,
 }
 
 /// Where a dialect's stream events keep what llmreplay reads: static data, searched for with
@@ -57,6 +61,8 @@ pub struct StreamKeys {
     /// and the string it must hold (any value where None). Spaces may stand around the colon
     /// (Anthropic documents `{"type": "error", ...}`).
     pub error: (&'static [u8], Option<&'static [u8]>),
+    /// Its events may end with the server's own timings ([`crate::server_timing`]).
+    pub server_timings: bool,
 }
 
 /// Pre-built substring searchers for one API (built once per sender thread).
@@ -72,6 +78,7 @@ pub struct EventScanner {
     cached_tokens: Option<Finder<'static>>,
     completion_tokens: Finder<'static>,
     error_marker: (Finder<'static>, Option<&'static [u8]>),
+    server_timings: Option<(Finder<'static>, llama_cpp::Reader)>,
 }
 
 impl EventScanner {
@@ -89,6 +96,9 @@ impl EventScanner {
             cached_tokens: keys.cached_tokens.map(Finder::new),
             completion_tokens: Finder::new(keys.completion_tokens),
             error_marker: (Finder::new(keys.error.0), keys.error.1),
+            server_timings: keys
+                .server_timings
+                .then(|| (Finder::new(llama_cpp::KEY), llama_cpp::Reader::default())),
         }
     }
 
@@ -155,6 +165,13 @@ impl EventScanner {
                     .and_then(|k| number_after(rest, k));
             }
         }
+        // Only an event without output can be the last, which holds the timings.
+        if let (false, Some((key, reader))) = (ev.content, &self.server_timings) {
+            ev.server = key
+                .find(payload)
+                .and_then(|at| reader.read(&payload[at + key.needle().len()..]))
+                .map(Box::new);
+        }
         ev
     }
 
@@ -200,7 +217,7 @@ pub fn nonempty(v: Option<&Value>) -> bool {
     v.and_then(Value::as_str).is_some_and(|s| !s.is_empty())
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FullResponse {
     pub prompt_tokens: Option<u64>,
     pub cached_tokens: Option<u64>,
@@ -217,6 +234,8 @@ pub struct FullResponse {
     pub answered: bool,
     pub reasoning_tokens: Option<u64>,
     pub tool_calls: u64,
+    /// The server's own timing of the request (llama.cpp's `timings`).
+    pub server: Option<ServerPhases>,
 }
 
 /// Longest excerpt of a server's error text kept in a record.

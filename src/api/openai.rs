@@ -50,6 +50,7 @@ const COMPLETION_KEYS: StreamKeys = StreamKeys {
     cached_tokens: Some(b"\"cached_tokens\":"),
     completion_tokens: b"\"completion_tokens\":",
     error: (b"\"object\":", Some(b"error")),
+    server_timings: true,
 };
 
 /// Appends the JSON body of `record` to `out`. With `saved`, also appends the record's
@@ -165,6 +166,7 @@ fn read_body(v: &Value) -> FullResponse {
         answer: v.pointer("/choices/0").and_then(|c| {
             text_of(c.get("text")).or_else(|| text_of(c.pointer("/message/content")))
         }),
+        server: crate::server_timing::llama_cpp::from_value(v),
         ..FullResponse::default()
     }
 }

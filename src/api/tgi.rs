@@ -39,6 +39,7 @@ const KEYS: StreamKeys = StreamKeys {
     cached_tokens: None,
     completion_tokens: b"\"generated_tokens\":",
     error: (b"\"error_type\":", None),
+    server_timings: false,
 };
 
 impl Dialect for Tgi {

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use super::{ms, ErrorKind, RequestError, RequestRecord, TurnRecord};
+use crate::server_timing::ServerPhases;
 use crate::trace::TraceIds;
 
 /// `Some(None)` writes `null`; `None` leaves the key out.
@@ -82,6 +83,16 @@ pub struct Line<'a> {
     /// Required: a line without it is refused.
     pub scheduled_ms: f64,
     pub sent_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_decode_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_kv_transfer_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_prefill_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_queue_ms: Option<f64>,
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub server_ttft_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_delay_ms: Option<f64>,
     #[serde(borrow, skip_serializing_if = "Option::is_none")]
@@ -101,6 +112,8 @@ pub struct Line<'a> {
     pub ttft_from_schedule_ms: Option<f64>,
     #[serde(skip_deserializing)]
     pub ttft_ms: Option<f64>,
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub ttft_outside_server_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -172,6 +185,11 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
             resent_ms: r.resent_ns.map(ms),
             scheduled_ms: ms(r.scheduled_ns),
             sent_ms: r.sent_ns.map(ms),
+            server_decode_ms: r.server.as_ref().and_then(|s| s.decode_ms),
+            server_kv_transfer_ms: r.server.as_ref().and_then(|s| s.kv_transfer_ms),
+            server_prefill_ms: r.server.as_ref().and_then(|s| s.prefill_ms),
+            server_queue_ms: r.server.as_ref().and_then(|s| s.queue_ms),
+            server_ttft_ms: r.server_ttft_ms(),
             session_delay_ms: turn.map(|t| ms(t.delay_ns)),
             // A turn's conversation is its root; a record outside one keeps the trace's id.
             session_id: match turn {
@@ -184,6 +202,7 @@ impl<'a> From<&'a RequestRecord> for Line<'a> {
             tpot_ms: r.tpot_ms(),
             ttft_from_schedule_ms: r.ttft_from_schedule_ms(),
             ttft_ms: r.ttft_ms(),
+            ttft_outside_server_ms: r.ttft_outside_server_ms(),
             ttfo_ms: r.reasoning_tokens.map(|_| r.ttfo_ms()),
             trace_id: r.trace_id.as_deref().map(Cow::Borrowed),
             turn: turn.map(|t| t.turn),
@@ -206,6 +225,20 @@ impl From<Line<'_>> for RequestRecord {
             }),
             scheduled_ns: ns(l.scheduled_ms),
             sent_ns: l.sent_ms.map(ns),
+            server: [
+                l.server_queue_ms,
+                l.server_prefill_ms,
+                l.server_kv_transfer_ms,
+                l.server_decode_ms,
+            ]
+            .iter()
+            .any(Option::is_some)
+            .then_some(ServerPhases {
+                queue_ms: l.server_queue_ms,
+                prefill_ms: l.server_prefill_ms,
+                kv_transfer_ms: l.server_kv_transfer_ms,
+                decode_ms: l.server_decode_ms,
+            }),
             first_token_ns: l.first_token_ms.map(ns),
             first_answer_ns: l.first_answer_ms.flatten().map(ns),
             reasoning_tokens: l.reasoning_tokens,
@@ -279,6 +312,12 @@ mod tests {
             reasoning_tokens: Some(1),
             tool_calls: Some(2),
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+            server: Some(ServerPhases {
+                queue_ms: None,
+                prefill_ms: Some(4.5),
+                kv_transfer_ms: Some(0.25),
+                decode_ms: Some(9.0),
+            }),
             chunk_times_ns: Some(vec![9_000_000, 12_000_001, 19_000_003]),
             chunk_tokens: Some(vec![1, 2, 1]),
             ids: TraceIds {
@@ -320,6 +359,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert!(v["released_ms"].is_null() && v.get("released_ms").is_some());
         assert_eq!(v["session_id"], "s1");
+        // The server's TTFT is its phases before the first token; the rest is outside it.
+        assert_eq!(v["server_ttft_ms"], 4.75);
+        let ttft = v["ttft_ms"].as_f64().unwrap();
+        assert_eq!(v["ttft_outside_server_ms"], ttft - 4.75);
         assert_eq!(v["drift_ms"], 0.065434);
         let planned = 480.0 / 900.0;
         let observed = 512.0 / 910.0;
@@ -340,6 +383,9 @@ mod tests {
             "session_id",
             "chunk_times_ms",
             "trace_id",
+            "server_prefill_ms",
+            "server_ttft_ms",
+            "ttft_outside_server_ms",
         ] {
             assert!(
                 v.get(absent).is_none(),

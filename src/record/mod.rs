@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::server_timing::ServerPhases;
 use crate::trace::TraceIds;
 
 pub mod captured;
@@ -176,6 +177,8 @@ pub struct RequestRecord {
     pub tool_calls: Option<u64>,
     /// The W3C trace id its `traceparent` carried (32 hex digits; None: none was sent).
     pub trace_id: Option<String>,
+    /// What the server says it spent on it, by phase ([`crate::server_timing`]).
+    pub server: Option<ServerPhases>,
     /// Sent before the measured run (`--warmup-requests`): in no statistic.
     pub warmup: bool,
     /// `--save-prompts`, a turn the sender rebuilt around its parent's answer: its
@@ -261,6 +264,17 @@ impl RequestRecord {
 
     pub fn ttft_ms(&self) -> Option<f64> {
         Some(ms(self.first_token_ns?.checked_sub(self.sent_ns?)?))
+    }
+
+    /// The server's own time to first token (its phases before the first token).
+    pub fn server_ttft_ms(&self) -> Option<f64> {
+        self.server.as_ref()?.ttft_ms()
+    }
+
+    /// The TTFT the server does not account for: the network, HTTP, the client, and what
+    /// the server does not time (llama.cpp's queue).
+    pub fn ttft_outside_server_ms(&self) -> Option<f64> {
+        Some(self.ttft_ms()? - self.server_ttft_ms()?)
     }
 
     /// Time to first output: from the send to the first answer token after the reasoning,

@@ -7,6 +7,7 @@ use crate::http::response::{ResponseHead, ResponseSink};
 use crate::http::sse::SseScanner;
 use crate::pipeline::PreparedRequest;
 use crate::record::{ErrorKind, RequestError, RequestRecord, TurnRecord};
+use crate::server_timing::ServerPhases;
 use crate::stats::Gaps;
 
 /// Largest non-streamed body kept for parsing; larger ones are a protocol error.
@@ -40,6 +41,8 @@ pub struct Exchange {
     tool_calls: u64,
     prompt_tokens: Option<u64>,
     cached_tokens: Option<u64>,
+    /// The server's own timing of it ([`crate::server_timing`]).
+    server: Option<Box<ServerPhases>>,
     /// The server's prompt count is only an estimate: it is not recorded.
     approximate_prompt_count: bool,
     completion_tokens: Option<u64>,
@@ -88,6 +91,7 @@ impl Exchange {
             tool_calls: 0,
             prompt_tokens: None,
             cached_tokens: None,
+            server: None,
             approximate_prompt_count: false,
             completion_tokens: None,
             error: None,
@@ -149,6 +153,9 @@ impl Exchange {
             return;
         }
         self.events += 1;
+        if ev.server.is_some() {
+            self.server = ev.server;
+        }
         if ev.prompt_tokens.is_some() {
             self.prompt_tokens = ev.prompt_tokens;
             self.cached_tokens = ev.cached_tokens;
@@ -222,6 +229,7 @@ impl Exchange {
             }
             self.prompt_tokens = full.prompt_tokens;
             self.cached_tokens = full.cached_tokens;
+            self.server = full.server.map(Box::new);
             self.completion_tokens = full.completion_tokens;
             content = full.content;
             // Reasoning is counted only where the server says how much: a whole answer has
@@ -314,6 +322,7 @@ impl Exchange {
             reasoning_tokens,
             tool_calls: (self.tool_calls > 0).then_some(self.tool_calls),
             trace_id: None, // the collector's: it knows the run
+            server: self.server.map(|s| *s),
             end_ns: rel(self.end_ns),
             input_tokens: self.req.input_tokens,
             prompt_tokens: self

@@ -36,6 +36,8 @@ pub const LATENCIES: &[Latency] = &[
     TTFT,
     TTFO,
     TTFT_SCHED,
+    SERVER_TTFT,
+    TTFT_OUTSIDE_SERVER,
     TPOT,
     TPOT_REASONING,
     TPOT_ANSWER,
@@ -68,6 +70,21 @@ pub const TTFT_SCHED: Latency = Latency {
     title: "TTFT from schedule",
     name: "TTFT-sched",
     samples: Samples::Succeeded(RequestRecord::ttft_from_schedule_ms),
+};
+
+/// Where TTFT goes: the server's own account of it ([`crate::server_timing`]), and the rest.
+pub const SERVER_TTFT: Latency = Latency {
+    key: "server_ttft_ms",
+    title: "TTFT inside the server (its own timing)",
+    name: "Server TTFT",
+    samples: Samples::Succeeded(RequestRecord::server_ttft_ms),
+};
+
+pub const TTFT_OUTSIDE_SERVER: Latency = Latency {
+    key: "ttft_outside_server_ms",
+    title: "TTFT outside the server",
+    name: "TTFT-outside",
+    samples: Samples::Succeeded(RequestRecord::ttft_outside_server_ms),
 };
 
 pub const TPOT: Latency = Latency {

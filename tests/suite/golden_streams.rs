@@ -44,6 +44,8 @@ struct Holds {
     tool_calls: Option<u64>,
     prompt_tokens: Option<u64>,
     cached_tokens: Option<u64>,
+    /// The server's own prompt time (llama.cpp's `timings.prompt_ms`).
+    server_prefill_ms: Option<f64>,
 }
 
 /// A golden stream: its directory under tests/fixtures, file and dialect, and what it holds.
@@ -71,6 +73,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: None,
             prompt_tokens: Some(1040),
             cached_tokens: Some(1024),
+            server_prefill_ms: None,
         },
     },
     // vLLM's tool-call parser: the call's first delta has its id and name but no arguments
@@ -88,6 +91,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: Some(1),
             prompt_tokens: Some(310),
             cached_tokens: Some(304),
+            server_prefill_ms: None,
         },
     },
     // SGLang (and vLLM before 0.10, llama.cpp, DeepSeek's API) write `reasoning_content`,
@@ -105,6 +109,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: None,
             prompt_tokens: Some(980),
             cached_tokens: Some(960),
+            server_prefill_ms: None,
         },
     },
     // An answer cut inside its thinking is a success with a TTFT and no TTFO, its reasoning
@@ -122,6 +127,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: None,
             prompt_tokens: Some(20),
             cached_tokens: None,
+            server_prefill_ms: None,
         },
     },
     // OpenAI's streamed parallel tool calls: argument deltas are output, each call is counted
@@ -139,6 +145,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: Some(2),
             prompt_tokens: Some(82),
             cached_tokens: Some(0),
+            server_prefill_ms: None,
         },
     },
     // A real llama-server's chat stream (captured with its timing): `content: null` first,
@@ -156,6 +163,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: None,
             prompt_tokens: Some(34),
             cached_tokens: Some(33),
+            server_prefill_ms: Some(16.247),
         },
     },
     // Its completions stream: `text` per event, usage in the last text event (empty text).
@@ -172,6 +180,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: None,
             prompt_tokens: Some(5),
             cached_tokens: Some(4),
+            server_prefill_ms: Some(14.678),
         },
     },
     // Its /v1/messages stream: Anthropic's events, the prompt split into `input_tokens` and
@@ -189,6 +198,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: None,
             prompt_tokens: Some(34),
             cached_tokens: Some(33),
+            server_prefill_ms: None,
         },
     },
     // TGI's /generate_stream: `data:` with no space, a token per event (the last one the
@@ -206,6 +216,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: None,
             prompt_tokens: None,
             cached_tokens: None,
+            server_prefill_ms: None,
         },
     },
     // Anthropic Messages: a thinking block, then text, then a tool call.
@@ -222,6 +233,7 @@ const GOLDEN: &[Golden] = &[
             tool_calls: Some(1),
             prompt_tokens: Some(60),
             cached_tokens: Some(48),
+            server_prefill_ms: None,
         },
     },
 ];
@@ -255,6 +267,13 @@ fn judge(g: &Golden, r: &RequestRecord, at: impl Fn(u64) -> f64, exact: bool) {
     assert_eq!(r.tool_calls, h.tool_calls, "{file}: tool calls");
     assert_eq!(r.prompt_tokens, h.prompt_tokens, "{file}: prompt");
     assert_eq!(r.cached_tokens, h.cached_tokens, "{file}: cached");
+    // Where its TTFT went, as the server timed it: the rest is outside the server.
+    let server = r.server.as_ref().and_then(|s| s.prefill_ms);
+    assert_eq!(server, h.server_prefill_ms, "{file}: server prefill");
+    if let (Some(ttft), Some(prefill)) = (r.ttft_ms(), server) {
+        assert_eq!(r.server_ttft_ms(), Some(prefill), "{file}");
+        assert_eq!(r.ttft_outside_server_ms(), Some(ttft - prefill), "{file}");
+    }
     match h.reasoning_tokens {
         // A reasoning answer has a TTFO at its first answer token, or none at all.
         Some(reasoning) => {

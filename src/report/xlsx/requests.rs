@@ -35,7 +35,7 @@ enum Kind {
 
 /// Every field of a record (CONTRACT §5) but the per-chunk arrays, in reading order: the
 /// request, its timing, its tokens, its conversation. `error` is split in two.
-const COLUMNS: [(&str, Kind, f64); 48] = [
+const COLUMNS: [(&str, Kind, f64); 54] = [
     ("index", Kind::Int, 8.0),
     ("warmup", Kind::Bool, 8.0),
     ("endpoint", Kind::Text, 26.0),
@@ -53,6 +53,12 @@ const COLUMNS: [(&str, Kind, f64); 48] = [
     ("end_ms", Kind::Ms, 13.0),
     ("ttft_ms", Kind::Ms, 10.0),
     ("ttft_from_schedule_ms", Kind::Ms, 12.0),
+    ("server_ttft_ms", Kind::Ms, 12.0),
+    ("ttft_outside_server_ms", Kind::Ms, 12.0),
+    ("server_queue_ms", Kind::Ms, 12.0),
+    ("server_prefill_ms", Kind::Ms, 12.0),
+    ("server_kv_transfer_ms", Kind::Ms, 12.0),
+    ("server_decode_ms", Kind::Ms, 12.0),
     ("first_answer_ms", Kind::Ms, 14.0),
     ("ttfo_ms", Kind::Ms, 10.0),
     ("tpot_ms", Kind::Ms, 10.0),
@@ -227,6 +233,12 @@ mod tests {
             reasoning_tokens: Some(1),
             tool_calls: Some(1),
             trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+            server: Some(crate::server_timing::ServerPhases {
+                queue_ms: Some(1.0),
+                prefill_ms: Some(1.0),
+                kv_transfer_ms: Some(0.5),
+                decode_ms: Some(2.0),
+            }),
             chunk_times_ns: Some(vec![3, 4]),
             chunk_tokens: Some(vec![1, 1]),
             ids: TraceIds {
