@@ -287,6 +287,14 @@ pub struct ReportArgs {
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
+    /// Join a server's own timing of each request to the run's records, from a file its
+    /// tracing wrote, before rendering: `vllm-otel:FILE` (vLLM's or SGLang's OpenTelemetry
+    /// spans, an OTLP JSON export; matched by each record's `trace_id`). Each matched record
+    /// gains its `server_` phases in requests.jsonl, and the summary shows where TTFT went.
+    /// Repeatable; one run directory only.
+    #[arg(long, value_name = "SOURCE:FILE")]
+    pub server_timings: Vec<String>,
+
     #[command(flatten)]
     pub results: ResultArgs,
 }

@@ -209,6 +209,16 @@ fn mock_command(args: &cli::MockArgs) -> Result<i32> {
 fn report_command(args: &cli::ReportArgs) -> Result<i32> {
     let render = plan::render_options(&args.results)?;
     let format = args.results.output_format;
+    let timings = plan::server_timings(&args.server_timings)?;
+    if !timings.is_empty() {
+        let [dir] = args.dirs.as_slice() else {
+            return Err(Error::Usage(
+                "--server-timings joins one run directory's records: give one DIR".into(),
+            ));
+        };
+        let joined = commands::report::join_server_timings(dir, &timings)?;
+        eprintln!("{joined}");
+    }
     match commands::report::run(&args.dirs, args.output.as_deref(), &render, format)? {
         Reported::One(summary, dir) => {
             print_summary(&summary, format);

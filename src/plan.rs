@@ -30,7 +30,7 @@ pub use capture::CapturePlan;
 pub use hosts::HostsPlan;
 pub use identity::IdentityPlan;
 use parts::{load_plan, scrape_plan, session_plan};
-pub use parts::{mock_config, render_options, ScrapePlan};
+pub use parts::{mock_config, render_options, server_timings, ScrapePlan};
 pub use prompt::PromptPlan;
 pub use sweep::{SweepAxis, SweepPlan};
 

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::plan::OutputFormat;
+use crate::record::RequestRecord;
 use crate::report::{self, compare, RenderOptions};
+use crate::server_timing::Source;
 use crate::stats::Summary;
 
 /// What `report` did: the re-rendered summary of one run (and the directory it was written
@@ -93,6 +95,57 @@ pub fn run(
             "report takes one or two run directories (or records files)".into(),
         )),
     }
+}
+
+/// Joins each source's timings to the run's records by trace id, rewriting requests.jsonl
+/// (atomically; every other field as it was); what it joined, to say.
+pub fn join_server_timings(dir: &Path, sources: &[(&Source, PathBuf)]) -> Result<String> {
+    let path = requests(dir)?;
+    let mut records = Vec::new();
+    crate::jsonl::each_json_line(&path, |line, v| {
+        let r =
+            RequestRecord::from_json(&v).map_err(|e| crate::jsonl::line_error(&path, line, e))?;
+        records.push(r);
+        Ok(())
+    })?;
+    if records.iter().all(|r| r.trace_id.is_none()) {
+        return Err(Error::Usage(format!(
+            "{}: no record has a trace_id (the run was made with --no-traceparent, or before \
+             llmreplay sent one): nothing to join server timings by",
+            path.display()
+        )));
+    }
+    let mut said = Vec::new();
+    for (source, file) in sources {
+        let phases = (source.read)(file).map_err(|why| {
+            Error::Usage(format!(
+                "--server-timings {}:{}: {why}",
+                source.name,
+                file.display()
+            ))
+        })?;
+        let mut joined = 0;
+        for r in &mut records {
+            if let Some(p) = r.trace_id.as_ref().and_then(|t| phases.get(t)) {
+                r.server = Some(p.clone());
+                joined += 1;
+            }
+        }
+        said.push(format!(
+            "server timings: {} of {} records joined from {} ({} requests in it)",
+            joined,
+            records.len(),
+            file.display(),
+            phases.len()
+        ));
+    }
+    let mut out = Vec::new();
+    for r in &records {
+        out.extend_from_slice(r.to_json().to_string().as_bytes());
+        out.push(b'\n');
+    }
+    report::write_atomic(&path, &out)?;
+    Ok(said.join("\n"))
 }
 
 /// How two runs' experiments differ, from their run.json: the trace, or how it was replayed.

@@ -5,7 +5,10 @@
 use crate::cli;
 use crate::error::{Error, Result};
 use crate::http::endpoint::Endpoint;
+use std::path::PathBuf;
+
 use crate::report::RenderOptions;
+use crate::server_timing::{self, Source, SOURCES};
 use crate::session::{SessionMode, SessionPlan};
 
 /// `mock`'s configuration; loads the tokenizer when one is given.
@@ -197,6 +200,32 @@ pub(super) fn scrape_plan(a: &cli::ScrapeArgs) -> Result<Option<ScrapePlan>> {
         interval_s,
         extra: a.metric.clone(),
     }))
+}
+
+/// `report --server-timings SOURCE:FILE`, each: a known source and a file.
+pub fn server_timings(specs: &[String]) -> Result<Vec<(&'static Source, PathBuf)>> {
+    specs
+        .iter()
+        .map(|spec| {
+            let known = || {
+                let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();
+                names.join(", ")
+            };
+            let (name, file) = spec.split_once(':').ok_or_else(|| {
+                Error::Usage(format!(
+                    "--server-timings {spec}: give SOURCE:FILE (sources: {})",
+                    known()
+                ))
+            })?;
+            let source = server_timing::source(name).ok_or_else(|| {
+                Error::Usage(format!(
+                    "--server-timings {spec}: no source {name:?} (sources: {})",
+                    known()
+                ))
+            })?;
+            Ok((source, PathBuf::from(file)))
+        })
+        .collect()
 }
 
 /// `--goodput` and `--percentiles`, checked.

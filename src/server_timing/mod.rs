@@ -4,9 +4,34 @@
 //! network, HTTP, the client, and whatever the server does not time).
 //!
 //! Each source is one module: [`llama_cpp`] reads the `timings` llama.cpp's server puts in
-//! its answers.
+//! its answers, as they come; the sources in [`SOURCES`] are files a server's tracing wrote,
+//! joined to a finished run's records by `report DIR --server-timings SOURCE:FILE` (a new
+//! one is a module and its line there).
 
 pub mod llama_cpp;
+pub mod vllm_otel;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A file of a server's own timings, read into each traced request's phases.
+pub struct Source {
+    /// Its name in `--server-timings NAME:FILE`.
+    pub name: &'static str,
+    pub about: &'static str,
+    /// The phases of each request in the file, by the W3C trace id its `traceparent`
+    /// carried (32 lowercase hex digits: a record's `trace_id`); Err: why the file cannot be
+    /// read as this source's.
+    pub read: fn(&Path) -> Result<HashMap<String, ServerPhases>, String>,
+}
+
+/// Every file source.
+pub const SOURCES: &[Source] = &[vllm_otel::SOURCE];
+
+/// The source named `name`.
+pub fn source(name: &str) -> Option<&'static Source> {
+    SOURCES.iter().find(|s| s.name == name)
+}
 
 /// What a server says it spent on one request, by phase, in ms.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -39,6 +39,7 @@ mod results_pages;
 mod schedule;
 mod secrets;
 mod server_metrics;
+mod server_timing;
 mod sessions;
 mod slurm;
 mod sweep;

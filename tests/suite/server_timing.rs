@@ -1,0 +1,108 @@
+//! Where TTFT goes: a server's own timing of each request, joined to the run's records —
+//! vLLM's OpenTelemetry spans by the trace id each request's `traceparent` carried
+//! (`report DIR --server-timings vllm-otel:FILE`).
+
+use crate::common;
+
+use common::{bin, path, read_json, read_jsonl, replay_against, temp_dir, MockProcess};
+
+/// The fixture's span for one request: its trace, queue and prefill (seconds).
+fn span(trace: &str, queue: f64, prefill: f64) -> String {
+    let template = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/server_timing/vllm-otel-span.json"
+    ))
+    .unwrap();
+    template
+        .trim()
+        .replace("TRACE", trace)
+        .replace("QUEUE", &queue.to_string())
+        .replace("PREFILL", &prefill.to_string())
+}
+
+#[test]
+fn vllm_spans_join_every_traced_record_and_split_its_ttft() {
+    let dir = temp_dir("server-timing-otel");
+    let trace = common::plain_trace(&dir, 40, 5);
+    let mock = MockProcess::start(&[]);
+    let run = dir.join("run");
+    let out = replay_against(&mock, &trace, &run)
+        .args([
+            "--run-id",
+            "otel-1",
+            "--tokenizer",
+            path(&common::tokenizer("qwen3")),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records = read_jsonl(&run.join("requests.jsonl"));
+    assert_eq!(records.len(), 40);
+    // The export, as the Collector's file exporter writes it: one line per batch, here one
+    // per request (queue k ms, prefill 2k ms), and a span of another trace.
+    let mut lines: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let k = r["index"].as_u64().unwrap() as f64 + 1.0;
+            span(r["trace_id"].as_str().unwrap(), k / 1e3, 2.0 * k / 1e3)
+        })
+        .collect();
+    lines.push(span("0123456789abcdef0123456789abcdef", 0.5, 0.5));
+    let spans = dir.join("spans.jsonl");
+    std::fs::write(&spans, lines.join("\n")).unwrap();
+    let joined = bin()
+        .args(["report", path(&run), "--server-timings"])
+        .arg(format!("vllm-otel:{}", spans.display()))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&joined.stderr);
+    assert!(joined.status.success(), "{said}");
+    assert!(
+        said.contains("server timings: 40 of 40 records joined"),
+        "{said}"
+    );
+    for r in read_jsonl(&run.join("requests.jsonl")) {
+        let k = r["index"].as_f64().unwrap() + 1.0;
+        let close = |key: &str, want: f64| {
+            let got = r[key].as_f64().unwrap_or_else(|| panic!("{key} in {r}"));
+            assert!((got - want).abs() < 1e-9, "{key}: {got} against {want}");
+        };
+        close("server_queue_ms", k);
+        close("server_prefill_ms", 2.0 * k);
+        close("server_decode_ms", 870.8);
+        // The phases before the first token are the server's TTFT; the rest is outside it.
+        close("server_ttft_ms", 3.0 * k);
+        close(
+            "ttft_outside_server_ms",
+            r["ttft_ms"].as_f64().unwrap() - 3.0 * k,
+        );
+        assert!(r["trace_id"].is_string() && r["status"] == 200, "{r}");
+    }
+    let summary = read_json(&run.join("summary.json"));
+    assert_eq!(
+        summary["server_ttft_ms"]["count"], 40,
+        "{}",
+        summary["server_ttft_ms"]
+    );
+    assert_eq!(summary["server_ttft_ms"]["max"], 120.0);
+    // What cannot be joined is refused, naming it.
+    let refused = |spec: String, want: &str| {
+        let out = bin()
+            .args(["report", path(&run), "--server-timings", &spec])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(said.contains(want), "{said}");
+    };
+    refused(
+        format!("jaeger:{}", spans.display()),
+        "no source \"jaeger\" (sources: vllm-otel)",
+    );
+    refused(path(&trace).to_string(), "give SOURCE:FILE");
+    refused(format!("vllm-otel:{}", trace.display()), "resourceSpans");
+}
