@@ -192,11 +192,11 @@ impl Capture {
                     LISTENER => self.accept(&mut touched),
                     token => {
                         let (slot, upstream) = pair::slot_of(token);
-                        let closed = event.is_read_closed() || event.is_error();
-                        if let Some(pair) = self.pairs.get_mut(slot).and_then(Option::as_mut) {
-                            if closed {
-                                pair.saw_close(upstream);
-                            }
+                        let pair = self.pairs.get_mut(slot).and_then(Option::as_mut);
+                        if let (true, Some(pair)) =
+                            (event.is_read_closed() || event.is_error(), pair)
+                        {
+                            pair.saw_close(upstream);
                         }
                         touched.push((slot, !upstream));
                     }

@@ -160,3 +160,28 @@ fn ids_can_be_renamed_or_left_out() {
     assert!(first.starts_with("trace-"), "{first}");
     assert!(seen.values().all(|h| h.get("x-request-id").is_none()));
 }
+
+#[test]
+fn a_priming_pass_names_its_requests_apart_from_the_measured_runs() {
+    let dir = temp_dir("identity-prime");
+    let trace = trace(&dir);
+    let (seen, records) = run(&trace, &dir, &[], &["--run-id", "r9", "--prime"]);
+    assert_eq!(records.len(), 60);
+    let log = read_jsonl(&dir.join("arrivals.jsonl"));
+    let ids: Vec<&str> = log
+        .iter()
+        .filter_map(|a| a["headers"]["x-request-id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 120, "both passes sent every record");
+    assert!(
+        ids[..60].iter().all(|id| id.starts_with("r9-prime-")),
+        "{ids:?}"
+    );
+    assert!(ids[60..]
+        .iter()
+        .all(|id| id.starts_with("r9-") && !id.contains("prime")));
+    // The measured pass's headers are the ones by index (the later arrival of each).
+    assert!(seen
+        .values()
+        .all(|h| !h["x-request-id"].as_str().unwrap().contains("prime")));
+}

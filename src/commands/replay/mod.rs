@@ -206,12 +206,9 @@ fn prime(
     let out = setup::prepare_output(&pass, trace)?;
     // Its requests are named apart from the measured run's (a server may refuse an id it has
     // seen).
-    let run = plan.hosts.run_id.clone();
+    let run = time_zero::requests_run(plan.hosts.run_id.as_deref(), trace);
     let starting = time_zero::Starting {
-        run_id: Some(format!(
-            "{}-prime",
-            run.unwrap_or_else(|| time_zero::unnamed_run(trace))
-        )),
+        run_id: Some(format!("{run}-prime")),
         ..Default::default()
     };
     let stages = start(

@@ -127,10 +127,7 @@ pub(super) fn start(
     let tokenizer_analysis = prompts.analyses.clone();
     let carrying = plan.sessions.carry_forward.carries() && trace.stats.turns_with_parent > 0;
     let seams = Arc::new(carrying::seams(&prompts, carrying)?);
-    let run = match &starting.run_id {
-        Some(id) => id.clone(),
-        None => time_zero::unnamed_run(trace),
-    };
+    let run = time_zero::requests_run(starting.run_id.as_deref(), trace);
     let builder = Arc::new(request_builder(
         plan, trace, prompts, fleet, out, &run, &threads,
     )?);

@@ -48,9 +48,12 @@ pub(super) fn run_id(plan: &ReplayPlan, trace: &TraceInput, at: Option<u64>) -> 
     Some(crate::plan::hosts::minted_run_id(at, digest))
 }
 
-/// What names the requests of a run that has no id (a shard with neither `--run-id` nor an
-/// agreed start): the trace's digest, which every shard reads alike.
-pub(super) fn unnamed_run(trace: &TraceInput) -> String {
+/// What names a run's requests: its id, or for a run that has none (a shard with neither
+/// `--run-id` nor an agreed start) the trace's digest, which every shard reads alike.
+pub(super) fn requests_run(run_id: Option<&str>, trace: &TraceInput) -> String {
+    if let Some(id) = run_id {
+        return id.to_string();
+    }
     let digest = trace.shares.as_ref().map_or("", |(_, d)| d.as_str());
     let hex: String = digest
         .rsplit(':')
