@@ -289,7 +289,8 @@ pub struct ReportArgs {
 
     /// Join a server's own timing of each request to the run's records, from a file its
     /// tracing wrote, before rendering: `vllm-otel:FILE` (vLLM's or SGLang's OpenTelemetry
-    /// spans, an OTLP JSON export; matched by each record's `trace_id`). Each matched record
+    /// spans, an OTLP JSON export; matched by each record's `trace_id`), `dynamo:FILE`
+    /// (Dynamo's request trace, JSONL or gzip; matched by X-Request-Id). Each matched record
     /// gains its `server_` phases in requests.jsonl, and the summary shows where TTFT went.
     /// Repeatable; one run directory only.
     #[arg(long, value_name = "SOURCE:FILE")]

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::plan::OutputFormat;
 use crate::record::RequestRecord;
 use crate::report::{self, compare, RenderOptions};
-use crate::server_timing::Source;
+use crate::server_timing::{JoinKey, Source};
 use crate::stats::Summary;
 
 /// What `report` did: the re-rendered summary of one run (and the directory it was written
@@ -97,8 +97,9 @@ pub fn run(
     }
 }
 
-/// Joins each source's timings to the run's records by trace id, rewriting requests.jsonl
-/// (atomically; every other field as it was); what it joined, to say.
+/// Joins each source's timings to the run's records (by trace id or request id, as the
+/// source knows them), rewriting requests.jsonl (atomically; every other field as it was);
+/// what it joined, to say.
 pub fn join_server_timings(dir: &Path, sources: &[(&Source, PathBuf)]) -> Result<String> {
     let path = requests(dir)?;
     let mut records = Vec::new();
@@ -108,15 +109,29 @@ pub fn join_server_timings(dir: &Path, sources: &[(&Source, PathBuf)]) -> Result
         records.push(r);
         Ok(())
     })?;
-    if records.iter().all(|r| r.trace_id.is_none()) {
-        return Err(Error::Usage(format!(
-            "{}: no record has a trace_id (the run was made with --no-traceparent, or before \
-             llmreplay sent one): nothing to join server timings by",
-            path.display()
-        )));
-    }
+    // The run's request ids are RUN-INDEX, as run.json states them.
+    let identity = report::run_config(dir).map(|run| run["request_identity"].clone());
+    let run = identity
+        .as_ref()
+        .filter(|i| i["request_id_header"].is_string())
+        .and_then(|i| i["run"].as_str());
     let mut said = Vec::new();
     for (source, file) in sources {
+        let key_of = |r: &RequestRecord| match source.key {
+            JoinKey::TraceId => r.trace_id.clone(),
+            JoinKey::RequestId => run.map(|run| format!("{run}-{}", r.index)),
+        };
+        if records.iter().all(|r| key_of(r).is_none()) {
+            let what = match source.key {
+                JoinKey::TraceId => "a trace_id (it ran with --no-traceparent)",
+                JoinKey::RequestId => "a request id (it ran with --request-id-header none)",
+            };
+            return Err(Error::Usage(format!(
+                "--server-timings {}: no record of {} has {what}: nothing to join by",
+                source.name,
+                dir.display()
+            )));
+        }
         let phases = (source.read)(file).map_err(|why| {
             Error::Usage(format!(
                 "--server-timings {}:{}: {why}",
@@ -126,7 +141,7 @@ pub fn join_server_timings(dir: &Path, sources: &[(&Source, PathBuf)]) -> Result
         })?;
         let mut joined = 0;
         for r in &mut records {
-            if let Some(p) = r.trace_id.as_ref().and_then(|t| phases.get(t)) {
+            if let Some(p) = key_of(r).and_then(|k| phases.get(&k)) {
                 r.server = Some(p.clone());
                 joined += 1;
             }

@@ -8,6 +8,7 @@
 //! joined to a finished run's records by `report DIR --server-timings SOURCE:FILE` (a new
 //! one is a module and its line there).
 
+pub mod dynamo;
 pub mod llama_cpp;
 pub mod vllm_otel;
 
@@ -19,14 +20,25 @@ pub struct Source {
     /// Its name in `--server-timings NAME:FILE`.
     pub name: &'static str,
     pub about: &'static str,
-    /// The phases of each request in the file, by the W3C trace id its `traceparent`
-    /// carried (32 lowercase hex digits: a record's `trace_id`); Err: why the file cannot be
-    /// read as this source's.
+    /// What its requests are known by.
+    pub key: JoinKey,
+    /// The phases of each request in the file, by its key; Err: why the file cannot be read
+    /// as this source's.
     pub read: fn(&Path) -> Result<HashMap<String, ServerPhases>, String>,
 }
 
+/// What a source knows a request by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JoinKey {
+    /// The W3C trace id its `traceparent` carried (32 lowercase hex digits: a record's
+    /// `trace_id`).
+    TraceId,
+    /// The id its `X-Request-Id` carried (`RUN-INDEX`).
+    RequestId,
+}
+
 /// Every file source.
-pub const SOURCES: &[Source] = &[vllm_otel::SOURCE];
+pub const SOURCES: &[Source] = &[vllm_otel::SOURCE, dynamo::SOURCE];
 
 /// The source named `name`.
 pub fn source(name: &str) -> Option<&'static Source> {

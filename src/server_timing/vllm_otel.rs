@@ -10,12 +10,13 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{ServerPhases, Source};
+use super::{JoinKey, ServerPhases, Source};
 
 pub const SOURCE: Source = Source {
     name: "vllm-otel",
     about: "vLLM's (or SGLang's) OpenTelemetry spans, an OTLP JSON export: queue, prefill and \
             decode per request, joined by the trace id each request's traceparent carried",
+    key: JoinKey::TraceId,
     read,
 };
 

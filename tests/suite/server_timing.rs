@@ -101,8 +101,77 @@ fn vllm_spans_join_every_traced_record_and_split_its_ttft() {
     };
     refused(
         format!("jaeger:{}", spans.display()),
-        "no source \"jaeger\" (sources: vllm-otel)",
+        "no source \"jaeger\" (sources: vllm-otel, dynamo)",
     );
     refused(path(&trace).to_string(), "give SOURCE:FILE");
     refused(format!("vllm-otel:{}", trace.display()), "resourceSpans");
+}
+
+/// The fixture's Dynamo record for one request: its id, wait and prefill (KV transfer 1 ms
+/// of it), in ms.
+fn request_end(id: &str, wait: f64, prefill: f64) -> String {
+    let template = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/server_timing/dynamo-request-end.json"
+    ))
+    .unwrap();
+    template
+        .trim()
+        .replace("cmpl-REQUEST", &format!("cmpl-{id}"))
+        .replace("REQUEST", id)
+        .replace("WAIT", &wait.to_string())
+        .replace("PREFILL", &prefill.to_string())
+        .replace("TTFT", &(wait + prefill).to_string())
+        .replace("KV", "1.0")
+}
+
+#[test]
+fn dynamo_request_ends_join_by_request_id_and_add_up_to_its_ttft() {
+    let dir = temp_dir("server-timing-dynamo");
+    let trace = common::plain_trace(&dir, 30, 5);
+    let mock = MockProcess::start(&[]);
+    let run = dir.join("run");
+    let tokenizer = common::tokenizer("qwen3");
+    let out = replay_against(&mock, &trace, &run)
+        .args(["--run-id", "dyn-2", "--tokenizer", path(&tokenizer)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Gzipped, as Dynamo's file sink writes its segments; and one request of another client.
+    let mut lines: Vec<String> = (0..30)
+        .map(|i| request_end(&format!("dyn-2-{i}"), 2.0 + i as f64, 10.0))
+        .collect();
+    lines.push(request_end("someone-else", 1.0, 1.0));
+    let file = dir.join("trace.0.jsonl.gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, lines.join("\n").as_bytes()).unwrap();
+    std::fs::write(&file, gz.finish().unwrap()).unwrap();
+    let joined = bin()
+        .args(["report", path(&run), "--server-timings"])
+        .arg(format!("dynamo:{}", file.display()))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&joined.stderr);
+    assert!(joined.status.success(), "{said}");
+    assert!(
+        said.contains("server timings: 30 of 30 records joined"),
+        "{said}"
+    );
+    for r in read_jsonl(&run.join("requests.jsonl")) {
+        let i = r["index"].as_f64().unwrap();
+        // Queue, prefill less the KV transfer, and the transfer: Dynamo's TTFT.
+        let parts = [
+            "server_queue_ms",
+            "server_prefill_ms",
+            "server_kv_transfer_ms",
+        ];
+        let sum: f64 = parts.iter().map(|k| r[*k].as_f64().unwrap()).sum();
+        assert!((sum - (12.0 + i)).abs() < 1e-9, "{r}");
+        assert!((r["server_ttft_ms"].as_f64().unwrap() - (12.0 + i)).abs() < 1e-9);
+        assert_eq!(r["server_kv_transfer_ms"], 1.0);
+    }
 }
