@@ -99,7 +99,9 @@ impl Dialect for AnthropicMessages {
                 }
                 out.extend_from_slice(b",\"messages\":");
                 let at = out.len();
-                serde_json::to_writer(&mut *out, &anthropic_messages(&turns))?;
+                let mut turns = anthropic_messages(&turns);
+                super::images::for_anthropic(&mut turns);
+                serde_json::to_writer(&mut *out, &turns)?;
                 if let Some(Value::Array(tools)) = tools {
                     let tools: Vec<Value> = tools.iter().map(anthropic_tool).collect();
                     out.extend_from_slice(b",\"tools\":");

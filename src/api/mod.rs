@@ -11,6 +11,7 @@
 mod body;
 pub mod cache_probe;
 mod events;
+mod images;
 mod serve;
 
 pub use body::{BodyError, BodyOptions, Synthesis};

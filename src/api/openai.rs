@@ -71,7 +71,7 @@ fn write_body(
         (true, Input::Messages { messages, tools }) => {
             out.extend_from_slice(b",\"messages\":");
             prompt_start = out.len();
-            serde_json::to_writer(&mut *out, messages)?;
+            serde_json::to_writer(&mut *out, &super::images::for_openai(messages))?;
             if let Some(tools) = tools {
                 out.extend_from_slice(b",\"tools\":");
                 serde_json::to_writer(&mut *out, tools)?;

@@ -168,3 +168,50 @@ fn a_full_api_url_picks_its_dialect() {
         );
     }
 }
+
+/// A recorded conversation's images, written by the trace in either form, go to each dialect
+/// in its own (OpenAI `image_url` parts, Anthropic `image` blocks), and the mock takes both.
+#[test]
+fn images_are_sent_in_the_form_of_the_dialect() {
+    let dir = temp_dir("images");
+    let trace = dir.join("images.jsonl");
+    let openai =
+        json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}});
+    let anthropic =
+        json!({"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}});
+    let lines = [
+        json!({"timestamp": 0, "output_length": 3, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is in this picture?"}, openai]}]}),
+        json!({"timestamp": 5, "output_length": 3, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "And in this one?"}, anthropic]}]}),
+    ];
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&trace, text.join("\n")).unwrap();
+    for (api, kind, form) in [
+        ("openai-chat", "image_url", ["image_url", "url"]),
+        ("anthropic-messages", "image", ["source", "type"]),
+    ] {
+        let out = dir.join(api);
+        let ran = common::replay_mock(&trace, &out)
+            .args(["--api", api, "--save-prompts"])
+            .output()
+            .unwrap();
+        assert!(
+            ran.status.success(),
+            "{api}: {}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        let records = read_jsonl(&out.join("requests.jsonl"));
+        assert!(
+            records
+                .iter()
+                .all(|r| r["status"] == 200 && r["error"].is_null()),
+            "{api}"
+        );
+        for sent in read_jsonl(&out.join("prompts.jsonl")) {
+            let image = &sent["messages"][0]["content"][1];
+            assert_eq!(image["type"], kind, "{api}: {sent}");
+            assert!(!image[form[0]][form[1]].is_null(), "{api}: {image}");
+        }
+    }
+}
