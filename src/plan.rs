@@ -287,6 +287,22 @@ fn threads(name: &str, n: usize) -> Result<usize> {
     }
 }
 
+/// `--extra-body`, a JSON object, with `--thinking`'s switch for `api` merged in.
+fn extra_body(a: &cli::ReplayArgs, api: Api) -> Result<Option<Map<String, Value>>> {
+    let extra = match &a.extra_body {
+        None => None,
+        Some(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(m)) => Some(m),
+            _ => {
+                return Err(Error::Usage(format!(
+                    "--extra-body {text:?}: expected a JSON object"
+                )))
+            }
+        },
+    };
+    thinking_body(extra, a.prompt.thinking, api)
+}
+
 /// Validates `Name: value` and returns it as a header.
 fn parse_header(h: &str) -> Result<Header> {
     let bad = || Error::Usage(format!("-H {h:?}: expected 'Name: value'"));
@@ -349,18 +365,7 @@ impl ReplayPlan {
                     .collect::<Result<_>>()?,
             )
         };
-        let extra_body = match &a.extra_body {
-            None => None,
-            Some(text) => match serde_json::from_str::<Value>(text) {
-                Ok(Value::Object(m)) => Some(m),
-                _ => {
-                    return Err(Error::Usage(format!(
-                        "--extra-body {text:?}: expected a JSON object"
-                    )))
-                }
-            },
-        };
-        let extra_body = thinking_body(extra_body, a.prompt.thinking, api)?;
+        let extra_body = extra_body(a, api)?;
         if !(a.drain_timeout.is_finite() && a.drain_timeout >= 0.0) {
             return Err(Error::Usage(format!(
                 "--drain-timeout must be zero or more seconds, got {}",

@@ -6,33 +6,28 @@ use crate::common;
 
 use common::{bin, path, read_json, read_jsonl, replay_against, temp_dir, MockProcess};
 
-/// The fixture's span for one request: its trace, queue and prefill (seconds).
-fn span(trace: &str, queue: f64, prefill: f64) -> String {
-    let template = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/server_timing/vllm-otel-span.json"
-    ))
-    .unwrap();
-    template
+/// A fixture of tests/fixtures/server_timing/.
+fn fixture(name: &str) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/server_timing/");
+    std::fs::read_to_string(format!("{dir}{name}"))
+        .unwrap()
         .trim()
-        .replace("TRACE", trace)
-        .replace("QUEUE", &queue.to_string())
-        .replace("PREFILL", &prefill.to_string())
+        .to_string()
 }
 
-#[test]
-fn vllm_spans_join_every_traced_record_and_split_its_ttft() {
-    let dir = temp_dir("server-timing-otel");
-    let trace = common::plain_trace(&dir, 40, 5);
+/// A replay of `n` records against a fresh mock, as run `run_id`: its directory, and its
+/// records.
+fn traced_run(
+    dir: &std::path::Path,
+    run_id: &str,
+    n: u64,
+) -> (std::path::PathBuf, Vec<serde_json::Value>) {
+    let trace = common::plain_trace(dir, n, 5);
     let mock = MockProcess::start(&[]);
     let run = dir.join("run");
+    let tokenizer = common::tokenizer("qwen3");
     let out = replay_against(&mock, &trace, &run)
-        .args([
-            "--run-id",
-            "otel-1",
-            "--tokenizer",
-            path(&common::tokenizer("qwen3")),
-        ])
+        .args(["--run-id", run_id, "--tokenizer", path(&tokenizer)])
         .output()
         .unwrap();
     assert!(
@@ -41,7 +36,36 @@ fn vllm_spans_join_every_traced_record_and_split_its_ttft() {
         String::from_utf8_lossy(&out.stderr)
     );
     let records = read_jsonl(&run.join("requests.jsonl"));
-    assert_eq!(records.len(), 40);
+    assert_eq!(records.len() as u64, n);
+    (run, records)
+}
+
+/// `report RUN --server-timings SPEC`, which must join every one of `n` records.
+fn joined(run: &std::path::Path, spec: String, n: usize) {
+    let out = bin()
+        .args(["report", path(run), "--server-timings", &spec])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("server timings: {n} of {n} records joined")),
+        "{said}"
+    );
+}
+
+/// The fixture's span for one request: its trace, queue and prefill (seconds).
+fn span(trace: &str, queue: f64, prefill: f64) -> String {
+    fixture("vllm-otel-span.json")
+        .replace("TRACE", trace)
+        .replace("QUEUE", &queue.to_string())
+        .replace("PREFILL", &prefill.to_string())
+}
+
+#[test]
+fn vllm_spans_join_every_traced_record_and_split_its_ttft() {
+    let dir = temp_dir("server-timing-otel");
+    let (run, records) = traced_run(&dir, "otel-1", 40);
     // The export, as the Collector's file exporter writes it: one line per batch, here one
     // per request (queue k ms, prefill 2k ms), and a span of another trace.
     let mut lines: Vec<String> = records
@@ -54,17 +78,7 @@ fn vllm_spans_join_every_traced_record_and_split_its_ttft() {
     lines.push(span("0123456789abcdef0123456789abcdef", 0.5, 0.5));
     let spans = dir.join("spans.jsonl");
     std::fs::write(&spans, lines.join("\n")).unwrap();
-    let joined = bin()
-        .args(["report", path(&run), "--server-timings"])
-        .arg(format!("vllm-otel:{}", spans.display()))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&joined.stderr);
-    assert!(joined.status.success(), "{said}");
-    assert!(
-        said.contains("server timings: 40 of 40 records joined"),
-        "{said}"
-    );
+    joined(&run, format!("vllm-otel:{}", spans.display()), 40);
     for r in read_jsonl(&run.join("requests.jsonl")) {
         let k = r["index"].as_f64().unwrap() + 1.0;
         let close = |key: &str, want: f64| {
@@ -103,6 +117,7 @@ fn vllm_spans_join_every_traced_record_and_split_its_ttft() {
         format!("jaeger:{}", spans.display()),
         "no source \"jaeger\" (sources: vllm-otel, dynamo)",
     );
+    let trace = dir.join("trace.jsonl");
     refused(path(&trace).to_string(), "give SOURCE:FILE");
     refused(format!("vllm-otel:{}", trace.display()), "resourceSpans");
 }
@@ -110,13 +125,7 @@ fn vllm_spans_join_every_traced_record_and_split_its_ttft() {
 /// The fixture's Dynamo record for one request: its id, wait and prefill (KV transfer 1 ms
 /// of it), in ms.
 fn request_end(id: &str, wait: f64, prefill: f64) -> String {
-    let template = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/server_timing/dynamo-request-end.json"
-    ))
-    .unwrap();
-    template
-        .trim()
+    fixture("dynamo-request-end.json")
         .replace("cmpl-REQUEST", &format!("cmpl-{id}"))
         .replace("REQUEST", id)
         .replace("WAIT", &wait.to_string())
@@ -128,19 +137,7 @@ fn request_end(id: &str, wait: f64, prefill: f64) -> String {
 #[test]
 fn dynamo_request_ends_join_by_request_id_and_add_up_to_its_ttft() {
     let dir = temp_dir("server-timing-dynamo");
-    let trace = common::plain_trace(&dir, 30, 5);
-    let mock = MockProcess::start(&[]);
-    let run = dir.join("run");
-    let tokenizer = common::tokenizer("qwen3");
-    let out = replay_against(&mock, &trace, &run)
-        .args(["--run-id", "dyn-2", "--tokenizer", path(&tokenizer)])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (run, _) = traced_run(&dir, "dyn-2", 30);
     // Gzipped, as Dynamo's file sink writes its segments; and one request of another client.
     let mut lines: Vec<String> = (0..30)
         .map(|i| request_end(&format!("dyn-2-{i}"), 2.0 + i as f64, 10.0))
@@ -150,17 +147,7 @@ fn dynamo_request_ends_join_by_request_id_and_add_up_to_its_ttft() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, lines.join("\n").as_bytes()).unwrap();
     std::fs::write(&file, gz.finish().unwrap()).unwrap();
-    let joined = bin()
-        .args(["report", path(&run), "--server-timings"])
-        .arg(format!("dynamo:{}", file.display()))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&joined.stderr);
-    assert!(joined.status.success(), "{said}");
-    assert!(
-        said.contains("server timings: 30 of 30 records joined"),
-        "{said}"
-    );
+    joined(&run, format!("dynamo:{}", file.display()), 30);
     for r in read_jsonl(&run.join("requests.jsonl")) {
         let i = r["index"].as_f64().unwrap();
         // Queue, prefill less the KV transfer, and the transfer: Dynamo's TTFT.

@@ -33,28 +33,7 @@ pub struct Resolved<'a> {
 /// overhead), and `api`, `model` and `prompt_overhead_tokens` at the top are theirs when all
 /// endpoints agree, else the list of them.
 pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
-    let fleet: Vec<Value> = r
-        .fleet
-        .specs
-        .iter()
-        .zip(&r.fleet.models)
-        .zip(&r.builder.styles)
-        .map(|((spec, model), style)| {
-            json!({
-                "url": spec.endpoint.url,
-                "api": spec.api,
-                "model": model,
-                "weight": spec.weight,
-                "prompt_overhead_tokens": style.synth.map(|i| r.builder.synths[i].overhead()),
-                // What the server puts before and after the content: the expected prefix
-                // hits count the head as shared.
-                "prompt_frame": style.synth.map(|i| {
-                    let frame = r.builder.synths[i].frame();
-                    json!({"head": frame.head, "tail": frame.tail})
-                }),
-            })
-        })
-        .collect();
+    let fleet = fleet_json(r);
     let common = |key: &str| {
         let values: Vec<&Value> = fleet.iter().map(|e| &e[key]).collect();
         if values.iter().all(|v| *v == values[0]) {
@@ -267,6 +246,32 @@ pub fn run_json(plan: &ReplayPlan, r: &Resolved<'_>) -> Value {
 }
 
 /// Unix ns as ms, exact for whole milliseconds (ns as f64 is not: it passes 2^53).
+/// Each endpoint: its URL, dialect, model, weight, and what the server wraps around a
+/// synthetic prompt.
+fn fleet_json(r: &Resolved<'_>) -> Vec<Value> {
+    r.fleet
+        .specs
+        .iter()
+        .zip(&r.fleet.models)
+        .zip(&r.builder.styles)
+        .map(|((spec, model), style)| {
+            json!({
+                "url": spec.endpoint.url,
+                "api": spec.api,
+                "model": model,
+                "weight": spec.weight,
+                "prompt_overhead_tokens": style.synth.map(|i| r.builder.synths[i].overhead()),
+                // What the server puts before and after the content: the expected prefix
+                // hits count the head as shared.
+                "prompt_frame": style.synth.map(|i| {
+                    let frame = r.builder.synths[i].frame();
+                    json!({"head": frame.head, "tail": frame.tail})
+                }),
+            })
+        })
+        .collect()
+}
+
 fn unix_ms(ns: u64) -> f64 {
     (ns / 1_000_000) as f64 + (ns % 1_000_000) as f64 / 1e6
 }
