@@ -246,9 +246,6 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub sessions: sessions::SessionArgs,
 
-    #[command(flatten)]
-    pub identity: super::identity::IdentityArgs,
-
     /// Open loop at R requests per second, in trace order, the trace's timestamps ignored
     /// (gaps from --arrival, reproducible from --seed). --time-scale still divides the gaps.
     #[arg(long, value_name = "R", conflicts_with = "concurrency")]
@@ -414,6 +411,11 @@ pub struct ReplayArgs {
 
     #[command(flatten)]
     pub hosts: ShardArgs,
+
+    /// Near the end, with the other groups that have a heading of their own (a group's
+    /// heading goes on to the options after it).
+    #[command(flatten)]
+    pub identity: super::identity::IdentityArgs,
 
     /// Prompt synthesis (last, so its help heading covers only its own options).
     #[command(flatten)]
