@@ -243,9 +243,6 @@ pub struct ReplayArgs {
     #[arg(long, value_parser = crate::cli::choice::<crate::session::SessionMode>(), default_value_t)]
     pub session_mode: crate::session::SessionMode,
 
-    #[command(flatten)]
-    pub sessions: sessions::SessionArgs,
-
     /// Open loop at R requests per second, in trace order, the trace's timestamps ignored
     /// (gaps from --arrival, reproducible from --seed). --time-scale still divides the gaps.
     #[arg(long, value_name = "R", conflicts_with = "concurrency")]
@@ -414,6 +411,9 @@ pub struct ReplayArgs {
 
     /// Near the end, with the other groups that have a heading of their own (a group's
     /// heading goes on to the options after it).
+    #[command(flatten)]
+    pub sessions: sessions::SessionArgs,
+
     #[command(flatten)]
     pub identity: super::identity::IdentityArgs,
 
