@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use super::links::Thread;
 use crate::api::{self, Api, Prompt};
-use crate::prompt::{PromptCounter, SafeVocab, Wrapping};
+use crate::prompt::analysis::Analysis;
+use crate::prompt::{PromptCounter, Wrapping};
 
 /// Longest request head read.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -162,17 +163,21 @@ pub struct Openings {
 }
 
 impl Openings {
-    /// Measured as prompt synthesis measures them ([`PromptCounter::frame`]); a template that
-    /// rewrites content has none to leave out.
-    pub fn measure(counter: &PromptCounter, vocab: &SafeVocab) -> Openings {
-        let head = |w| counter.frame(w, vocab).map_or(0, |f| f.head as usize);
+    /// The heads of the frames prompt synthesis measured ([`Analysis::frame`]); none where
+    /// there is no template, or one that rewrites content.
+    pub fn of(analysis: &Analysis) -> Openings {
+        let head = |w| match analysis.frame(w) {
+            Ok(Some(frame)) => frame.head as usize,
+            _ => 0,
+        };
         Openings {
             chat: head(Wrapping::Chat),
             completion: head(Wrapping::Completion),
         }
     }
 
-    pub fn of(&self, wrapping: Wrapping) -> usize {
+    /// The opening of a prompt rendered as `wrapping`.
+    pub fn opening(&self, wrapping: Wrapping) -> usize {
         match wrapping {
             Wrapping::Chat => self.chat,
             Wrapping::Completion => self.completion,

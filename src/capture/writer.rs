@@ -180,7 +180,7 @@ impl Lines {
             turn: linked.map_or(1, |(_, me)| me.turn),
             think_ms: parent.map(|p| arrived.saturating_sub(p.ended_ns) as f64 / 1e6),
         };
-        let opening = self.openings.of(seen.wrapping);
+        let opening = self.openings.opening(seen.wrapping);
         let line = record::line(&seen, tokens, &e.record, &self.hasher, opening, &place);
         self.out.write(&line.to_string(), self.last_ms)
     }

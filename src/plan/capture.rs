@@ -8,7 +8,7 @@ use crate::capture::{random_secret, BlockHasher, CaptureConfig, Openings, Server
 use crate::cli::CaptureArgs;
 use crate::error::{Error, Result};
 use crate::http::endpoint::Endpoint;
-use crate::prompt::SafeVocab;
+use crate::prompt::analysis;
 use crate::transport::{ClientTls, TlsOptions};
 
 /// Block sizes a hash id may cover.
@@ -57,11 +57,12 @@ impl CapturePlan {
             None => random_secret().map_err(Error::Run)?.to_vec(),
         };
         let upstreams = upstreams(a)?;
-        let (tokenizer, file) = crate::prompt::load_tokenizer(&a.tokenizer)?;
-        let vocab = SafeVocab::from_tokenizer(&tokenizer, &file)?;
-        let counter =
-            crate::prompt::PromptCounter::new(tokenizer, &file, a.tokenizer_config.as_deref())?;
-        let openings = Openings::measure(&counter, &vocab);
+        // The analysis prompt synthesis makes (and caches) measures the template's opening.
+        let file = crate::prompt::tokenizer_file(&a.tokenizer)?;
+        let cache = analysis::cache_dir(|k| std::env::var(k).ok());
+        let (analysis, counter) =
+            analysis::load_or_make(&file, a.tokenizer_config.as_deref(), None, cache.as_deref())?;
+        let openings = Openings::of(&analysis);
         Ok(CapturePlan {
             listen: a.listen,
             upstream_urls: upstreams.iter().map(|u| u.url.clone()).collect(),
