@@ -12,13 +12,11 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{JoinKey, ServerPhases, Source};
+use super::{duration, JoinKey, ServerPhases, Source};
 use crate::trace::TraceFile;
 
 pub const SOURCE: Source = Source {
     name: "dynamo",
-    about: "NVIDIA Dynamo's request trace (dynamo.request.trace.v1 JSONL, gzip too): queue, \
-            prefill and KV transfer per request, joined by the X-Request-Id each request carried",
     key: JoinKey::RequestId,
     read,
 };
@@ -40,7 +38,7 @@ fn read(path: &Path) -> Result<HashMap<String, ServerPhases>, String> {
         let Some(id) = request["x_request_id"].as_str() else {
             continue; // a request that did not come from llmreplay
         };
-        let ms = |k: &str| request[k].as_f64().filter(|v| v.is_finite() && *v >= 0.0);
+        let ms = |k: &str| request[k].as_f64().and_then(duration);
         let kv = ms("kv_transfer_estimated_latency_ms");
         let p = ServerPhases {
             queue_ms: ms("prefill_wait_time_ms"),

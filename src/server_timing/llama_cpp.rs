@@ -5,7 +5,7 @@
 
 use memchr::memmem::Finder;
 
-use super::ServerPhases;
+use super::{duration, ServerPhases};
 
 /// The key of the object in an answer.
 pub const KEY: &[u8] = b"\"timings\":";
@@ -45,7 +45,7 @@ pub fn from_value(v: &serde_json::Value) -> Option<ServerPhases> {
     let ms = |k: &str| {
         t.get(k)
             .and_then(serde_json::Value::as_f64)
-            .filter(|v| v.is_finite() && *v >= 0.0)
+            .and_then(duration)
     };
     Some(ServerPhases {
         prefill_ms: Some(ms("prompt_ms")?),
@@ -62,8 +62,7 @@ fn ms_after(object: &[u8], key: &Finder) -> Option<f64> {
         .iter()
         .take_while(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
         .count();
-    let v: f64 = std::str::from_utf8(&rest[..len]).ok()?.parse().ok()?;
-    (v.is_finite() && v >= 0.0).then_some(v)
+    duration(std::str::from_utf8(&rest[..len]).ok()?.parse().ok()?)
 }
 
 #[cfg(test)]

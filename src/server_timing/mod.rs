@@ -19,7 +19,6 @@ use std::path::Path;
 pub struct Source {
     /// Its name in `--server-timings NAME:FILE`.
     pub name: &'static str,
-    pub about: &'static str,
     /// What its requests are known by.
     pub key: JoinKey,
     /// The phases of each request in the file, by its key; Err: why the file cannot be read
@@ -56,6 +55,11 @@ pub struct ServerPhases {
     pub kv_transfer_ms: Option<f64>,
     /// Generating the answer's tokens.
     pub decode_ms: Option<f64>,
+}
+
+/// A time a server wrote, as a phase's: finite and not negative, else none.
+pub fn duration(v: f64) -> Option<f64> {
+    (v.is_finite() && v >= 0.0).then_some(v)
 }
 
 impl ServerPhases {

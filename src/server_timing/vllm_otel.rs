@@ -10,12 +10,10 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{JoinKey, ServerPhases, Source};
+use super::{duration, JoinKey, ServerPhases, Source};
 
 pub const SOURCE: Source = Source {
     name: "vllm-otel",
-    about: "vLLM's (or SGLang's) OpenTelemetry spans, an OTLP JSON export: queue, prefill and \
-            decode per request, joined by the trace id each request's traceparent carried",
     key: JoinKey::TraceId,
     read,
 };
@@ -77,8 +75,7 @@ fn seconds(span: &Value, key: &str) -> Option<f64> {
         .as_array()?
         .iter()
         .find(|a| a["key"] == key)?["value"]["doubleValue"];
-    let v = value.as_f64().or_else(|| value.as_str()?.parse().ok())?;
-    (v.is_finite() && v >= 0.0).then_some(v)
+    duration(value.as_f64().or_else(|| value.as_str()?.parse().ok())?)
 }
 
 #[cfg(test)]
